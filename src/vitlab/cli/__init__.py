@@ -1,0 +1,67 @@
+"""The `vitlab` command: parses arguments and hands over to the parts of the package.
+
+Each command group lives in a module of this package with `register(subparsers)`; the module sets
+`func` on its parser. Errors that users cause (bad input, bad config) print one line and exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+# Modules of vitlab.cli, each registering one or more subcommands.
+COMMAND_MODULES = ["models"]
+
+
+class UserError(Exception):
+    """A problem with what the user gave us; printed as one line, no traceback."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from vitlab import __version__
+
+    parser = argparse.ArgumentParser(prog="vitlab", description="The Vision Transformer, end to end.")
+    parser.add_argument("--version", action="version", version=f"vitlab {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging and full tracebacks")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        importlib.import_module(f"vitlab.cli.{name}").register(subparsers)
+    return parser
+
+
+def user_errors() -> tuple[type[BaseException], ...]:
+    """Exception types that mean "bad input" rather than "bug in vitlab"."""
+    from vitlab.model.config import ConfigError
+
+    errors: list[type[BaseException]] = [UserError, ConfigError, FileNotFoundError, ValueError]
+    try:
+        from vitlab.weights import CheckpointError
+
+        errors.append(CheckpointError)
+    except ImportError:
+        pass
+    return tuple(errors)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO, format="%(message)s", stream=sys.stderr
+    )
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        result = args.func(args)
+    except KeyboardInterrupt:
+        print("vitlab: interrupted", file=sys.stderr)
+        return 130
+    except user_errors() as error:
+        if args.verbose:
+            raise
+        print(f"vitlab {args.command}: error: {error}", file=sys.stderr)
+        return 2
+    return int(result or 0)

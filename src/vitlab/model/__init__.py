@@ -1,0 +1,20 @@
+"""The Vision Transformer and its parts; knows nothing of files, data or training."""
+
+from .config import ConfigError, Preprocessing, ViTConfig
+from .position import resample_pos_embed
+from .registry import config_for, create_model, list_models
+from .variants import SIZES, parse_variant
+from .vit import VisionTransformer
+
+__all__ = [
+    "ConfigError",
+    "Preprocessing",
+    "SIZES",
+    "ViTConfig",
+    "VisionTransformer",
+    "config_for",
+    "create_model",
+    "list_models",
+    "parse_variant",
+    "resample_pos_embed",
+]

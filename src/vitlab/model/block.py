@@ -1,0 +1,80 @@
+"""One pre-norm Transformer encoder layer (paper Eq. 2-3).
+
+    z' = MSA(LN(z)) + z
+    z  = MLP(LN(z')) + z'
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .attention import Attention
+
+
+def make_activation(name: str) -> nn.Module:
+    # Flax's nn.gelu (vit_jax) is the tanh approximation; timm, torchvision and HF use exact erf.
+    return nn.GELU(approximate="tanh" if name == "gelu_tanh" else "none")
+
+
+class Mlp(nn.Module):
+    """Dense(mlp_dim) -> GELU -> Dense(D), dropout after each dense layer (Appendix B.1)."""
+
+    def __init__(self, dim: int, hidden: int, act: str = "gelu", dropout: float = 0.0) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(dim, hidden)
+        self.act = make_activation(act)
+        self.drop1 = nn.Dropout(dropout)
+        self.fc2 = nn.Linear(hidden, dim)
+        self.drop2 = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.drop2(self.fc2(self.drop1(self.act(self.fc1(x)))))
+
+
+class DropPath(nn.Module):
+    """Stochastic depth: drop a whole residual branch per sample, scaling survivors by 1/keep."""
+
+    def __init__(self, prob: float = 0.0) -> None:
+        super().__init__()
+        self.prob = prob
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or self.prob == 0.0:
+            return x
+        keep = 1.0 - self.prob
+        mask = x.new_empty((x.shape[0],) + (1,) * (x.dim() - 1)).bernoulli_(keep)
+        return x * mask / keep
+
+    def extra_repr(self) -> str:
+        return f"prob={self.prob}"
+
+
+class EncoderBlock(nn.Module):
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int,
+        mlp_dim: int,
+        head_dim: int | None = None,
+        qkv_bias: bool = True,
+        dropout: float = 0.0,
+        attn_dropout: float = 0.0,
+        drop_path: float = 0.0,
+        act: str = "gelu",
+        norm_eps: float = 1e-6,
+    ) -> None:
+        super().__init__()
+        self.norm1 = nn.LayerNorm(dim, eps=norm_eps)
+        self.attn = Attention(dim, num_heads, head_dim, qkv_bias, attn_dropout, dropout)
+        self.norm2 = nn.LayerNorm(dim, eps=norm_eps)
+        self.mlp = Mlp(dim, mlp_dim, act, dropout)
+        self.drop_path = DropPath(drop_path)
+
+    def forward(
+        self, z: torch.Tensor, attn_bias: torch.Tensor | None = None, need_weights: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        attended, weights = self.attn(self.norm1(z), attn_bias, need_weights)
+        z = z + self.drop_path(attended)  # Eq. 2
+        z = z + self.drop_path(self.mlp(self.norm2(z)))  # Eq. 3
+        return z, weights

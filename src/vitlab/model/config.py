@@ -1,0 +1,212 @@
+"""Typed configuration of a Vision Transformer: every architecture and numerics choice in one place.
+
+The three reference implementations differ in small numerical details (GELU flavour, LayerNorm
+epsilon, where global average pooling normalises); a config records them so that a model loaded
+from any source computes the numbers that source computes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Pooling = Literal["token", "gap", "flatten"]
+PositionEmbeddingKind = Literal["learned", "none", "2d", "sincos", "relative"]
+Activation = Literal["gelu", "gelu_tanh"]
+GapNorm = Literal["before_pool", "after_pool"]
+ResampleMode = Literal["bicubic", "bilinear", "linear_zoom"]
+
+POOLINGS = ("token", "gap", "flatten")
+POSITION_EMBEDDINGS = ("learned", "none", "2d", "sincos", "relative")
+ACTIVATIONS = ("gelu", "gelu_tanh")
+GAP_NORMS = ("before_pool", "after_pool")
+RESAMPLE_MODES = ("bicubic", "bilinear", "linear_zoom")
+
+
+class ConfigError(ValueError):
+    """A configuration value that cannot describe a working model."""
+
+
+def as_pair(value: int | tuple[int, int] | list[int]) -> tuple[int, int]:
+    if isinstance(value, int):
+        return (value, value)
+    pair = tuple(int(v) for v in value)
+    if len(pair) != 2:
+        raise ConfigError(f"expected an int or (height, width), got {value!r}")
+    return pair  # type: ignore[return-value]
+
+
+@dataclass
+class Preprocessing:
+    """How images are turned into model inputs; stored with the weights (as timm does)."""
+
+    mean: tuple[float, float, float] = (0.5, 0.5, 0.5)  # vit_jax maps pixels to [-1, 1]
+    std: tuple[float, float, float] = (0.5, 0.5, 0.5)
+    crop_pct: float = 0.875
+    interpolation: Literal["bilinear", "bicubic", "nearest"] = "bicubic"
+
+    def __post_init__(self) -> None:
+        self.mean = tuple(float(m) for m in self.mean)  # type: ignore[assignment]
+        self.std = tuple(float(s) for s in self.std)  # type: ignore[assignment]
+        if len(self.mean) != len(self.std):
+            raise ConfigError(f"mean {self.mean} and std {self.std} differ in length")
+        if any(s <= 0 for s in self.std):
+            raise ConfigError(f"std must be positive, got {self.std}")
+        if not 0.0 < self.crop_pct <= 1.0:
+            raise ConfigError(f"crop_pct must be in (0, 1], got {self.crop_pct}")
+        if self.interpolation not in ("bilinear", "bicubic", "nearest"):
+            raise ConfigError(f"unknown interpolation {self.interpolation!r}")
+
+
+@dataclass
+class ViTConfig:
+    """A ViT as in Dosovitskiy et al. (2021), Eq. 1-4, plus the options the paper's ablations use."""
+
+    # Sizes (Table 1).
+    image_size: tuple[int, int] = (224, 224)
+    patch_size: int = 16
+    in_channels: int = 3
+    num_classes: int = 1000
+    dim: int = 768
+    depth: int = 12
+    num_heads: int = 12
+    mlp_dim: int = 3072
+    head_dim: int | None = None  # width of one attention head; None means dim // num_heads
+    # Pooling and heads (Sec. 3.1, 3.2, Appendix D.3).
+    pool: Pooling = "token"
+    representation_size: int | None = None  # the pre-training head's tanh hidden layer
+    head_hidden: tuple[int, ...] = ()  # extra GELU layers of an MLP head (the Keras example's head)
+    # Position embedding (Table 8).
+    pos_embed: PositionEmbeddingKind = "learned"
+    pos_resample: ResampleMode = "bicubic"
+    pos_resample_antialias: bool = True
+    # Regularisation (Appendix B.1).
+    dropout: float = 0.0
+    attn_dropout: float = 0.0
+    drop_path: float = 0.0
+    head_dropout: float = 0.0
+    qkv_bias: bool = True
+    # Numerics that differ between the reference implementations.
+    act: Activation = "gelu"
+    norm_eps: float = 1e-6
+    gap_norm: GapNorm = "after_pool"
+    # What goes with the weights.
+    preprocessing: Preprocessing = field(default_factory=Preprocessing)
+    class_names: list[str] | None = None
+    name: str | None = None
+
+    def __post_init__(self) -> None:
+        self.image_size = as_pair(self.image_size)
+        self.head_hidden = tuple(int(h) for h in self.head_hidden)
+        if isinstance(self.preprocessing, dict):
+            self.preprocessing = Preprocessing(**self.preprocessing)
+        self.validate()
+
+    # -- derived sizes -------------------------------------------------------------------------
+    @property
+    def attn_head_dim(self) -> int:
+        return self.head_dim if self.head_dim is not None else self.dim // self.num_heads
+
+    @property
+    def grid_size(self) -> tuple[int, int]:
+        return (self.image_size[0] // self.patch_size, self.image_size[1] // self.patch_size)
+
+    @property
+    def num_patches(self) -> int:
+        return self.grid_size[0] * self.grid_size[1]
+
+    @property
+    def class_token(self) -> bool:
+        return self.pool == "token"
+
+    @property
+    def num_prefix_tokens(self) -> int:
+        return 1 if self.class_token else 0
+
+    @property
+    def feature_dim(self) -> int:
+        """Width of the representation fed to the classifier (the few-shot features)."""
+        if self.representation_size:
+            return self.representation_size
+        if self.head_hidden:
+            return self.head_hidden[-1]
+        if self.pool == "flatten":
+            return self.dim * self.num_patches
+        return self.dim
+
+    def validate(self) -> None:
+        def check(ok: bool, message: str) -> None:
+            if not ok:
+                raise ConfigError(message)
+
+        check(self.patch_size > 0, f"patch_size must be positive, got {self.patch_size}")
+        for side, size in zip(("height", "width"), self.image_size):
+            check(size > 0, f"image {side} must be positive, got {size}")
+            check(
+                size % self.patch_size == 0,
+                f"image {side} {size} is not divisible by patch size {self.patch_size}",
+            )
+        for name in ("in_channels", "dim", "depth", "num_heads", "mlp_dim"):
+            value = getattr(self, name)
+            check(isinstance(value, int) and value > 0, f"{name} must be a positive int, got {value!r}")
+        check(self.num_classes >= 0, f"num_classes must be >= 0, got {self.num_classes}")
+        if self.head_dim is None:
+            check(
+                self.dim % self.num_heads == 0,
+                f"width {self.dim} is not divisible by {self.num_heads} heads; set num_heads or head_dim",
+            )
+        check(self.pool in POOLINGS, f"unknown pool {self.pool!r}; choose one of {POOLINGS}")
+        check(
+            self.pos_embed in POSITION_EMBEDDINGS,
+            f"unknown pos_embed {self.pos_embed!r}; choose one of {POSITION_EMBEDDINGS}",
+        )
+        check(self.act in ACTIVATIONS, f"unknown act {self.act!r}; choose one of {ACTIVATIONS}")
+        check(self.gap_norm in GAP_NORMS, f"unknown gap_norm {self.gap_norm!r}; choose one of {GAP_NORMS}")
+        check(
+            self.pos_resample in RESAMPLE_MODES,
+            f"unknown pos_resample {self.pos_resample!r}; choose one of {RESAMPLE_MODES}",
+        )
+        if self.pos_embed in ("2d", "sincos"):
+            check(self.dim % 4 == 0 if self.pos_embed == "sincos" else self.dim % 2 == 0,
+                  f"pos_embed {self.pos_embed!r} needs a width divisible by "
+                  f"{4 if self.pos_embed == 'sincos' else 2}, got {self.dim}")
+        for name in ("dropout", "attn_dropout", "drop_path", "head_dropout"):
+            value = getattr(self, name)
+            check(0.0 <= value < 1.0, f"{name} must be in [0, 1), got {value}")
+        check(self.norm_eps > 0, f"norm_eps must be positive, got {self.norm_eps}")
+        check(
+            self.representation_size is None or self.representation_size > 0,
+            f"representation_size must be positive or None, got {self.representation_size}",
+        )
+        check(
+            not (self.representation_size and self.head_hidden),
+            "representation_size and head_hidden are two kinds of head; set one",
+        )
+
+    # -- (de)serialisation ---------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["image_size"] = list(self.image_size)
+        data["head_hidden"] = list(self.head_hidden)
+        data["preprocessing"]["mean"] = list(self.preprocessing.mean)
+        data["preprocessing"]["std"] = list(self.preprocessing.std)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "ViTConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ConfigError(f"unknown ViT config keys: {', '.join(unknown)}")
+        data = dict(data)
+        if isinstance(data.get("preprocessing"), dict):
+            data["preprocessing"] = Preprocessing(**data["preprocessing"])
+        return cls(**data)
+
+    def replace(self, **changes: Any) -> "ViTConfig":
+        known = {f.name for f in dataclasses.fields(self)}
+        unknown = sorted(set(changes) - known)
+        if unknown:
+            raise ConfigError(f"unknown ViT config keys: {', '.join(unknown)}")
+        return dataclasses.replace(self, **changes)

@@ -1,0 +1,32 @@
+"""From encoder output to logits: pooling (class token, GAP or flatten), the optional pre-logits
+layer of the pre-training head (Sec. 3.1: "an MLP with one hidden layer", tanh), and the linear
+classifier that fine-tuning replaces with a zero-initialised one (Sec. 3.2)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+def pool_tokens(tokens: torch.Tensor, pool: str, num_prefix_tokens: int) -> torch.Tensor:
+    """(B, T, D) -> (B, D) for token / gap, (B, N*D) for flatten."""
+    if pool == "token":
+        return tokens[:, 0]  # y = LN(z_L^0), Eq. 4
+    patches = tokens[:, num_prefix_tokens:]
+    if pool == "gap":
+        return patches.mean(dim=1)
+    return patches.flatten(1)  # the Keras example: every patch output, flattened
+
+
+def build_pre_logits(
+    in_features: int, representation_size: int | None, hidden: tuple[int, ...], dropout: float
+) -> nn.Module:
+    if representation_size:
+        return nn.Sequential(nn.Linear(in_features, representation_size), nn.Tanh())
+    if hidden:
+        layers: list[nn.Module] = [nn.Dropout(dropout)]
+        for width in hidden:
+            layers += [nn.Linear(in_features, width), nn.GELU(), nn.Dropout(dropout)]
+            in_features = width
+        return nn.Sequential(*layers)
+    return nn.Identity()

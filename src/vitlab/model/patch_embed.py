@@ -1,0 +1,39 @@
+"""Eq. 1: split the image into P x P patches and project each linearly (x_p E)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class PatchEmbedding(nn.Module):
+    """A convolution with kernel = stride = P is exactly a linear map of each flattened patch."""
+
+    def __init__(self, patch_size: int, in_channels: int, dim: int) -> None:
+        super().__init__()
+        self.patch_size = patch_size
+        self.in_channels = in_channels
+        self.proj = nn.Conv2d(in_channels, dim, kernel_size=patch_size, stride=patch_size)
+
+    def check_input(self, images: torch.Tensor) -> None:
+        if images.dim() != 4:
+            raise ValueError(
+                f"expected images of shape (batch, {self.in_channels}, height, width), got {tuple(images.shape)}"
+            )
+        if images.shape[1] != self.in_channels:
+            raise ValueError(
+                f"expected {self.in_channels} channels, got {images.shape[1]} (input shape {tuple(images.shape)})"
+            )
+        height, width = images.shape[-2:]
+        if height % self.patch_size or width % self.patch_size:
+            raise ValueError(
+                f"image size {height}x{width} is not divisible by patch size {self.patch_size}"
+            )
+
+    def forward(self, images: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int]]:
+        """(B, C, H, W) -> tokens (B, N, D) in row-major patch order, and the grid (H/P, W/P)."""
+        if not torch.compiler.is_compiling():
+            self.check_input(images)
+        patches = self.proj(images)  # (B, D, H/P, W/P)
+        grid = (patches.shape[-2], patches.shape[-1])
+        return patches.flatten(2).transpose(1, 2), grid

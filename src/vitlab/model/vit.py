@@ -1,0 +1,188 @@
+"""The Vision Transformer, top to bottom as in the paper (Sec. 3.1, Eq. 1-4).
+
+    z_0  = [x_class; x_p^1 E; ...; x_p^N E] + E_pos          (Eq. 1)
+    z'_l = MSA(LN(z_{l-1})) + z_{l-1}                         (Eq. 2)
+    z_l  = MLP(LN(z'_l)) + z'_l                               (Eq. 3)
+    y    = LN(z_L^0)                                          (Eq. 4)
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from .block import EncoderBlock
+from .config import ViTConfig, as_pair
+from .heads import build_pre_logits, pool_tokens
+from .patch_embed import PatchEmbedding
+from .position import (
+    AxialPositionEmbedding,
+    LearnedPositionEmbedding,
+    RelativePositionBias,
+    SinCosPositionEmbedding,
+)
+
+
+def build_position_embedding(config: ViTConfig) -> nn.Module | None:
+    args = (config.grid_size, config.dim, config.num_prefix_tokens)
+    resample = (config.pos_resample, config.pos_resample_antialias)
+    if config.pos_embed == "learned":
+        return LearnedPositionEmbedding(*args, *resample)
+    if config.pos_embed == "2d":
+        return AxialPositionEmbedding(*args, *resample)
+    if config.pos_embed == "sincos":
+        return SinCosPositionEmbedding(config.dim, config.num_prefix_tokens)
+    return None  # "none", and "relative", which lives in the attention layers
+
+
+class VisionTransformer(nn.Module):
+    def __init__(self, config: ViTConfig) -> None:
+        super().__init__()
+        self.config = config
+        dim = config.dim
+        self.patch_embed = PatchEmbedding(config.patch_size, config.in_channels, dim)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, dim)) if config.class_token else None
+        self.pos_embed = build_position_embedding(config)
+        self.pos_drop = nn.Dropout(config.dropout)  # "right after adding E_pos" (Appendix B.1)
+        self.relative_bias = (
+            nn.ModuleList(
+                RelativePositionBias(
+                    config.grid_size, config.num_heads, config.num_prefix_tokens,
+                    config.pos_resample, config.pos_resample_antialias,
+                )
+                for _ in range(config.depth)
+            )
+            if config.pos_embed == "relative"
+            else None
+        )
+        # Stochastic depth grows linearly with depth (the DeiT rule).
+        drop_rates = [config.drop_path * i / max(config.depth - 1, 1) for i in range(config.depth)]
+        self.blocks = nn.ModuleList(
+            EncoderBlock(
+                dim, config.num_heads, config.mlp_dim, config.head_dim, config.qkv_bias, config.dropout,
+                config.attn_dropout, rate, config.act, config.norm_eps,
+            )
+            for rate in drop_rates
+        )
+        # vit_jax normalises all tokens before pooling; timm's GAP models normalise the pooled vector.
+        norm_after_pool = config.pool == "gap" and config.gap_norm == "after_pool"
+        self.norm = nn.Identity() if norm_after_pool else nn.LayerNorm(dim, eps=config.norm_eps)
+        self.fc_norm = nn.LayerNorm(dim, eps=config.norm_eps) if norm_after_pool else nn.Identity()
+        pooled_dim = dim * config.num_patches if config.pool == "flatten" else dim
+        self.pre_logits = build_pre_logits(
+            pooled_dim, config.representation_size, config.head_hidden, config.head_dropout
+        )
+        self.head_drop = nn.Dropout(0.0 if config.head_hidden else config.head_dropout)
+        self.head = nn.Linear(config.feature_dim, config.num_classes) if config.num_classes else nn.Identity()
+        self.grad_checkpointing = False
+        self.init_weights()
+
+    # -- initialisation (as the reference vit_jax code) -----------------------------------------
+    def init_weights(self) -> None:
+        for name, module in self.named_modules():
+            if isinstance(module, nn.Linear):
+                nn.init.xavier_uniform_(module.weight)
+                if module.bias is not None:
+                    nn.init.normal_(module.bias, std=1e-6)
+            if name.endswith("attn.qkv"):
+                for part in module.weight.data.chunk(3, dim=0):  # q, k, v are separate Dense layers
+                    nn.init.xavier_uniform_(part)
+        conv = self.patch_embed.proj
+        fan_in = conv.in_channels * conv.kernel_size[0] * conv.kernel_size[1]
+        nn.init.trunc_normal_(conv.weight, std=math.sqrt(1.0 / fan_in) / 0.87962566103423978)  # lecun_normal
+        nn.init.zeros_(conv.bias)
+        if isinstance(self.head, nn.Linear):
+            nn.init.zeros_(self.head.weight)
+            nn.init.zeros_(self.head.bias)
+
+    # -- Eq. 1 ---------------------------------------------------------------------------------
+    def embed(self, images: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int]]:
+        """(B, C, H, W) -> z_0 (B, prefix + N, D) and the patch grid."""
+        tokens, grid = self.patch_embed(images)
+        if self.cls_token is not None:
+            tokens = torch.cat([self.cls_token.expand(tokens.shape[0], -1, -1), tokens], dim=1)
+        if self.pos_embed is not None:
+            tokens = tokens + self.pos_embed(grid).to(tokens.dtype)
+        return self.pos_drop(tokens), grid
+
+    # -- Eq. 2-4 -------------------------------------------------------------------------------
+    def encode(
+        self, images: torch.Tensor, need_weights: bool = False
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """Encoder output (B, T, D) after the final norm, and each layer's attention if asked."""
+        z, grid = self.embed(images)
+        attentions: list[torch.Tensor] = []
+        for index, block in enumerate(self.blocks):
+            bias = self.relative_bias[index](grid) if self.relative_bias is not None else None
+            if self.grad_checkpointing and self.training and not need_weights:
+                z, _ = checkpoint(block, z, bias, use_reentrant=False)
+            else:
+                z, weights = block(z, bias, need_weights)
+                if weights is not None:
+                    attentions.append(weights)
+        return self.norm(z), attentions
+
+    def forward_features(self, images: torch.Tensor) -> torch.Tensor:
+        return self.encode(images)[0]
+
+    def forward_head(self, tokens: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
+        """Pool the encoder tokens; return the representation (pre_logits=True) or the logits."""
+        pooled = self.fc_norm(pool_tokens(tokens, self.config.pool, self.config.num_prefix_tokens))
+        features = self.head_drop(self.pre_logits(pooled))
+        return features if pre_logits else self.head(features)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self.forward_head(self.forward_features(images))
+
+    def forward_with_attention(self, images: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """Logits and, from the same pass, every layer's attention weights (B, heads, T, T)."""
+        tokens, attentions = self.encode(images, need_weights=True)
+        return self.forward_head(tokens), attentions
+
+    # -- fine-tuning (Sec. 3.2) ----------------------------------------------------------------
+    def reset_classifier(self, num_classes: int, class_names: list[str] | None = None) -> None:
+        """Drop the pre-training head's hidden layer and attach a zero-initialised D x K layer."""
+        if self.config.representation_size:
+            self.pre_logits = nn.Identity()
+        self.config = self.config.replace(
+            num_classes=num_classes, representation_size=None, class_names=class_names
+        )
+        reference = self.patch_embed.proj.weight
+        if num_classes:
+            self.head = nn.Linear(self.config.feature_dim, num_classes).to(reference.device, reference.dtype)
+            nn.init.zeros_(self.head.weight)
+            nn.init.zeros_(self.head.bias)
+        else:
+            self.head = nn.Identity()
+
+    def set_image_size(self, image_size: int | tuple[int, int]) -> None:
+        """Change the native resolution; learned position embeddings are resampled in 2-D."""
+        size = as_pair(image_size)
+        new_config = self.config.replace(image_size=size)
+        new_grid, old_grid = new_config.grid_size, self.config.grid_size
+        if new_config.pool == "flatten" and new_grid != old_grid:
+            raise ValueError("a flatten-pooled head depends on the number of patches; its image size is fixed")
+        for module in self.modules():
+            if module is not self and hasattr(module, "resize_grid"):
+                module.resize_grid(new_grid)
+        self.config = new_config
+
+    def no_weight_decay(self) -> set[str]:
+        """Parameter names that take no weight decay: tokens, position tables, norms and biases."""
+        return {
+            name for name, param in self.named_parameters()
+            if param.dim() <= 1 or name.startswith(("cls_token", "pos_embed", "relative_bias"))
+        }
+
+    def set_grad_checkpointing(self, enabled: bool = True) -> None:
+        self.grad_checkpointing = enabled
+
+    def save_pretrained(self, directory: str | Path, **extra) -> Path:
+        """Write config.json + model.safetensors (see vitlab.weights.folder)."""
+        from vitlab.weights.folder import save_pretrained
+
+        return save_pretrained(self, directory, **extra)
