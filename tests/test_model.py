@@ -1,0 +1,209 @@
+"""The ViT itself: every registered variant, every option, and the errors users get."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import randomise_
+from vitlab.model import ConfigError, ViTConfig, config_for, create_model, list_models
+
+HEAVY = {"L", "H"}
+
+
+def small_image_size(name: str) -> int:
+    """Two patches a side: enough to exercise the grid, cheap even for H."""
+    return 2 * int(name.split("/")[1])
+
+
+@pytest.mark.parametrize(
+    "name",
+    [pytest.param(n, marks=pytest.mark.slow) if n.split("/")[0] in HEAVY else n for n in list_models()],
+)
+def test_every_registered_variant(name):
+    size = small_image_size(name)
+    model = create_model(name, image_size=size, num_classes=7)
+    randomise_(model.head, std=0.02)
+    images = torch.randn(2, 3, size, size)
+    logits = model(images)
+    assert logits.shape == (2, 7)
+    logits.square().mean().backward()
+    assert model.patch_embed.proj.weight.grad is not None
+    assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
+    model.eval()
+    with torch.no_grad():
+        fused = model(images)
+        explicit, attentions = model.forward_with_attention(images)
+    torch.testing.assert_close(fused, explicit, rtol=1e-5, atol=1e-5)
+    tokens = (size // model.config.patch_size) ** 2 + 1
+    assert len(attentions) == model.config.depth
+    assert attentions[0].shape == (2, model.config.num_heads, tokens, tokens)
+
+
+def test_paper_table_1_sizes():
+    counts = {}
+    for name in ("B/16", "L/16", "H/14"):
+        with torch.device("meta"):
+            model = create_model(name)
+        counts[name] = sum(p.numel() for p in model.parameters()) / 1e6
+    # Table 1: 86M, 307M, 632M (head and image size move the last digit).
+    assert counts["B/16"] == pytest.approx(86, abs=1.5)
+    assert counts["L/16"] == pytest.approx(305, abs=3)
+    assert counts["H/14"] == pytest.approx(632, abs=2)
+    assert config_for("H/14").attn_head_dim == 80
+    assert config_for("B/16").attn_head_dim == 64
+
+
+OPTIONS = [
+    dict(pool="token", pos_embed="learned"),
+    dict(pool="gap", pos_embed="learned"),
+    dict(pool="gap", pos_embed="learned", gap_norm="before_pool"),
+    dict(pool="token", pos_embed="none"),
+    dict(pool="token", pos_embed="2d"),
+    dict(pool="gap", pos_embed="sincos"),
+    dict(pool="token", pos_embed="relative"),
+    dict(pool="gap", pos_embed="relative"),
+    dict(pool="token", representation_size=24),
+    dict(pool="flatten", head_hidden=(32, 16), head_dropout=0.5),
+    dict(pool="token", act="gelu_tanh", norm_eps=1e-12, qkv_bias=False),
+    dict(pool="token", head_dim=24),
+]
+
+
+def tiny(**overrides) -> ViTConfig:
+    fields = dict(image_size=16, patch_size=4, dim=32, depth=2, num_heads=4, mlp_dim=64, num_classes=5)
+    fields.update(overrides)
+    return ViTConfig(**fields)
+
+
+@pytest.mark.parametrize("options", OPTIONS, ids=lambda o: "-".join(f"{k}={v}" for k, v in o.items()))
+def test_options_forward_backward_and_attention_paths_agree(options):
+    model = randomise_(create_model(tiny(**options)))
+    images = torch.randn(3, 3, 16, 16)
+    model.train()
+    model(images).sum().backward()
+    model.eval()
+    with torch.no_grad():
+        fused = model(images)
+        explicit, attentions = model.forward_with_attention(images)
+    torch.testing.assert_close(fused, explicit, rtol=1e-5, atol=1e-5)
+    for weights in attentions:
+        torch.testing.assert_close(weights.sum(-1), torch.ones(weights.shape[:-1]))
+
+
+@pytest.mark.parametrize("pos_embed", ["learned", "2d", "sincos", "relative", "none"])
+@pytest.mark.parametrize("pool", ["token", "gap"])
+def test_runtime_resolution_change_equals_resized_model(pos_embed, pool):
+    """Running at a new (non-square) size resamples E_pos exactly as set_image_size does."""
+    model = randomise_(create_model(tiny(pos_embed=pos_embed, pool=pool))).eval()
+    images = torch.randn(2, 3, 24, 32)
+    with torch.no_grad():
+        on_the_fly = model(images)
+        model.set_image_size((24, 32))
+        resized = model(images)
+    assert model.config.image_size == (24, 32)
+    torch.testing.assert_close(on_the_fly, resized, rtol=1e-5, atol=1e-5)
+
+
+def test_position_embedding_is_position_specific():
+    """Without position information the model is permutation-equivariant over patches; with it, not."""
+    def patch_shuffled_logits(pos_embed):
+        model = randomise_(create_model(tiny(pos_embed=pos_embed, pool="gap"))).eval()
+        images = torch.randn(1, 3, 16, 16)
+        # Swap two 4x4 patches.
+        swapped = images.clone()
+        swapped[..., 0:4, 0:4], swapped[..., 12:16, 12:16] = images[..., 12:16, 12:16], images[..., 0:4, 0:4]
+        with torch.no_grad():
+            return model(images), model(swapped)
+    same, swapped = patch_shuffled_logits("none")
+    torch.testing.assert_close(same, swapped, rtol=1e-5, atol=1e-5)
+    for kind in ("learned", "2d", "sincos", "relative"):
+        a, b = patch_shuffled_logits(kind)
+        assert not torch.allclose(a, b, atol=1e-4), kind
+
+
+def test_reset_classifier_drops_pre_logits_and_zero_inits_head():
+    model = randomise_(create_model(tiny(representation_size=24)))
+    assert isinstance(model.pre_logits, torch.nn.Sequential)
+    model.reset_classifier(3, class_names=["a", "b", "c"])
+    assert isinstance(model.pre_logits, torch.nn.Identity)
+    assert model.head.weight.shape == (3, 32)
+    assert model.head.weight.abs().sum() == 0 and model.head.bias.abs().sum() == 0
+    assert model.config.representation_size is None and model.config.class_names == ["a", "b", "c"]
+    assert torch.equal(model(torch.randn(2, 3, 16, 16)), torch.zeros(2, 3))
+    model.reset_classifier(0)
+    assert model(torch.randn(2, 3, 16, 16)).shape == (2, 32)  # features only
+
+
+def test_forward_head_pre_logits_is_the_representation():
+    model = randomise_(create_model(tiny(representation_size=24))).eval()
+    tokens = model.forward_features(torch.randn(2, 3, 16, 16))
+    features = model.forward_head(tokens, pre_logits=True)
+    assert features.shape == (2, 24)
+    assert features.abs().max() <= 1  # tanh
+    torch.testing.assert_close(model.head(features), model.forward_head(tokens))
+
+
+def test_eval_mode_is_deterministic_with_all_dropouts():
+    model = randomise_(create_model(tiny(dropout=0.3, attn_dropout=0.3, drop_path=0.3))).eval()
+    images = torch.randn(2, 3, 16, 16)
+    torch.testing.assert_close(model(images), model(images))
+    model.train()
+    assert not torch.allclose(model(images), model(images))
+
+
+def test_gradient_checkpointing_gives_same_gradients():
+    images = torch.randn(2, 3, 16, 16)
+    grads = []
+    for enabled in (False, True):
+        model = randomise_(create_model(tiny()))
+        model.set_grad_checkpointing(enabled)
+        model(images).square().sum().backward()
+        grads.append(model.patch_embed.proj.weight.grad.clone())
+    torch.testing.assert_close(grads[0], grads[1])
+
+
+def test_no_weight_decay_names():
+    names = create_model(tiny()).no_weight_decay()
+    assert "cls_token" in names and "pos_embed.weight" in names
+    assert "blocks.0.norm1.weight" in names and "blocks.0.attn.qkv.bias" in names
+    assert "blocks.0.attn.qkv.weight" not in names
+
+
+def test_config_round_trip():
+    config = tiny(pool="gap", image_size=(16, 24), head_hidden=(8,), class_names=["x"] * 5)
+    again = ViTConfig.from_dict(config.to_dict())
+    assert again == config
+
+
+@pytest.mark.parametrize(
+    "build, message",
+    [
+        (lambda: create_model("B/15", image_size=224), "not divisible by patch size 15"),
+        (lambda: create_model("Q/16"), "unknown model size 'Q'"),
+        (lambda: create_model("B16"), "not of the form SIZE/PATCH"),
+        (lambda: create_model("B/16", num_heads=7), "not divisible by 7 heads"),
+        (lambda: create_model("B/16", pool="mean"), "unknown pool 'mean'"),
+        (lambda: create_model("B/16", pos_embed="3d"), "unknown pos_embed '3d'"),
+        (lambda: create_model("B/16", dropout=1.5), "dropout must be in [0, 1)"),
+        (lambda: create_model("B/16", colour=True), "colour"),
+        (lambda: ViTConfig.from_dict({"dim": 8, "widht": 3}), "unknown ViT config keys: widht"),
+    ],
+)
+def test_bad_configs_name_the_problem(build, message):
+    with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("(", r"\(").replace(")", r"\)")):
+        build()
+
+
+@pytest.mark.parametrize(
+    "shape, message",
+    [
+        ((2, 3, 18, 16), "18x16 is not divisible by patch size 4"),
+        ((2, 1, 16, 16), "expected 3 channels, got 1"),
+        ((3, 16, 16), "expected images of shape"),
+    ],
+)
+def test_bad_inputs_name_the_problem(shape, message):
+    model = create_model(tiny())
+    with pytest.raises(ValueError, match=message):
+        model(torch.randn(shape))
