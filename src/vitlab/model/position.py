@@ -33,7 +33,8 @@ def resample_grid(
         dtype = grid.dtype
         grid = grid.float()
         if mode == "linear_zoom":
-            grid = F.interpolate(grid, size=new_size, mode="bilinear", align_corners=True)
+            # scipy's zoom interpolates in float64; so does this, to give vit_jax's table exactly.
+            grid = F.interpolate(grid.double(), size=new_size, mode="bilinear", align_corners=True)
         elif mode in ("bicubic", "bilinear"):
             grid = F.interpolate(grid, size=new_size, mode=mode, antialias=antialias, align_corners=False)
         else:

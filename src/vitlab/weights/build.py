@@ -1,0 +1,100 @@
+"""From (config, state dict) to a ready model: every format's reader ends here.
+
+Overrides that keep the weights' shapes (dropout, drop_path, numerics, ...) change the config
+before the model is built. A new image size resamples E_pos and a new class count resets the
+head after the weights are in (paper Sec. 3.2); each says so in one log line.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Mapping
+
+import torch
+
+from vitlab.model import ConfigError, ViTConfig, VisionTransformer
+from vitlab.model.config import as_pair
+
+from .errors import CheckpointError
+
+log = logging.getLogger("vitlab")
+
+MAX_LISTED = 20  # keys named per kind of mismatch; the rest are counted
+
+# Fields the weights decide; an override may repeat them but not contradict them.
+FIXED_BY_WEIGHTS = (
+    "patch_size", "in_channels", "dim", "depth", "num_heads", "mlp_dim", "head_dim", "pool",
+    "representation_size", "head_hidden", "pos_embed", "qkv_bias", "gap_norm", "backbone",
+)
+
+
+def _listing(kind: str, items: list[str]) -> str:
+    shown = ", ".join(items[:MAX_LISTED])
+    more = f" (and {len(items) - MAX_LISTED} more)" if len(items) > MAX_LISTED else ""
+    return f"{kind}: {shown}{more}"
+
+
+def _size(size: tuple[int, int]) -> str:
+    return f"{size[0]}x{size[1]}"
+
+
+def check_state_dict(model: torch.nn.Module, state_dict: Mapping[str, torch.Tensor], source: str) -> None:
+    """Raise one CheckpointError naming every missing, unexpected and mis-shaped key."""
+    expected = model.state_dict()
+    missing = sorted(set(expected) - set(state_dict))
+    unexpected = sorted(set(state_dict) - set(expected))
+    mismatched = sorted(
+        f"{key} {tuple(state_dict[key].shape)} vs model {tuple(expected[key].shape)}"
+        for key in set(expected) & set(state_dict)
+        if tuple(state_dict[key].shape) != tuple(expected[key].shape)
+    )
+    problems = [
+        _listing(kind, items)
+        for kind, items in (("missing keys", missing), ("unexpected keys", unexpected), ("shape mismatches", mismatched))
+        if items
+    ]
+    if problems:
+        raise CheckpointError(f"{source}: checkpoint does not fit the model; " + "; ".join(problems))
+
+
+def build_model(
+    config: ViTConfig, state_dict: Mapping[str, torch.Tensor], source: str, overrides: dict[str, Any]
+) -> VisionTransformer:
+    """Build the model the checkpoint describes, load it strictly, then apply size/class changes."""
+    overrides = dict(overrides)
+    image_size = overrides.pop("image_size", None)
+    num_classes = overrides.pop("num_classes", None)
+    class_names = overrides.pop("class_names", None)
+    if overrides:
+        requested = config.replace(**overrides)
+        conflicts = [
+            f"{name}={getattr(requested, name)!r} (checkpoint: {getattr(config, name)!r})"
+            for name in FIXED_BY_WEIGHTS
+            if getattr(requested, name, None) != getattr(config, name, None)
+        ]
+        if conflicts:
+            raise CheckpointError(f"{source}: overrides contradict the weights: {', '.join(conflicts)}")
+        config = requested
+    model = VisionTransformer(config)
+    check_state_dict(model, state_dict, source)
+    model.load_state_dict(state_dict)
+
+    if image_size is not None and as_pair(image_size) != config.image_size:
+        model.set_image_size(image_size)
+        how = {"sincos": "recomputed", "none": "none to resample"}.get(config.pos_embed, f"resampled, {config.pos_resample}")
+        log.info(
+            "%s: image size %s -> %s, position embedding from a %dx%d to a %dx%d grid (%s)",
+            source, _size(config.image_size), _size(model.config.image_size), *config.grid_size,
+            *model.config.grid_size, how,
+        )
+    if num_classes is not None and num_classes != config.num_classes:
+        model.reset_classifier(num_classes, class_names)
+        log.info(
+            "%s: %d classes -> %d, classifier reset to a zero-initialised head", source, config.num_classes, num_classes
+        )
+    elif class_names is not None:
+        model.config = model.config.replace(class_names=list(class_names))
+    names = model.config.class_names
+    if names is not None and len(names) != model.config.num_classes:
+        raise ConfigError(f"{len(names)} class names for {model.config.num_classes} classes")
+    return model.eval()

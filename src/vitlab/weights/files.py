@@ -1,0 +1,57 @@
+"""Reading tensors from state-dict files without ever running pickled code."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file
+
+from .errors import CheckpointError
+
+PICKLE_SUFFIXES = (".pth", ".pt", ".bin", ".ckpt")
+SAFETENSORS_SUFFIX = ".safetensors"
+WRAPPER_KEYS = ("state_dict", "model", "module")  # training checkpoints nest the weights
+
+
+def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
+    """Tensors of a .safetensors file, or of a pickle loaded with weights_only=True."""
+    path = Path(path)
+    if path.suffix == SAFETENSORS_SUFFIX:
+        try:
+            return load_file(str(path))
+        except (SafetensorError, OSError) as error:
+            raise CheckpointError(f"{path}: not a readable safetensors file ({error})") from None
+    if path.suffix not in PICKLE_SUFFIXES:
+        raise CheckpointError(
+            f"{path}: unknown checkpoint format (expected .npz, {SAFETENSORS_SUFFIX}, "
+            f"{', '.join(PICKLE_SUFFIXES)} or a folder)"
+        )
+    try:
+        # weights_only=True: the unpickler builds tensors and plain containers only, never calls code.
+        loaded: Any = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as error:
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise CheckpointError(
+            f"{path}: refused to unpickle: the file holds more than plain tensors ({first_line})"
+        ) from None
+    except (RuntimeError, EOFError, OSError) as error:
+        raise CheckpointError(f"{path}: not a readable PyTorch checkpoint ({error})") from None
+    return unwrap(loaded, path)
+
+
+def unwrap(loaded: Any, path: Path) -> dict[str, torch.Tensor]:
+    """Find the flat {name: tensor} dict inside a training checkpoint; drop DDP's "module." prefix."""
+    while isinstance(loaded, dict):
+        wrapper = next((key for key in WRAPPER_KEYS if isinstance(loaded.get(key), dict)), None)
+        if wrapper is None:
+            break
+        loaded = loaded[wrapper]
+    if not isinstance(loaded, dict) or not all(isinstance(v, torch.Tensor) for v in loaded.values()):
+        raise CheckpointError(f"{path}: holds no flat {{name: tensor}} state dict")
+    if loaded and all(key.startswith("module.") for key in loaded):
+        loaded = {key[len("module."):]: value for key, value in loaded.items()}
+    return loaded

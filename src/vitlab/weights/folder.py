@@ -1,0 +1,146 @@
+"""vitlab's own checkpoint: a folder with config.json + model.safetensors.
+
+config.json (format_version 2) groups the ViTConfig fields by what they decide:
+
+    {"format": "vitlab", "format_version": 2,
+     "architecture": {...}, "numerics": {...}, "regularisation": {...},
+     "preprocessing": {...}, "class_names": [...] | null, "name": ... | null, "extra": {...}}
+
+Version 1 wrote the same fields flat beside "format"; every older version is migrated step by
+step to the current one on reading, so folders written by any vitlab release keep loading.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from vitlab.model import ViTConfig, VisionTransformer
+
+from .build import build_model
+from .errors import CheckpointError
+
+FORMAT = "vitlab"
+FORMAT_VERSION = 2
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "model.safetensors"
+
+# Version 2's sections. A ViTConfig field listed nowhere is written to "architecture".
+SECTIONS: dict[str, tuple[str, ...]] = {
+    "architecture": (
+        "image_size", "patch_size", "in_channels", "num_classes", "dim", "depth", "num_heads", "mlp_dim",
+        "head_dim", "pool", "representation_size", "head_hidden", "pos_embed", "qkv_bias",
+    ),
+    "numerics": ("act", "norm_eps", "gap_norm", "pos_resample", "pos_resample_antialias"),
+    "regularisation": ("dropout", "attn_dropout", "drop_path", "head_dropout"),
+}
+TOP_LEVEL = ("preprocessing", "class_names", "name")
+
+
+def config_to_json(config: ViTConfig, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    fields = config.to_dict()
+    document: dict[str, Any] = {"format": FORMAT, "format_version": FORMAT_VERSION}
+    for section, names in SECTIONS.items():
+        document[section] = {name: fields.pop(name) for name in names if name in fields}
+    for name in TOP_LEVEL:
+        document[name] = fields.pop(name)
+    document["architecture"].update(fields)  # fields added to ViTConfig after this table was written
+    document["extra"] = dict(extra or {})
+    return document
+
+
+def _v1_to_v2(document: dict[str, Any]) -> dict[str, Any]:
+    """Version 1 held the ViTConfig fields flat; version 2 groups them into sections."""
+    flat = {k: v for k, v in document.items() if k not in ("format", "format_version", "extra")}
+    config = ViTConfig.from_dict(flat)  # fills fields version 1 did not know with today's defaults
+    return config_to_json(config, document.get("extra"))
+
+
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2}
+
+
+def migrate(document: dict[str, Any], source: str = CONFIG_FILE) -> dict[str, Any]:
+    """Bring a config.json of any earlier format_version to the current one."""
+    version = document.get("format_version")
+    if not isinstance(version, int) or version < 1:
+        raise CheckpointError(f"{source}: format_version must be a positive int, got {version!r}")
+    if version > FORMAT_VERSION:
+        raise CheckpointError(
+            f"{source}: format_version {version} is newer than this vitlab reads ({FORMAT_VERSION}); upgrade vitlab"
+        )
+    while version < FORMAT_VERSION:
+        document = MIGRATIONS[version](document)
+        version = document["format_version"]
+    return document
+
+
+def config_from_json(document: dict[str, Any], source: str = CONFIG_FILE) -> tuple[ViTConfig, dict[str, Any]]:
+    """The ViTConfig and the free-form "extra" of a vitlab config.json of any format_version."""
+    if document.get("format") != FORMAT:
+        raise CheckpointError(f"{source}: not a vitlab config (format {document.get('format')!r})")
+    document = migrate(dict(document), source)
+    fields: dict[str, Any] = {}
+    for section in SECTIONS:
+        fields.update(document.get(section, {}))
+    fields.update({name: document[name] for name in TOP_LEVEL if name in document})
+    return ViTConfig.from_dict(fields), document.get("extra", {})
+
+
+def read_config(directory: str | Path) -> tuple[ViTConfig, dict[str, Any]]:
+    path = Path(directory) / CONFIG_FILE
+    try:
+        document = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: no {CONFIG_FILE} in {directory}") from None
+    except json.JSONDecodeError as error:
+        raise CheckpointError(f"{path}: not valid JSON ({error})") from None
+    return config_from_json(document, str(path))
+
+
+def is_vitlab_folder(directory: str | Path) -> bool:
+    path = Path(directory) / CONFIG_FILE
+    try:
+        return json.loads(path.read_text()).get("format") == FORMAT
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def save_pretrained(model: VisionTransformer, directory: str | Path, **extra: Any) -> Path:
+    """Write config.json + model.safetensors; `extra` (JSON values) is kept under "extra"."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    document = config_to_json(model.config, extra)
+    try:
+        text = json.dumps(document, indent=2)
+    except TypeError as error:
+        raise ValueError(f"save_pretrained: extra values must be JSON-serialisable ({error})") from None
+    tensors = {name: t.detach().to("cpu").contiguous() for name, t in model.state_dict().items()}
+    save_file(tensors, str(directory / WEIGHTS_FILE), metadata={"format": "pt"})
+    (directory / CONFIG_FILE).write_text(text + "\n")
+    return directory
+
+
+def load_folder(directory: str | Path, **overrides: Any) -> VisionTransformer:
+    """Read a folder written by save_pretrained (any format_version)."""
+    directory = Path(directory)
+    config, _ = read_config(directory)
+    weights = directory / WEIGHTS_FILE
+    if not weights.is_file():
+        raise CheckpointError(f"{weights}: missing; a vitlab folder holds {CONFIG_FILE} and {WEIGHTS_FILE}")
+    state_dict: dict[str, torch.Tensor] = load_file(str(weights))
+    return build_model(config, state_dict, str(directory), overrides)
+
+
+__all__ = [
+    "FORMAT_VERSION",
+    "config_from_json",
+    "config_to_json",
+    "is_vitlab_folder",
+    "load_folder",
+    "read_config",
+    "save_pretrained",
+]

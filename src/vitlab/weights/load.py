@@ -1,0 +1,58 @@
+"""vitlab.load(source, **overrides): read any supported checkpoint, detecting its format.
+
+    folder with config.json "format": "vitlab"   -> vitlab's own (folder.py)
+    folder with config.json "model_type": "vit"  -> Hugging Face transformers ViT (hf.py)
+    *.npz                                        -> official vit_jax / AugReg / big_vision (npz.py)
+    *.safetensors, *.pth, *.pt, *.bin            -> timm or torchvision state dict, told apart by key names
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from vitlab.model import VisionTransformer
+
+from .build import build_model
+from .errors import CheckpointError
+from .files import read_state_dict
+from .folder import CONFIG_FILE, is_vitlab_folder, load_folder
+from .hf import is_hf_vit_folder, load_hf
+from .npz import load_npz
+from .timm import convert_timm, is_timm_state_dict
+from .torchvision import convert_torchvision, is_torchvision_state_dict
+
+
+def load(source: str | Path, **overrides: Any) -> VisionTransformer:
+    """Load a checkpoint as a VisionTransformer (in eval mode).
+
+    Overrides: any ViTConfig field the weights do not decide (dropout, drop_path, act, norm_eps,
+    pos_resample, preprocessing, ...); `image_size` resamples E_pos to a new resolution;
+    `num_classes` (with `class_names`) resets the head for fine-tuning; `num_heads` for timm and
+    torchvision files, which do not record it (default: width / 64, 80-wide heads for H).
+    """
+    path = Path(source)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such file or folder")
+    if path.is_dir():
+        if is_vitlab_folder(path):
+            return load_folder(path, **overrides)
+        if is_hf_vit_folder(path):
+            return load_hf(path, **overrides)
+        raise CheckpointError(
+            f"{path}: unknown checkpoint format (a folder needs a {CONFIG_FILE} of vitlab or of an HF ViT)"
+        )
+    if path.suffix == ".npz":
+        return load_npz(path, **overrides)
+    state = read_state_dict(path)
+    source_name = str(path)
+    if is_timm_state_dict(state):
+        config, state = convert_timm(state, source_name, overrides)
+    elif is_torchvision_state_dict(state):
+        config, state = convert_torchvision(state, source_name, overrides)
+    elif "pos_embed.weight" in state:
+        raise CheckpointError(f"{path}: vitlab weights without their config; load the folder save_pretrained wrote")
+    else:
+        keys = ", ".join(sorted(state)[:6])
+        raise CheckpointError(f"{path}: unknown checkpoint format: neither timm nor torchvision ViT keys ({keys}, ...)")
+    return build_model(config, state, source_name, overrides)

@@ -1,0 +1,275 @@
+"""Google's official vit_jax / AugReg `.npz` checkpoints: read (architecture inferred) and write.
+
+The file is the Flax parameter tree flattened with '/'. Flax layouts differ from PyTorch's:
+Dense kernels are (in, out), the patch conv is (P, P, C, D), and attention projections keep the
+heads as an axis: query/key/value kernels (D, heads, head_dim), out kernel (heads, head_dim, D).
+
+Numerics of the reference code (models_vit.py): Flax's nn.gelu is the tanh approximation,
+LayerNorm epsilon is 1e-6, a GAP model has no `cls` and normalises every token before the mean,
+and E_pos is resampled with scipy.ndimage.zoom(order=1) ("linear_zoom").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import re
+import zipfile
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from vitlab.model import Preprocessing, ViTConfig, VisionTransformer
+
+from .build import build_model
+from .errors import CheckpointError
+from .infer import infer_image_size
+from .keys import count_blocks
+
+log = logging.getLogger("vitlab")
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockNames:
+    """Module names inside `Transformer/encoderblock_{i}`: Flax numbers modules as it meets them."""
+
+    norm1: str
+    attn: str
+    norm2: str
+    mlp: str
+
+
+RELEASED = BlockNames("LayerNorm_0", "MultiHeadDotProductAttention_1", "LayerNorm_2", "MlpBlock_3")
+CURRENT = BlockNames("LayerNorm_0", "MultiHeadDotProductAttention_0", "LayerNorm_1", "MlpBlock_0")
+
+PREFIXES = ("", "opt/target/", "params/")  # plain; a saved optimizer state; big_vision
+POS_EMBED_KEYS = ("Transformer/posembed_input/pos_embedding", "pos_embedding")  # vit_jax; big_vision
+VIT_JAX_PREPROCESSING = Preprocessing(mean=(0.5,) * 3, std=(0.5,) * 3, crop_pct=1.0, interpolation="bilinear")
+
+
+# -- layout conversions: (flax -> torch, torch -> flax) ------------------------------------------
+def _same(array: np.ndarray) -> np.ndarray:
+    return array
+
+
+def _dense(array: np.ndarray) -> np.ndarray:
+    return array.T  # (in, out) <-> (out, in)
+
+
+def _conv_to_torch(kernel: np.ndarray) -> np.ndarray:
+    return kernel.transpose(3, 2, 0, 1)  # (P, P, C, D) -> (D, C, P, P)
+
+
+def _conv_to_flax(weight: np.ndarray) -> np.ndarray:
+    return weight.transpose(2, 3, 1, 0)
+
+
+Convert = tuple[Callable[[np.ndarray], np.ndarray], Callable[[np.ndarray], np.ndarray]]
+SAME: Convert = (_same, _same)
+DENSE: Convert = (_dense, _dense)
+CONV: Convert = (_conv_to_torch, _conv_to_flax)
+
+# (flax key, vitlab key, conversion); a missing optional entry means the option is off.
+TOP_LEVEL = [
+    ("embedding/kernel", "patch_embed.proj.weight", CONV),
+    ("embedding/bias", "patch_embed.proj.bias", SAME),
+    ("cls", "cls_token", SAME),
+    ("Transformer/encoder_norm/scale", "norm.weight", SAME),
+    ("Transformer/encoder_norm/bias", "norm.bias", SAME),
+    ("pre_logits/kernel", "pre_logits.0.weight", DENSE),
+    ("pre_logits/bias", "pre_logits.0.bias", SAME),
+    ("head/kernel", "head.weight", DENSE),
+    ("head/bias", "head.bias", SAME),
+]
+
+
+def block_table(names: BlockNames) -> list[tuple[str, str, Convert]]:
+    return [
+        (f"{names.norm1}/scale", "norm1.weight", SAME),
+        (f"{names.norm1}/bias", "norm1.bias", SAME),
+        (f"{names.attn}/out/bias", "attn.proj.bias", SAME),
+        (f"{names.norm2}/scale", "norm2.weight", SAME),
+        (f"{names.norm2}/bias", "norm2.bias", SAME),
+        (f"{names.mlp}/Dense_0/kernel", "mlp.fc1.weight", DENSE),
+        (f"{names.mlp}/Dense_0/bias", "mlp.fc1.bias", SAME),
+        (f"{names.mlp}/Dense_1/kernel", "mlp.fc2.weight", DENSE),
+        (f"{names.mlp}/Dense_1/bias", "mlp.fc2.bias", SAME),
+    ]
+
+
+# -- reading ---------------------------------------------------------------------------------------
+class FlaxParams:
+    """The arrays of one checkpoint, remembering which were used so that none is silently skipped."""
+
+    def __init__(self, arrays: dict[str, np.ndarray], source: str) -> None:
+        self.source = source
+        self.prefix = next((p for p in PREFIXES if f"{p}embedding/kernel" in arrays), None)
+        if self.prefix is None:
+            if "conv_root/kernel" in arrays:
+                raise CheckpointError(f"{source}: hybrid (ResNet + ViT) checkpoints are not supported")
+            raise CheckpointError(f"{source}: no embedding/kernel; not a ViT .npz (keys: {', '.join(list(arrays)[:8])})")
+        self.arrays = arrays
+        self.used: set[str] = set()
+        self.scanned = self.has("Transformer/encoderblock/LayerNorm_0/scale")  # big_vision stacks layers
+
+    def has(self, key: str) -> bool:
+        return self.prefix + key in self.arrays
+
+    def take(self, key: str) -> np.ndarray:
+        self.used.add(self.prefix + key)
+        return self.arrays[self.prefix + key]
+
+    def block_prefix(self, index: int) -> str:
+        return "Transformer/encoderblock/" if self.scanned else f"Transformer/encoderblock_{index}/"
+
+    def take_block(self, index: int, key: str) -> np.ndarray:
+        array = self.take(self.block_prefix(index) + key)
+        return array[index] if self.scanned else array
+
+    def depth(self) -> int:
+        if self.scanned:
+            return self.arrays[self.prefix + "Transformer/encoderblock/LayerNorm_0/scale"].shape[0]
+        return count_blocks(self.arrays, rf"{re.escape(self.prefix)}Transformer/encoderblock_(\d+)/", self.source)
+
+    def block_names(self) -> BlockNames:
+        first = self.block_prefix(0)
+        for names in (RELEASED, CURRENT):
+            if self.has(f"{first}{names.attn}/query/kernel"):
+                return names
+        raise CheckpointError(
+            f"{self.source}: no {first}{RELEASED.attn}/query/kernel or {CURRENT.attn}/query/kernel"
+        )
+
+    def pos_embed_key(self) -> str:
+        for key in POS_EMBED_KEYS:
+            if self.has(key):
+                return key
+        raise CheckpointError(f"{self.source}: no position embedding ({' or '.join(POS_EMBED_KEYS)})")
+
+    def check_all_used(self) -> None:
+        unused = sorted(set(self.arrays) - self.used)
+        if unused:
+            raise CheckpointError(f"{self.source}: parameters vitlab's ViT has no place for: {', '.join(unused)}")
+
+
+def read_arrays(path: Path) -> dict[str, np.ndarray]:
+    """All arrays of an .npz, never unpickling (allow_pickle=False)."""
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {key: data[key] for key in data.files}
+    except (zipfile.BadZipFile, OSError) as error:
+        raise CheckpointError(f"{path}: not a readable .npz ({error})") from None
+    except ValueError as error:  # object arrays would need pickle
+        raise CheckpointError(f"{path}: holds pickled objects, which vitlab never loads ({error})") from None
+
+
+def infer_config(params: FlaxParams, names: BlockNames, image_size_hint: Any, name: str) -> ViTConfig:
+    """Everything an official npz holds: patch size, width, depth, heads, MLP size, grid, head, pooling."""
+    patch, patch_w, channels, dim = params.arrays[params.prefix + "embedding/kernel"].shape
+    if patch != patch_w:
+        raise CheckpointError(f"{params.source}: non-square patches {patch}x{patch_w} are not supported")
+    first = params.block_prefix(0)
+    query = params.arrays[params.prefix + f"{first}{names.attn}/query/kernel"]
+    num_heads, head_dim = query.shape[-2:]
+    mlp_dim = params.arrays[params.prefix + f"{first}{names.mlp}/Dense_0/kernel"].shape[-1]
+    class_token = params.has("cls")
+    num_positions = params.arrays[params.prefix + params.pos_embed_key()].shape[-2]
+    representation = params.arrays[params.prefix + "pre_logits/kernel"].shape[1] if params.has("pre_logits/kernel") else None
+    num_classes = params.arrays[params.prefix + "head/kernel"].shape[1] if params.has("head/kernel") else 0
+    return ViTConfig(
+        image_size=infer_image_size(num_positions - int(class_token), patch, image_size_hint, params.source),
+        patch_size=patch, in_channels=channels, num_classes=num_classes, dim=dim, depth=params.depth(),
+        num_heads=num_heads, mlp_dim=mlp_dim, head_dim=None if num_heads * head_dim == dim else head_dim,
+        pool="token" if class_token else "gap", gap_norm="before_pool", representation_size=representation,
+        qkv_bias=params.has(f"{first}{names.attn}/query/bias"),
+        act="gelu_tanh", norm_eps=1e-6, pos_resample="linear_zoom", pos_resample_antialias=False,
+        preprocessing=dataclasses.replace(VIT_JAX_PREPROCESSING), name=name,
+    )
+
+
+def to_state_dict(params: FlaxParams, names: BlockNames, depth: int) -> dict[str, torch.Tensor]:
+    state: dict[str, np.ndarray] = {}
+    for flax_key, torch_key, (to_torch, _) in TOP_LEVEL:
+        if params.has(flax_key):
+            state[torch_key] = to_torch(params.take(flax_key))
+    state["pos_embed.weight"] = params.take(params.pos_embed_key()).reshape(1, -1, state["norm.weight"].shape[0])
+    for index in range(depth):
+        prefix = f"blocks.{index}."
+        for flax_key, torch_key, (to_torch, _) in block_table(names):
+            state[prefix + torch_key] = to_torch(params.take_block(index, flax_key))
+        qkv = [params.take_block(index, f"{names.attn}/{part}/kernel") for part in ("query", "key", "value")]
+        state[prefix + "attn.qkv.weight"] = np.concatenate([k.reshape(k.shape[0], -1).T for k in qkv])
+        if params.has(params.block_prefix(index) + f"{names.attn}/query/bias"):
+            biases = [params.take_block(index, f"{names.attn}/{part}/bias") for part in ("query", "key", "value")]
+            state[prefix + "attn.qkv.bias"] = np.concatenate([b.reshape(-1) for b in biases])
+        out = params.take_block(index, f"{names.attn}/out/kernel")  # (heads, head_dim, D)
+        state[prefix + "attn.proj.weight"] = out.reshape(-1, out.shape[-1]).T
+    params.check_all_used()
+    return {key: torch.from_numpy(np.ascontiguousarray(value, dtype=np.float32)) for key, value in state.items()}
+
+
+def load_npz(path: str | Path, **overrides: Any) -> VisionTransformer:
+    """An official vit_jax / AugReg / big_vision ViT .npz, with its architecture read from the arrays."""
+    path = Path(path)
+    params = FlaxParams(read_arrays(path), str(path))
+    names = params.block_names()
+    config = infer_config(params, names, overrides.get("image_size"), path.stem)
+    state_dict = to_state_dict(params, names, config.depth)
+    return build_model(config, state_dict, str(path), overrides)
+
+
+# -- writing ---------------------------------------------------------------------------------------
+def check_exportable(config: ViTConfig) -> None:
+    """The official layout holds learned 1-D E_pos, class token or GAP (normalised before the mean),
+    an optional tanh pre-logits layer and a linear head; anything else would be lost."""
+    problems = []
+    if config.pos_embed != "learned":
+        problems.append(f"pos_embed={config.pos_embed!r} (only 'learned')")
+    if config.pool not in ("token", "gap"):
+        problems.append(f"pool={config.pool!r} (only 'token' or 'gap')")
+    if config.pool == "gap" and config.gap_norm != "before_pool":
+        problems.append("gap_norm='after_pool' (vit_jax normalises before pooling)")
+    if getattr(config, "backbone", None) is not None:
+        problems.append("a hybrid ResNet backbone")
+    if config.head_hidden:
+        problems.append(f"head_hidden={config.head_hidden} (only a tanh representation layer)")
+    if problems:
+        raise ValueError("the official .npz layout cannot hold " + "; ".join(problems))
+
+
+def export_npz(model: VisionTransformer, path: str | Path) -> Path:
+    """Write the model in the layout of the released vit_jax checkpoints; returns the file written."""
+    config = model.config
+    check_exportable(config)
+    if config.act != "gelu_tanh" or config.norm_eps != 1e-6:
+        log.warning(
+            "export_npz: the model uses act=%r, norm_eps=%g; vit_jax computes with tanh-GELU and 1e-6, "
+            "so its outputs will differ slightly", config.act, config.norm_eps,
+        )
+    state = {key: value.detach().to("cpu", torch.float32).numpy() for key, value in model.state_dict().items()}
+    arrays: dict[str, np.ndarray] = {}
+    for flax_key, torch_key, (_, to_flax) in TOP_LEVEL:
+        if torch_key in state:
+            arrays[flax_key] = to_flax(state[torch_key])
+    arrays[POS_EMBED_KEYS[0]] = state["pos_embed.weight"]
+    heads, head_dim, dim = config.num_heads, config.attn_head_dim, config.dim
+    for index in range(config.depth):
+        block = f"Transformer/encoderblock_{index}/"
+        prefix = f"blocks.{index}."
+        for flax_key, torch_key, (_, to_flax) in block_table(RELEASED):
+            arrays[block + flax_key] = to_flax(state[prefix + torch_key])
+        attn = f"{block}{RELEASED.attn}/"
+        for part, weight in zip(("query", "key", "value"), np.split(state[prefix + "attn.qkv.weight"], 3)):
+            arrays[f"{attn}{part}/kernel"] = weight.T.reshape(dim, heads, head_dim)
+        if config.qkv_bias:
+            for part, bias in zip(("query", "key", "value"), np.split(state[prefix + "attn.qkv.bias"], 3)):
+                arrays[f"{attn}{part}/bias"] = bias.reshape(heads, head_dim)
+        arrays[f"{attn}out/kernel"] = state[prefix + "attn.proj.weight"].T.reshape(heads, head_dim, dim)
+    path = Path(path)
+    if path.suffix != ".npz":
+        path = path.with_name(path.name + ".npz")  # numpy would add it anyway
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.savez(path, **{key: np.ascontiguousarray(value, dtype=np.float32) for key, value in arrays.items()})
+    return path

@@ -1,0 +1,66 @@
+"""torchvision `vit_*` state dicts (torchvision.models.VisionTransformer).
+
+Numerics: exact-erf GELU, LayerNorm epsilon 1e-6, class token only, square images. Its attention
+is nn.MultiheadAttention, whose in_proj_weight stacks q, k, v head-major as vitlab's qkv does.
+The head count is not in the weights.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, Mapping
+
+import torch
+
+from vitlab.model import Preprocessing, ViTConfig
+
+from .infer import default_num_heads, infer_image_size
+from .keys import count_blocks, patch_conv_sizes, rename_keys, require
+
+LAYER = r"^encoder\.layers\.encoder_layer_(\d+)\."
+RULES = [
+    (r"^class_token$", "cls_token"),
+    (r"^conv_proj\.", "patch_embed.proj."),
+    (r"^encoder\.pos_embedding$", "pos_embed.weight"),
+    (LAYER + r"ln_1\.", r"blocks.\1.norm1."),
+    (LAYER + r"self_attention\.in_proj_(weight|bias)$", r"blocks.\1.attn.qkv.\2"),
+    (LAYER + r"self_attention\.out_proj\.", r"blocks.\1.attn.proj."),
+    (LAYER + r"ln_2\.", r"blocks.\1.norm2."),
+    (LAYER + r"mlp\.(0|linear_1)\.", r"blocks.\1.mlp.fc1."),  # linear_1: torchvision < 0.13
+    (LAYER + r"mlp\.(3|linear_2)\.", r"blocks.\1.mlp.fc2."),
+    (r"^encoder\.ln\.", "norm."),
+    (r"^heads\.pre_logits\.", "pre_logits.0."),
+    (r"^heads\.head\.", "head."),
+]
+# torchvision's ViT weights: ImageNet statistics, resize 256 then centre-crop 224, bilinear.
+TORCHVISION_PREPROCESSING = Preprocessing(
+    mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225), crop_pct=0.875, interpolation="bilinear"
+)
+
+
+def is_torchvision_state_dict(state: Mapping[str, torch.Tensor]) -> bool:
+    return "conv_proj.weight" in state and "encoder.pos_embedding" in state
+
+
+def convert_torchvision(
+    state: Mapping[str, torch.Tensor], source: str, overrides: dict[str, Any]
+) -> tuple[ViTConfig, dict[str, torch.Tensor]]:
+    """torchvision state dict -> (vitlab config, vitlab state dict); consumes the num_heads override."""
+    state = rename_keys(state, RULES)
+    dim, channels, patch = patch_conv_sizes(require(state, "patch_embed.proj.weight", source), source)
+    num_positions = require(state, "pos_embed.weight", source).shape[1]
+    representation = state["pre_logits.0.weight"].shape[0] if "pre_logits.0.weight" in state else None
+    config = ViTConfig(
+        image_size=infer_image_size(num_positions - 1, patch, overrides.get("image_size"), source),
+        patch_size=patch, in_channels=channels,
+        num_classes=state["head.weight"].shape[0] if "head.weight" in state else 0,
+        dim=dim, depth=count_blocks(state, r"blocks\.(\d+)\.", source),
+        num_heads=overrides.pop("num_heads", None) or default_num_heads(dim, source),
+        mlp_dim=require(state, "blocks.0.mlp.fc1.weight", source).shape[0],
+        pool="token", representation_size=representation, qkv_bias="blocks.0.attn.qkv.bias" in state,
+        act="gelu", norm_eps=1e-6, pos_resample="bicubic", pos_resample_antialias=True,
+        preprocessing=dataclasses.replace(TORCHVISION_PREPROCESSING), name=Path(source).stem,
+    )
+    return config, state
+

@@ -1,0 +1,56 @@
+"""vitlab vs torchvision's VisionTransformer, random weights: a `vit_*` state dict gives its logits."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torchvision.models.vision_transformer import VisionTransformer as TorchvisionViT
+
+import vitlab
+from vitlab.weights import CheckpointError
+from weights_helpers import TOLERANCE, images, random_eval, save_state_dict
+
+
+def torchvision_model(image_size=32, patch_size=8, hidden_dim=64, num_heads=4, **options):
+    return random_eval(TorchvisionViT(image_size=image_size, patch_size=patch_size, num_layers=2, num_heads=num_heads,
+                                      hidden_dim=hidden_dim, mlp_dim=128, **{"num_classes": 7, **options}))
+
+
+@pytest.mark.parametrize("patch", [8, 16, 32])
+def test_torchvision_logits(tmp_path, patch):
+    """torchvision: class token, square images only; 64 px is its non-224 resolution here."""
+    peer = torchvision_model(64, patch)
+    model = vitlab.load(save_state_dict(peer, tmp_path / "vit.pth"), num_heads=4)
+    assert model.config.grid_size == (64 // patch, 64 // patch)
+    x = images(64)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), peer(x), **TOLERANCE)
+
+
+def test_representation_layer(tmp_path):
+    peer = torchvision_model(representation_size=48)
+    model = vitlab.load(save_state_dict(peer, tmp_path / "vit.safetensors"), num_heads=4)
+    assert model.config.representation_size == 48
+    x = images()
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), peer(x), **TOLERANCE)
+
+
+def test_head_count_defaults_to_width_over_64(tmp_path):
+    peer = torchvision_model(hidden_dim=128, num_heads=2)
+    model = vitlab.load(save_state_dict(peer, tmp_path / "vit.pth"))
+    assert model.config.num_heads == 2
+    x = images()
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), peer(x), **TOLERANCE)
+    # A wrong head count loads (the shapes do not record it) but computes other numbers.
+    wrong = vitlab.load(tmp_path / "vit.pth", num_heads=4)
+    with torch.no_grad():
+        assert (wrong(x) - peer(x)).abs().max() > 1e-3
+
+
+def test_width_not_divisible_by_64_needs_num_heads(tmp_path):
+    path = save_state_dict(torchvision_model(hidden_dim=96, num_heads=3), tmp_path / "vit.pth")
+    with pytest.raises(CheckpointError, match=r"width 96 .* pass num_heads="):
+        vitlab.load(path)
+    assert vitlab.load(path, num_heads=3).config.attn_head_dim == 32

@@ -1,0 +1,139 @@
+"""vitlab's own folder: save_pretrained -> load, config.json versions, overrides, bad folders."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+import vitlab
+from conftest import randomise_
+from vitlab.model import Preprocessing, ViTConfig, create_model
+from vitlab.weights import CheckpointError
+from vitlab.weights.folder import FORMAT_VERSION, read_config
+
+TINY = dict(image_size=32, patch_size=8, dim=32, depth=2, num_heads=4, mlp_dim=64, num_classes=5)
+
+
+def randomise(model: torch.nn.Module) -> torch.nn.Module:
+    return randomise_(model).eval()
+
+
+def images(height: int = 32, width: int = 32, batch: int = 2) -> torch.Tensor:
+    return torch.randn(batch, 3, height, width, generator=torch.Generator().manual_seed(1))
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"pool": "gap", "gap_norm": "after_pool"},
+        {"pool": "gap", "gap_norm": "before_pool", "act": "gelu_tanh"},
+        {"representation_size": 24, "norm_eps": 1e-12},
+        {"pos_embed": "2d", "qkv_bias": False},
+        {"pos_embed": "relative", "pos_resample": "bilinear"},
+        {"pos_embed": "sincos", "pool": "gap"},
+        {"image_size": (32, 16), "head_hidden": (16,)},
+    ],
+    ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()) or "default",
+)
+def test_round_trip_gives_identical_logits_and_config(tmp_path, options):
+    config = ViTConfig(**{**TINY, **options}, class_names=list("abcde"),
+                       preprocessing=Preprocessing(mean=(0.4, 0.5, 0.6), std=(0.2, 0.3, 0.4), crop_pct=0.9))
+    model = randomise(create_model(config))
+    vitlab.save_pretrained(model, tmp_path / "ckpt", note="hello")
+    loaded = vitlab.load(tmp_path / "ckpt")
+    assert loaded.config == model.config
+    x = images(*model.config.image_size)
+    assert torch.equal(loaded(x), model(x))
+
+
+def test_config_json_is_versioned_and_grouped(tmp_path):
+    model = create_model(ViTConfig(**TINY, act="gelu_tanh", class_names=list("abcde")))
+    model.save_pretrained(tmp_path, epoch=3)
+    document = json.loads((tmp_path / "config.json").read_text())
+    assert document["format"] == "vitlab" and document["format_version"] == FORMAT_VERSION
+    assert document["architecture"]["dim"] == 32 and document["architecture"]["image_size"] == [32, 32]
+    assert document["numerics"] == {
+        "act": "gelu_tanh", "norm_eps": 1e-6, "gap_norm": "after_pool",
+        "pos_resample": "bicubic", "pos_resample_antialias": True,
+    }
+    assert document["preprocessing"]["mean"] == [0.5, 0.5, 0.5]
+    assert document["class_names"] == list("abcde")
+    assert document["extra"] == {"epoch": 3}
+    assert set(load_file(str(tmp_path / "model.safetensors"))) == set(model.state_dict())
+    assert read_config(tmp_path)[1] == {"epoch": 3}
+
+
+def test_format_version_1_flat_file_still_loads(tmp_path):
+    """A version-1 folder (flat fields, no sections; written by hand as that release wrote it)."""
+    reference = randomise(create_model(ViTConfig(**TINY, pool="gap", act="gelu_tanh")))
+    save_file({k: v.contiguous() for k, v in reference.state_dict().items()}, str(tmp_path / "model.safetensors"))
+    version_1 = {
+        "format": "vitlab", "format_version": 1,
+        "image_size": [32, 32], "patch_size": 8, "in_channels": 3, "num_classes": 5, "dim": 32, "depth": 2,
+        "num_heads": 4, "mlp_dim": 64, "pool": "gap", "act": "gelu_tanh", "norm_eps": 1e-6,
+        "preprocessing": {"mean": [0.5, 0.5, 0.5], "std": [0.5, 0.5, 0.5], "crop_pct": 0.875,
+                          "interpolation": "bicubic"},
+        "class_names": None, "name": "tiny",
+    }
+    (tmp_path / "config.json").write_text(json.dumps(version_1))
+    loaded = vitlab.load(tmp_path)
+    assert loaded.config.pool == "gap" and loaded.config.act == "gelu_tanh" and loaded.config.name == "tiny"
+    x = images()
+    assert torch.equal(loaded(x), reference(x))
+
+
+def test_newer_format_version_is_refused(tmp_path):
+    create_model(ViTConfig(**TINY)).save_pretrained(tmp_path)
+    document = json.loads((tmp_path / "config.json").read_text())
+    document["format_version"] = FORMAT_VERSION + 1
+    (tmp_path / "config.json").write_text(json.dumps(document))
+    with pytest.raises(CheckpointError, match="newer than this vitlab reads"):
+        vitlab.load(tmp_path)
+
+
+def test_new_image_size_resamples_and_new_classes_reset_with_one_log_line_each(tmp_path, caplog):
+    model = randomise(create_model(ViTConfig(**TINY)))
+    model.save_pretrained(tmp_path)
+    with caplog.at_level(logging.INFO, logger="vitlab"):
+        loaded = vitlab.load(tmp_path, image_size=(48, 64), num_classes=3, class_names=["x", "y", "z"], dropout=0.1)
+    lines = [r.getMessage() for r in caplog.records if r.name == "vitlab"]
+    assert len(lines) == 2
+    assert "4x4 to a 6x8 grid" in lines[0] and "5 classes -> 3" in lines[1]
+    assert loaded.config.image_size == (48, 64) and loaded.config.dropout == 0.1
+    assert loaded.config.class_names == ["x", "y", "z"]
+    assert loaded.pos_embed.weight.shape == (1, 1 + 6 * 8, 32)
+    assert torch.count_nonzero(loaded.head.weight) == 0  # the fine-tuning head starts at zero (Sec. 3.2)
+    # The resampled table is the one the source model computes for that grid at run time.
+    torch.testing.assert_close(loaded.pos_embed.weight, model.pos_embed((6, 8)), rtol=0, atol=0)
+
+
+def test_weights_that_do_not_fit_name_every_offending_key(tmp_path):
+    model = create_model(ViTConfig(**TINY))
+    model.save_pretrained(tmp_path)
+    state = load_file(str(tmp_path / "model.safetensors"))
+    del state["blocks.1.norm1.weight"]
+    state["blocks.0.mlp.fc1.weight"] = torch.zeros(10, 32)
+    state["extra.weight"] = torch.zeros(1)
+    save_file(state, str(tmp_path / "model.safetensors"))
+    with pytest.raises(CheckpointError) as error:
+        vitlab.load(tmp_path)
+    message = str(error.value)
+    assert str(tmp_path) in message
+    assert "missing keys: blocks.1.norm1.weight" in message
+    assert "unexpected keys: extra.weight" in message
+    assert "blocks.0.mlp.fc1.weight (10, 32) vs model (64, 32)" in message
+
+
+def test_bad_folders(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        vitlab.load(tmp_path / "absent")
+    (tmp_path / "config.json").write_text(json.dumps({"format": "vitlab", "format_version": 2, "architecture": {}}))
+    with pytest.raises(CheckpointError, match="model.safetensors"):
+        vitlab.load(tmp_path)
+    with pytest.raises(ValueError, match="JSON"):
+        create_model(ViTConfig(**TINY)).save_pretrained(tmp_path / "x", bad=object())
