@@ -1,0 +1,17 @@
+"""Data sources (digits, ImageFolder, CIFAR, WebDataset) and transforms; knows nothing of models."""
+
+from .datasets import TooManyBadImagesError
+from .images import BadImageError, read_image
+from .sources import load_datasets, parse_source
+from .splits import DataSplits
+from .transforms import build_transforms
+
+__all__ = [
+    "BadImageError",
+    "DataSplits",
+    "TooManyBadImagesError",
+    "build_transforms",
+    "load_datasets",
+    "parse_source",
+    "read_image",
+]

@@ -1,0 +1,125 @@
+"""CIFAR-10 / CIFAR-100 from the python-pickle release, as distributed by Krizhevsky.
+
+cifar-10-batches-py/: data_batch_1..5, test_batch, batches.meta (label_names)
+cifar-100-python/:    train, test, meta (fine_label_names); the 100 fine labels are the classes
+Each batch is a pickled dict: "data" uint8 (N, 3072), rows of 1024 red, 1024 green, 1024 blue
+values of a 32 x 32 image, and "labels" (CIFAR-10) or "fine_labels" (CIFAR-100). The test set is
+the validation split.
+
+vitlab reads the pickles itself rather than through torchvision.datasets.CIFAR10/100: those check
+the md5 of the official files (so no small test files) and unpickle without restriction. Here the
+unpickler only builds dicts, lists, strings and numpy arrays; a file asking for anything else is
+refused without running it. `download=True` fetches the release with torchvision, md5-checked.
+"""
+
+from __future__ import annotations
+
+import pickle
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .datasets import ArrayImages, Transform
+from .splits import DataSplits
+
+
+@dataclass(frozen=True)
+class CifarLayout:
+    folder: str
+    train: tuple[str, ...]
+    test: str
+    meta: str
+    label_key: str
+    names_key: str
+
+
+LAYOUTS = {
+    "cifar10": CifarLayout("cifar-10-batches-py", tuple(f"data_batch_{i}" for i in range(1, 6)),
+                           "test_batch", "batches.meta", "labels", "label_names"),
+    "cifar100": CifarLayout("cifar-100-python", ("train",), "test", "meta", "fine_labels", "fine_label_names"),
+}
+
+# What a CIFAR pickle may reference: numpy's array reconstructors and the codec that protocol 2
+# uses for byte strings; nothing that runs code.
+_ALLOWED_GLOBALS = {
+    ("_codecs", "encode"),
+    ("numpy.core.multiarray", "_reconstruct"),
+    ("numpy._core.multiarray", "_reconstruct"),
+    ("numpy.core.numeric", "_frombuffer"),
+    ("numpy._core.numeric", "_frombuffer"),
+    ("numpy", "ndarray"),
+    ("numpy", "dtype"),
+}
+
+
+class _CifarUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str):
+        if (module, name) not in _ALLOWED_GLOBALS:
+            raise pickle.UnpicklingError(f"refusing to load {module}.{name}")
+        return super().find_class(module, name)
+
+
+def read_pickle(path: Path) -> dict:
+    if not path.is_file():
+        raise FileNotFoundError(f"CIFAR file {str(path)!r} is missing")
+    try:
+        with path.open("rb") as file:
+            # latin1 turns the Python 2 byte strings of the official files into str keys.
+            content = _CifarUnpickler(file, encoding="latin1").load()
+    except Exception as error:  # pickle raises many kinds on a damaged file
+        raise ValueError(f"CIFAR file {str(path)!r} cannot be read: {error}") from None
+    if not isinstance(content, dict):
+        raise ValueError(f"CIFAR file {str(path)!r} holds a {type(content).__name__}, not a dict")
+    return content
+
+
+def read_batch(path: Path, label_key: str) -> tuple[np.ndarray, np.ndarray]:
+    """Images (N, 32, 32, 3) uint8 and labels (N,) of one batch file."""
+    batch = read_pickle(path)
+    missing = [key for key in ("data", label_key) if key not in batch]
+    if missing:
+        raise ValueError(f"CIFAR file {str(path)!r} has no {missing[0]!r} entry")
+    data = np.asarray(batch["data"])
+    labels = np.asarray(batch[label_key], dtype=np.int64)
+    if data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != 3 * 32 * 32 or len(data) != len(labels):
+        raise ValueError(f"CIFAR file {str(path)!r} has data {data.dtype} {data.shape} for {len(labels)} "
+                         f"labels; expected uint8 (N, 3072)")
+    return data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1), labels  # planes -> (N, H, W, C)
+
+
+def find_cifar_folder(path: Path) -> tuple[str, Path] | None:
+    """(kind, batch folder) when `path` is a CIFAR batch folder or holds one."""
+    for kind, layout in LAYOUTS.items():
+        if (path / layout.meta).is_file() and (path / layout.test).is_file():
+            return kind, path
+        if (path / layout.folder).is_dir():
+            return kind, path / layout.folder
+    return None
+
+
+def load_cifar_splits(kind: str, location: str, train_transform: Transform, eval_transform: Transform,
+                      *, download: bool = False) -> DataSplits:
+    layout = LAYOUTS[kind]
+    root = Path(location).expanduser() if location else Path(".")
+    if download:
+        from torchvision import datasets
+
+        (datasets.CIFAR10 if kind == "cifar10" else datasets.CIFAR100)(str(root), download=True)
+    folder = root if (root / layout.meta).is_file() else root / layout.folder
+    if not folder.is_dir():
+        raise FileNotFoundError(f"no {kind} python folder ({layout.folder}) in {str(root)!r}; "
+                                f"pass --download to fetch it")
+    train = [read_batch(folder / name, layout.label_key) for name in layout.train]
+    test_images, test_labels = read_batch(folder / layout.test, layout.label_key)
+    class_names = [str(name) for name in read_pickle(folder / layout.meta).get(layout.names_key, [])]
+    labels = np.concatenate([labels for _, labels in train + [(None, test_labels)]])
+    if not class_names or labels.min() < 0 or labels.max() >= len(class_names):
+        raise ValueError(f"CIFAR meta file {str(folder / layout.meta)!r} lists {len(class_names)} "
+                         f"class names for labels {labels.min()}..{labels.max()}")
+    return DataSplits(
+        train=ArrayImages(np.concatenate([images for images, _ in train]),
+                          np.concatenate([labels for _, labels in train]), train_transform),
+        val=ArrayImages(np.ascontiguousarray(test_images), test_labels, eval_transform),
+        class_names=class_names,
+    )

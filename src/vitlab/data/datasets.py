@@ -1,0 +1,108 @@
+"""Map-style datasets of (image, label) that decode in the DataLoader's workers.
+
+Two kinds of storage: decoded pixels already in memory (digits, CIFAR) and encoded images read on
+demand (files, tar shards). Both apply the split's transform in `__getitem__`, hold only paths,
+offsets and arrays, and so pickle cheaply into worker processes.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from PIL import Image
+
+from .images import BadImageError, read_image
+
+logger = logging.getLogger("vitlab")
+
+Transform = Callable[[Image.Image], Any] | None
+
+
+class TooManyBadImagesError(ValueError):
+    """More than the allowed fraction of a split cannot be decoded."""
+
+
+class ArrayImages(torch.utils.data.Dataset):
+    """Images held as a uint8 array (N, H, W, 3) with integer labels (N,)."""
+
+    def __init__(self, images: np.ndarray, labels: Sequence[int], transform: Transform = None) -> None:
+        if images.ndim != 4 or images.shape[-1] != 3 or images.dtype != np.uint8:
+            raise ValueError(f"expected uint8 images of shape (N, H, W, 3), got {images.dtype} {images.shape}")
+        if len(images) != len(labels):
+            raise ValueError(f"{len(images)} images but {len(labels)} labels")
+        self.images = images
+        self.labels = [int(label) for label in labels]
+        self.transform = transform
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def __getitem__(self, index: int) -> tuple[Any, int]:
+        image = Image.fromarray(self.images[index], "RGB")
+        return (self.transform(image) if self.transform else image), self.labels[index]
+
+    def subset(self, indices: Sequence[int], transform: Transform) -> "ArrayImages":
+        indices = np.asarray(indices, dtype=np.int64)
+        return ArrayImages(self.images[indices], [self.labels[i] for i in indices], transform)
+
+
+class EncodedImages(torch.utils.data.Dataset):
+    """Encoded images decoded on access; `sources[i]` is whatever `read` turns into bytes or a path.
+
+    Files were checked when the dataset was built (see scan.py), but a file can change afterwards
+    or be one a header check cannot judge: an image that fails here is replaced by the next good
+    one, named once per process in the log, and too many failures stop the run.
+    """
+
+    def __init__(self, sources: Sequence[Any], labels: Sequence[int], transform: Transform = None,
+                 *, max_bad_fraction: float = 0.01, description: str = "dataset") -> None:
+        if len(sources) != len(labels):
+            raise ValueError(f"{len(sources)} images but {len(labels)} labels")
+        self.sources = list(sources)
+        self.labels = [int(label) for label in labels]
+        self.transform = transform
+        self.max_bad_fraction = max_bad_fraction
+        self.description = description
+        self._failed: set[int] = set()  # per process: each DataLoader worker holds its own copy
+
+    def read(self, source: Any) -> Image.Image:
+        """Decode one image; subclasses that store bytes elsewhere override this."""
+        return read_image(source)
+
+    def __len__(self) -> int:
+        return len(self.sources)
+
+    def __getitem__(self, index: int) -> tuple[Any, int]:
+        for offset in range(len(self.sources)):
+            candidate = (index + offset) % len(self.sources)
+            if candidate in self._failed:
+                continue
+            try:
+                image = self.read(self.sources[candidate])
+            except BadImageError as error:
+                self._record_failure(candidate, error)
+                continue
+            label = self.labels[candidate]
+            return (self.transform(image) if self.transform else image), label
+        raise TooManyBadImagesError(f"no image in {self.description} can be decoded")
+
+    def _record_failure(self, index: int, error: BadImageError) -> None:
+        self._failed.add(index)
+        logger.warning("skipping unreadable image %s: %s", error.name, error.reason)
+        if len(self._failed) > self.max_bad_fraction * len(self.sources):
+            raise TooManyBadImagesError(
+                f"{len(self._failed)} of {len(self.sources)} images in {self.description} cannot be "
+                f"decoded (limit {self.max_bad_fraction:.0%}), e.g. {error}")
+
+    def subset(self, indices: Sequence[int], transform: Transform) -> "EncodedImages":
+        clone = object.__new__(type(self))
+        clone.__dict__.update(self.__dict__)
+        clone.sources = [self.sources[i] for i in indices]
+        clone.labels = [self.labels[i] for i in indices]
+        clone.transform = transform
+        clone._failed = set()
+        return clone

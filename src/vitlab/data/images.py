@@ -1,0 +1,152 @@
+"""Reading one image file into RGB, the only place vitlab decodes user images.
+
+Odd but valid images (grayscale, palette with transparency, RGBA, CMYK, 16-bit, EXIF-rotated,
+animated, a misleading extension) come back as plain RGB. Anything that cannot be decoded raises
+BadImageError(name, reason); callers decide whether to skip it. Only raster formats found in image
+datasets are opened: EPS, for one, would hand the file to Ghostscript.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+from PIL import Image, ImageOps
+
+# PIL refuses images above twice this many pixels and only warns above it; vitlab refuses both
+# (read_image turns the warning into an error). 89.5M pixels, PIL's own default, is e.g. 9460 x 9460:
+# well above any training image, well below what fills the memory of a data-loader worker.
+MAX_IMAGE_PIXELS = 89_478_485
+Image.MAX_IMAGE_PIXELS = MAX_IMAGE_PIXELS
+
+FORMATS = (
+    "JPEG", "PNG", "GIF", "BMP", "DIB", "TIFF", "WEBP", "PPM", "ICO", "TGA",
+    "JPEG2000", "PCX", "SGI", "PSD", "QOI", "AVIF",
+)  # fmt: skip  (JPEG covers MPO, the multi-picture JPEG of some cameras)
+
+# Files that the folder sources consider images: what PIL reads, plus formats it does not, so that a
+# .heic among the .jpg files is reported as unreadable rather than silently ignored.
+IMAGE_EXTENSIONS = frozenset(
+    {ext for ext, fmt in Image.registered_extensions().items() if fmt in FORMATS + ("MPO",)}
+    | {".heic", ".heif", ".jxl", ".svg", ".eps", ".raw", ".cr2", ".nef", ".dng", ".arw"}
+)
+
+Source = str | os.PathLike | bytes | bytearray | memoryview
+BACKGROUND = (255, 255, 255)  # transparent pixels are composited onto white
+
+
+class BadImageError(ValueError):
+    """An image that cannot be decoded; `name` is the file (or shard member), `reason` says why."""
+
+    def __init__(self, name: str, reason: str) -> None:
+        super().__init__(f"{name}: {reason}")
+        self.name = name
+        self.reason = reason
+
+    def __reduce__(self):  # keep both fields when a DataLoader worker sends the error back
+        return (type(self), (self.name, self.reason))
+
+
+def _open(source: Source, name: str) -> Image.Image:
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        data = bytes(source)
+    else:
+        try:
+            data = Path(source).read_bytes()
+        except OSError as error:
+            raise BadImageError(name, f"cannot read file ({error.strerror or error})") from None
+    if not data:
+        raise BadImageError(name, "empty file (0 bytes)")
+    try:
+        return Image.open(io.BytesIO(data), formats=FORMATS)
+    except Image.UnidentifiedImageError:
+        raise BadImageError(name, "not an image, or a format vitlab does not read") from None
+
+
+def _to_rgb(image: Image.Image) -> Image.Image:
+    if image.mode.startswith("I;16") or image.mode == "I":
+        # 16-bit (and 32-bit int) greyscale: PIL's convert("L") clips at 255, so rescale 0..65535.
+        pixels = np.asarray(image, dtype=np.float64)
+        pixels = pixels / 257.0 if image.mode.startswith("I;16") or pixels.max() > 255 else pixels
+        image = Image.fromarray(np.clip(pixels + 0.5, 0, 255).astype(np.uint8), "L")
+    elif image.mode == "F":
+        image = Image.fromarray(np.clip(np.asarray(image), 0, 255).astype(np.uint8), "L")
+    if image.mode == "P" and "transparency" in image.info or image.mode in ("PA", "LA", "La", "RGBa"):
+        image = image.convert("RGBA")
+    if image.mode == "RGBA":
+        background = Image.new("RGBA", image.size, BACKGROUND + (255,))
+        image = Image.alpha_composite(background, image)
+    return image.convert("RGB")
+
+
+@contextlib.contextmanager
+def _decoding(name: str) -> Iterator[None]:
+    """Turn whatever a PIL decoder raises (OSError, SyntaxError, struct.error, EOFError, ...) into
+    BadImageError, and PIL's decompression-bomb warning into a refusal.
+
+    The warning filters are process-wide while this runs (Python's catch_warnings), so decode
+    in processes (DataLoader workers), not in concurrent threads of one process.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # PIL's notes about odd EXIF or palettes are not failures
+        warnings.simplefilter("error", Image.DecompressionBombWarning)
+        try:
+            yield
+        except BadImageError:
+            raise
+        except (Image.DecompressionBombWarning, Image.DecompressionBombError) as error:
+            raise BadImageError(name, f"too many pixels, a possible decompression bomb ({error})") from None
+        except MemoryError:
+            raise BadImageError(name, "too large to decode in memory") from None
+        except Exception as error:
+            reason = str(error) or type(error).__name__
+            if "truncat" in reason.lower() or isinstance(error, EOFError):
+                reason = f"truncated file: {reason}"
+            raise BadImageError(name, reason) from None
+
+
+def _name(source: Source, name: str | None) -> str:
+    if name is not None:
+        return name
+    return "<bytes>" if isinstance(source, (bytes, bytearray, memoryview)) else str(source)
+
+
+def read_image(source: Source, *, name: str | None = None) -> Image.Image:
+    """Decode a file path or encoded bytes into an RGB PIL image, or raise BadImageError.
+
+    Applies the EXIF orientation, takes the first frame of an animation and composites
+    transparency onto white.
+    """
+    name = _name(source, name)
+    with _decoding(name), _open(source, name) as image:
+        if image.width * image.height > MAX_IMAGE_PIXELS:  # in case PIL's own limit was raised
+            raise BadImageError(name, f"{image.width} x {image.height} pixels is above the "
+                                      f"decompression-bomb limit of {MAX_IMAGE_PIXELS}")
+        image.seek(0)  # animated GIF/WebP/APNG, multi-page TIFF: the first frame
+        image.load()
+        return _to_rgb(ImageOps.exif_transpose(image))
+
+
+def check_image(source: Source, *, name: str | None = None, decode: bool = True) -> None:
+    """Raise BadImageError if `source` cannot be used; `decode=False` only parses the headers.
+
+    A header check (PIL's verify) is fast and catches empty, foreign, oversized and, for PNG,
+    truncated files; a truncated JPEG only shows when decoded.
+    """
+    if decode:
+        read_image(source, name=name)
+        return
+    name = _name(source, name)
+    with _decoding(name), _open(source, name) as image:
+        image.verify()
+
+
+def is_image_file(path: str) -> bool:
+    """Whether a folder source treats `path` as an image (by extension; hidden files are not)."""
+    base = os.path.basename(path)
+    return not base.startswith(".") and os.path.splitext(base)[1].lower() in IMAGE_EXTENSIONS

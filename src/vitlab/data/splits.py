@@ -1,0 +1,46 @@
+"""The train/val pair every source returns, and the seeded stratified split used when a source has no
+validation set of its own."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from sklearn.model_selection import train_test_split
+
+logger = logging.getLogger("vitlab")
+
+
+@dataclass
+class DataSplits:
+    """A training and a validation dataset of (image tensor (C, H, W), int label), and the class names."""
+
+    train: torch.utils.data.Dataset
+    val: torch.utils.data.Dataset
+    class_names: list[str]
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.class_names)
+
+
+def split_indices(labels: Sequence[int], val_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted (train, val) indices; stratified by label when every class has at least two samples."""
+    if not 0.0 < val_fraction < 1.0:
+        raise ValueError(f"val_fraction must be in (0, 1) for a source without a validation split, "
+                         f"got {val_fraction}")
+    labels = np.asarray(labels)
+    indices = np.arange(len(labels))
+    try:
+        train, val = train_test_split(indices, test_size=val_fraction, random_state=seed, stratify=labels)
+    except ValueError:
+        # Too few samples per class (or in val) to stratify: a plain seeded shuffle still splits.
+        logger.info("too few images per class to stratify the validation split; splitting at random")
+        try:
+            train, val = train_test_split(indices, test_size=val_fraction, random_state=seed)
+        except ValueError as error:
+            raise ValueError(f"cannot split {len(labels)} images with val_fraction {val_fraction}: {error}") from None
+    return np.sort(train), np.sort(val)

@@ -1,0 +1,85 @@
+"""Image -> tensor pipelines from torchvision.transforms.v2, as the paper's reference code builds them.
+
+Training: inception-style random resized crop (area 5-100%, vit_jax's default) and a horizontal flip,
+optionally RandAugment (AugReg / DeiT). Evaluation: resize to `size / crop_pct`, centre crop `size`
+(timm's convention). Both end in the checkpoint's mean/std normalisation; vit_jax uses 0.5/0.5, i.e.
+pixels in [-1, 1].
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+from torchvision.transforms import InterpolationMode
+from torchvision.transforms import v2
+
+INTERPOLATIONS = {
+    "bicubic": InterpolationMode.BICUBIC,
+    "bilinear": InterpolationMode.BILINEAR,
+    "nearest": InterpolationMode.NEAREST,
+}
+
+
+def _size_pair(image_size: int | Sequence[int]) -> tuple[int, int]:
+    if isinstance(image_size, int):
+        pair = (image_size, image_size)
+    else:
+        pair = tuple(int(s) for s in image_size)
+    if len(pair) != 2 or min(pair) <= 0:
+        raise ValueError(f"image_size must be a positive int or (height, width), got {image_size!r}")
+    return pair  # type: ignore[return-value]
+
+
+def build_transforms(
+    image_size: int | tuple[int, int],
+    *,
+    mean: Sequence[float],
+    std: Sequence[float],
+    train: bool,
+    interpolation: str = "bicubic",
+    crop_pct: float = 0.875,
+    scale: tuple[float, float] = (0.05, 1.0),
+    ratio: tuple[float, float] = (3 / 4, 4 / 3),
+    hflip: bool = True,
+    randaugment: tuple[int, int] | None = None,
+) -> v2.Compose:
+    """The transform for one split: an RGB PIL image -> normalised float tensor (3, H, W).
+
+    `randaugment` is (number of ops, magnitude), e.g. (2, 10) as in AugReg. Tiny images such as the
+    8x8 digits want `crop_pct=1.0` and a gentle `scale` such as (0.6, 1.0): the default area range
+    would crop single strokes.
+    """
+    height, width = _size_pair(image_size)
+    if interpolation not in INTERPOLATIONS:
+        raise ValueError(f"unknown interpolation {interpolation!r}; choose one of {sorted(INTERPOLATIONS)}")
+    if not 0.0 < crop_pct <= 1.0:
+        raise ValueError(f"crop_pct must be in (0, 1], got {crop_pct}")
+    if not 0.0 < scale[0] <= scale[1] <= 1.0:
+        raise ValueError(f"scale must satisfy 0 < min <= max <= 1, got {scale}")
+    if len(mean) != len(std) or any(s <= 0 for s in std):
+        raise ValueError(f"mean {tuple(mean)} and std {tuple(std)} must have equal length, std positive")
+    mode = INTERPOLATIONS[interpolation]
+
+    # Geometry and RandAugment run on the PIL image (PIL's affine offers bicubic, tensors' does not).
+    steps: list[v2.Transform] = []
+    if train:
+        steps.append(v2.RandomResizedCrop((height, width), scale=scale, ratio=ratio, interpolation=mode))
+        if hflip:
+            steps.append(v2.RandomHorizontalFlip())
+        if randaugment is not None:
+            num_ops, magnitude = randaugment
+            steps.append(v2.RandAugment(num_ops=num_ops, magnitude=magnitude, interpolation=mode))
+    else:
+        if height == width:  # resize the shorter side, keep the aspect ratio
+            resize: int | list[int] = math.floor(height / crop_pct)
+        else:
+            resize = [math.floor(height / crop_pct), math.floor(width / crop_pct)]
+        steps += [v2.Resize(resize, interpolation=mode), v2.CenterCrop((height, width))]
+    steps += [
+        v2.ToImage(),  # PIL -> uint8 tv_tensors.Image (3, H, W)
+        v2.ToDtype(torch.float32, scale=True),  # uint8 [0, 255] -> float [0, 1]
+        v2.Normalize(mean=[float(m) for m in mean], std=[float(s) for s in std]),
+    ]
+    return v2.Compose(steps)

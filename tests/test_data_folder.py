@@ -1,0 +1,165 @@
+"""ImageFolder sources, with bad and odd files among the good ones (issues 3 and 6, bad input)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from test_data_images import BAD_IMAGES, ODD_IMAGES
+from vitlab.data import TooManyBadImagesError, build_transforms, load_datasets
+
+HALF = dict(mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5))
+TRAIN = build_transforms(16, train=True, crop_pct=1.0, scale=(0.6, 1.0), **HALF)
+EVAL = build_transforms(16, train=False, crop_pct=1.0, **HALF)
+
+
+def write_class_folders(root: Path, classes: dict[str, int], size: int = 8) -> list[Path]:
+    """classes: name -> number of images; each class a distinct solid grey level, written as PNG."""
+    paths = []
+    for label, (name, count) in enumerate(classes.items()):
+        (root / name).mkdir(parents=True, exist_ok=True)
+        for i in range(count):
+            path = root / name / f"{i:05d}.png"
+            Image.new("RGB", (size, size), (label * 40, label * 40, label * 40)).save(path)
+            paths.append(path)
+    return paths
+
+
+def unreadable_names(caplog) -> list[str]:
+    return [r.args[0] for r in caplog.records if r.name == "vitlab" and r.msg.startswith("skipping unreadable")]
+
+
+def test_train_and_val_folders(tmp_path):
+    write_class_folders(tmp_path / "train", {"cat": 6, "dog": 4})
+    write_class_folders(tmp_path / "val", {"cat": 2, "dog": 3})
+    (tmp_path / "train" / "cat" / "notes.txt").write_text("not an image, and no image extension")
+    (tmp_path / "train" / ".ipynb_checkpoints").mkdir()
+    splits = load_datasets(str(tmp_path), TRAIN, EVAL)
+    assert splits.class_names == ["cat", "dog"]
+    assert (len(splits.train), len(splits.val)) == (10, 5)
+    image, label = splits.val[4]
+    assert image.shape == (3, 16, 16) and label == 1
+    assert torch.allclose(image, torch.tensor(40 / 255 * 2 - 1), atol=1e-6)  # dog's grey level
+    assert sorted(splits.train.labels) == [0] * 6 + [1] * 4
+
+
+def test_folder_without_val_is_split_by_seeded_stratified_fraction(tmp_path):
+    write_class_folders(tmp_path, {"a": 20, "b": 20, "c": 10})
+    first = load_datasets(f"imagefolder:{tmp_path}", TRAIN, EVAL, val_fraction=0.2, seed=3)
+    again = load_datasets(str(tmp_path), TRAIN, EVAL, val_fraction=0.2, seed=3)
+    other = load_datasets(str(tmp_path), TRAIN, EVAL, val_fraction=0.2, seed=4)
+    assert (len(first.train), len(first.val)) == (40, 10)
+    assert sorted(first.val.labels) == [0] * 4 + [1] * 4 + [2] * 2  # stratified
+    assert first.val.sources == again.val.sources != other.val.sources
+    assert not set(first.train.sources) & set(first.val.sources)
+    assert first.val.transform is EVAL and first.train.transform is TRAIN
+
+
+def test_bad_files_are_skipped_and_named_once_odd_ones_are_used(tmp_path, caplog):
+    good = write_class_folders(tmp_path / "train", {"a": 600, "b": 600})
+    for name, make in ODD_IMAGES.items():
+        (tmp_path / "train" / "a" / name).write_bytes(make())
+    for name, (make, _) in BAD_IMAGES.items():  # 10 bad of 1223: under 1%
+        (tmp_path / "train" / "b" / name).write_bytes(make())
+    with caplog.at_level(logging.WARNING, logger="vitlab"):
+        splits = load_datasets(str(tmp_path), TRAIN, EVAL, val_fraction=0.1)
+    used = {Path(p).name for p in splits.train.sources + splits.val.sources}
+    assert set(ODD_IMAGES) <= used and not set(BAD_IMAGES) & used
+    assert len(splits.train) + len(splits.val) == len(good) + len(ODD_IMAGES)
+    named = unreadable_names(caplog)
+    assert sorted(Path(n).name for n in named) == sorted(BAD_IMAGES)  # each named exactly once
+    assert any("10 of 1223 images" in r.getMessage() for r in caplog.records)
+    loader = torch.utils.data.DataLoader(splits.train, batch_size=64, num_workers=2)
+    count = 0
+    for images, labels in loader:
+        assert images.shape[1:] == (3, 16, 16) and torch.isfinite(images).all()
+        count += len(labels)
+    assert count == len(splits.train)
+    assert len(unreadable_names(caplog)) == len(BAD_IMAGES)  # decoding in workers named nothing again
+
+
+def test_too_many_bad_files_stop_with_a_count_and_examples(tmp_path):
+    write_class_folders(tmp_path, {"a": 50, "b": 50})
+    for name in ("empty.jpg", "truncated.png", "text_not_image.png"):
+        (tmp_path / "b" / name).write_bytes(BAD_IMAGES[name][0]())
+    with pytest.raises(TooManyBadImagesError, match=r"2 of the first \d+ of 103 images .*more than 1%") as caught:
+        load_datasets(str(tmp_path), TRAIN, EVAL)
+    assert "empty.jpg: empty" in str(caught.value) and "text_not_image.png: not an image" in str(caught.value)
+    splits = load_datasets(str(tmp_path), TRAIN, EVAL, max_bad_fraction=0.05)  # a looser limit passes
+    assert len(splits.train) + len(splits.val) == 100
+
+
+@pytest.mark.parametrize("check", ["header", "auto"])
+def test_header_check_leaves_truncated_jpeg_to_getitem_which_substitutes(tmp_path, caplog, monkeypatch, check):
+    monkeypatch.setattr("vitlab.data.scan.AUTO_DECODE_LIMIT", 100)  # "auto" reads headers above this
+    write_class_folders(tmp_path / "train", {"a": 200, "b": 200})
+    write_class_folders(tmp_path / "val", {"a": 2, "b": 2})
+    (tmp_path / "train" / "b" / "truncated.jpg").write_bytes(BAD_IMAGES["truncated.jpg"][0]())
+    (tmp_path / "val" / "b" / "truncated.jpg").write_bytes(BAD_IMAGES["truncated.jpg"][0]())
+    with pytest.raises(TooManyBadImagesError):  # the small val split is decoded under "auto"
+        load_datasets(str(tmp_path), TRAIN, EVAL, check="decode")
+    (tmp_path / "val" / "b" / "truncated.jpg").unlink()
+    splits = load_datasets(str(tmp_path), TRAIN, EVAL, check=check)
+    caplog.clear()
+    index = [Path(p).name for p in splits.train.sources].index("truncated.jpg")
+    with caplog.at_level(logging.WARNING, logger="vitlab"):
+        image, label = splits.train[index]
+        splits.train[index]
+    assert image.shape == (3, 16, 16)
+    assert label == splits.train.labels[(index + 1) % len(splits.train)]  # the next image stood in
+    assert [Path(n).name for n in unreadable_names(caplog)] == ["truncated.jpg"]
+
+
+def test_files_that_break_after_loading_are_replaced_and_counted(tmp_path):
+    write_class_folders(tmp_path / "train", {"a": 150, "b": 150})  # 1% of 300: 3 may fail
+    write_class_folders(tmp_path / "val", {"a": 1, "b": 1})
+    splits = load_datasets(str(tmp_path), TRAIN, EVAL)
+    Path(splits.train.sources[0]).write_bytes(b"")
+    _, label = splits.train[0]
+    assert label == splits.train.labels[1] == 0  # the next image stands in
+    for index in (150, 160, 170):
+        Path(splits.train.sources[index]).write_bytes(b"")
+    splits.train[150], splits.train[160]
+    with pytest.raises(TooManyBadImagesError, match="4 of 300 images .* cannot be decoded"):
+        splits.train[170]
+
+
+@pytest.mark.parametrize("layout, error, match", [
+    ("missing", FileNotFoundError, "not found"),
+    ("empty", ValueError, "no class sub-folders"),
+    ("flat", ValueError, "no class sub-folders"),
+    ("empty_class", ValueError, r"class folder '.*/train/dog' has no image files"),
+    ("only_bad_class", ValueError, r"class folder '.*/train/dog' has no readable images"),
+    ("unknown_val_class", ValueError, r"class folder '.*/val/bird' has no counterpart"),
+])
+def test_folder_problems_raise_one_clear_error_naming_the_path(tmp_path, layout, error, match):
+    root = tmp_path / "data"
+    if layout != "missing":
+        root.mkdir()
+    if layout == "flat":
+        Image.new("RGB", (4, 4)).save(root / "x.png")
+    if layout in ("empty_class", "only_bad_class", "unknown_val_class"):
+        write_class_folders(root / "train", {"cat": 300})
+        (root / "train" / "dog").mkdir()
+    if layout == "only_bad_class":
+        (root / "train" / "dog" / "empty.jpg").write_bytes(b"")
+    if layout == "unknown_val_class":
+        write_class_folders(root / "train", {"dog": 3})
+        write_class_folders(root / "val", {"cat": 1, "bird": 1})
+    with pytest.raises(error, match=match) as caught:
+        load_datasets(str(root), TRAIN, EVAL)
+    assert str(root) in str(caught.value)
+
+
+def test_split_datasets_pickle_into_workers(tmp_path):
+    import pickle
+
+    write_class_folders(tmp_path, {"a": 5, "b": 5})
+    splits = load_datasets(str(tmp_path), TRAIN, EVAL)
+    clone = pickle.loads(pickle.dumps(splits.val))
+    assert torch.equal(clone[0][0], splits.val[0][0]) and np.array_equal(clone.labels, splits.val.labels)

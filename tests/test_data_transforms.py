@@ -1,0 +1,102 @@
+"""build_transforms: the inception crop + flip for training, resize + centre crop for evaluation."""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from torchvision.transforms import v2
+
+from vitlab.data import build_transforms
+
+HALF = dict(mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5))  # vit_jax: pixels to [-1, 1]
+
+
+def halves(width=64, height=32) -> Image.Image:
+    """Left half black, right half white."""
+    pixels = np.zeros((height, width, 3), dtype=np.uint8)
+    pixels[:, width // 2:] = 255
+    return Image.fromarray(pixels)
+
+
+def test_eval_resizes_the_shorter_side_then_crops_the_centre():
+    transform = build_transforms(16, train=False, crop_pct=1.0, **HALF)
+    out = transform(halves())  # 64 x 32 -> 32 x 16 -> centre 16 x 16: columns 8..23 of the resized
+    assert out.shape == (3, 16, 16) and out.dtype == torch.float32
+    assert torch.allclose(out[:, :, :7], torch.tensor(-1.0))
+    assert torch.allclose(out[:, :, 9:], torch.tensor(1.0))
+
+
+def test_eval_crop_pct_sets_the_resize():
+    transform = build_transforms(224, train=False, crop_pct=0.875, **HALF)
+    resize = next(t for t in transform.transforms if isinstance(t, v2.Resize))
+    assert resize.size == [256]  # floor(224 / 0.875), timm's convention
+    rect = build_transforms((32, 48), train=False, crop_pct=0.8, **HALF)
+    assert next(t for t in rect.transforms if isinstance(t, v2.Resize)).size == [40, 60]
+    assert rect(halves(100, 30)).shape == (3, 32, 48)
+
+
+def test_normalisation_uses_the_given_mean_and_std():
+    white = Image.new("RGB", (8, 8), (255, 255, 255))
+    imagenet = dict(mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
+    out = build_transforms(8, train=False, crop_pct=1.0, **imagenet)(white)
+    expected = (1 - torch.tensor(imagenet["mean"])) / torch.tensor(imagenet["std"])
+    assert torch.allclose(out[:, 0, 0], expected, atol=1e-6)
+
+
+def test_train_with_full_crop_and_no_flip_equals_eval_on_a_square_image():
+    image = Image.fromarray(np.random.default_rng(0).integers(0, 256, (8, 8, 3), dtype=np.uint8))
+    train = build_transforms(16, train=True, scale=(1.0, 1.0), ratio=(1.0, 1.0), hflip=False, **HALF)
+    evaluate = build_transforms(16, train=False, crop_pct=1.0, **HALF)
+    assert torch.allclose(train(image), evaluate(image), atol=1e-6)
+
+
+def test_train_is_random_and_flips():
+    torch.manual_seed(0)
+    train = build_transforms(16, train=True, scale=(1.0, 1.0), ratio=(1.0, 1.0), **HALF)
+    outs = [train(halves(32, 32)) for _ in range(20)]
+    left_dark = [bool(out[0, 8, 0] < 0) for out in outs]
+    assert any(left_dark) and not all(left_dark)  # both orientations occur
+
+
+def test_tiny_digits_images_upsample_with_gentle_crops():
+    digit = Image.fromarray(np.random.default_rng(1).integers(0, 256, (8, 8, 3), dtype=np.uint8))
+    train = build_transforms(16, train=True, crop_pct=1.0, scale=(0.6, 1.0), hflip=False, **HALF)
+    evaluate = build_transforms(16, train=False, crop_pct=1.0, **HALF)
+    for transform in (train, evaluate):
+        out = transform(digit)
+        assert out.shape == (3, 16, 16) and -1.0 <= out.min() and out.max() <= 1.0
+    one_pixel = Image.new("RGB", (1, 1), (255, 0, 0))
+    assert train(one_pixel).shape == evaluate(one_pixel).shape == (3, 16, 16)
+
+
+def test_randaugment_is_included_and_changes_images():
+    image = Image.fromarray(np.random.default_rng(2).integers(0, 256, (32, 32, 3), dtype=np.uint8))
+    transform = build_transforms(32, train=True, scale=(1.0, 1.0), ratio=(1.0, 1.0), hflip=False,
+                                 randaugment=(2, 15), **HALF)
+    augment = next(t for t in transform.transforms if isinstance(t, v2.RandAugment))
+    assert (augment.num_ops, augment.magnitude) == (2, 15)
+    torch.manual_seed(0)
+    outs = torch.stack([transform(image) for _ in range(8)])
+    assert (outs - outs[0]).abs().amax(dim=(1, 2, 3)).gt(0.1).any()
+
+
+def test_transforms_pickle_for_dataloader_workers():
+    transform = build_transforms(16, train=True, randaugment=(2, 10), **HALF)
+    assert isinstance(pickle.loads(pickle.dumps(transform)), v2.Compose)
+
+
+@pytest.mark.parametrize("options, match", [
+    (dict(interpolation="lanczos9"), "interpolation"),
+    (dict(crop_pct=0.0), "crop_pct"),
+    (dict(scale=(0.5, 0.2)), "scale"),
+    (dict(std=(0.5, 0.0, 0.5)), "std"),
+])
+def test_bad_options_name_the_option(options, match):
+    with pytest.raises(ValueError, match=match):
+        build_transforms(16, train=True, **{**HALF, **options})
+    with pytest.raises(ValueError, match="image_size"):
+        build_transforms(0, train=False, **HALF)
