@@ -3,12 +3,16 @@
 from .config import ConfigError, Preprocessing, ViTConfig
 from .position import resample_pos_embed
 from .registry import config_for, create_model, list_models
+from .resnet import BiTConfig, BiTResNet, ResNetConfig
 from .variants import SIZES, parse_variant
 from .vit import VisionTransformer
 
 __all__ = [
+    "BiTConfig",
+    "BiTResNet",
     "ConfigError",
     "Preprocessing",
+    "ResNetConfig",
     "SIZES",
     "ViTConfig",
     "VisionTransformer",

@@ -20,16 +20,20 @@ def make_activation(name: str) -> nn.Module:
 class Mlp(nn.Module):
     """Dense(mlp_dim) -> GELU -> Dense(D), dropout after each dense layer (Appendix B.1)."""
 
-    def __init__(self, dim: int, hidden: int, act: str = "gelu", dropout: float = 0.0) -> None:
+    def __init__(
+        self, dim: int, hidden: int, act: str = "gelu", dropout: float = 0.0, out_act: bool = False
+    ) -> None:
         super().__init__()
         self.fc1 = nn.Linear(dim, hidden)
         self.act = make_activation(act)
         self.drop1 = nn.Dropout(dropout)
         self.fc2 = nn.Linear(hidden, dim)
+        # The Keras example's MLP is Dense(gelu) -> Dense(gelu): an activation after fc2 as well.
+        self.out_act = make_activation(act) if out_act else nn.Identity()
         self.drop2 = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.drop2(self.fc2(self.drop1(self.act(self.fc1(x)))))
+        return self.drop2(self.out_act(self.fc2(self.drop1(self.act(self.fc1(x))))))
 
 
 class DropPath(nn.Module):
@@ -63,18 +67,26 @@ class EncoderBlock(nn.Module):
         drop_path: float = 0.0,
         act: str = "gelu",
         norm_eps: float = 1e-6,
+        mlp_out_act: bool = False,
     ) -> None:
         super().__init__()
         self.norm1 = nn.LayerNorm(dim, eps=norm_eps)
         self.attn = Attention(dim, num_heads, head_dim, qkv_bias, attn_dropout, dropout)
         self.norm2 = nn.LayerNorm(dim, eps=norm_eps)
-        self.mlp = Mlp(dim, mlp_dim, act, dropout)
+        self.mlp = Mlp(dim, mlp_dim, act, dropout, mlp_out_act)
         self.drop_path = DropPath(drop_path)
 
     def forward(
-        self, z: torch.Tensor, attn_bias: torch.Tensor | None = None, need_weights: bool = False
+        self,
+        z: torch.Tensor,
+        attn_bias: torch.Tensor | None = None,
+        need_weights: bool = False,
+        num_queries: int | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        attended, weights = self.attn(self.norm1(z), attn_bias, need_weights)
+        """z (B, T, D) -> (B, T, D), or only the first `num_queries` tokens' rows (B, Q, D)."""
+        attended, weights = self.attn(self.norm1(z), attn_bias, need_weights, num_queries)
+        if num_queries is not None:
+            z = z[:, :num_queries]
         z = z + self.drop_path(attended)  # Eq. 2
         z = z + self.drop_path(self.mlp(self.norm2(z)))  # Eq. 3
         return z, weights

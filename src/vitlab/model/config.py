@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from .resnet import ResNetConfig
 
 Pooling = Literal["token", "gap", "flatten"]
 PositionEmbeddingKind = Literal["learned", "none", "2d", "sincos", "relative"]
@@ -73,6 +76,8 @@ class ViTConfig:
     num_heads: int = 12
     mlp_dim: int = 3072
     head_dim: int | None = None  # width of one attention head; None means dim // num_heads
+    # Hybrid (Sec. 3.1): patches are cut from this ResNet's feature map instead of the image.
+    backbone: ResNetConfig | None = None
     # Pooling and heads (Sec. 3.1, 3.2, Appendix D.3).
     pool: Pooling = "token"
     representation_size: int | None = None  # the pre-training head's tanh hidden layer
@@ -89,6 +94,7 @@ class ViTConfig:
     qkv_bias: bool = True
     # Numerics that differ between the reference implementations.
     act: Activation = "gelu"
+    mlp_out_act: bool = False  # GELU after the MLP's second dense too (the Keras example's MLP)
     norm_eps: float = 1e-6
     gap_norm: GapNorm = "after_pool"
     # What goes with the weights.
@@ -101,6 +107,10 @@ class ViTConfig:
         self.head_hidden = tuple(int(h) for h in self.head_hidden)
         if isinstance(self.preprocessing, dict):
             self.preprocessing = Preprocessing(**self.preprocessing)
+        if isinstance(self.backbone, dict):
+            from .resnet import ResNetConfig  # resnet.py imports this module
+
+            self.backbone = ResNetConfig.from_dict(self.backbone)
         self.validate()
 
     # -- derived sizes -------------------------------------------------------------------------
@@ -109,8 +119,13 @@ class ViTConfig:
         return self.head_dim if self.head_dim is not None else self.dim // self.num_heads
 
     @property
+    def effective_patch_size(self) -> int:
+        """Input pixels per token side: P, times the backbone's stride for a hybrid."""
+        return self.patch_size * (self.backbone.stride if self.backbone is not None else 1)
+
+    @property
     def grid_size(self) -> tuple[int, int]:
-        return (self.image_size[0] // self.patch_size, self.image_size[1] // self.patch_size)
+        return (self.image_size[0] // self.effective_patch_size, self.image_size[1] // self.effective_patch_size)
 
     @property
     def num_patches(self) -> int:
@@ -144,8 +159,11 @@ class ViTConfig:
         for side, size in zip(("height", "width"), self.image_size):
             check(size > 0, f"image {side} must be positive, got {size}")
             check(
-                size % self.patch_size == 0,
-                f"image {side} {size} is not divisible by patch size {self.patch_size}",
+                size % self.effective_patch_size == 0,
+                f"image {side} {size} is not divisible by patch size {self.patch_size}"
+                if self.backbone is None
+                else f"image {side} {size} is not divisible by the hybrid's effective patch size "
+                f"{self.effective_patch_size} (backbone stride {self.backbone.stride} x patch size {self.patch_size})",
             )
         for name in ("in_channels", "dim", "depth", "num_heads", "mlp_dim"):
             value = getattr(self, name)
@@ -189,6 +207,8 @@ class ViTConfig:
         data = dataclasses.asdict(self)
         data["image_size"] = list(self.image_size)
         data["head_hidden"] = list(self.head_hidden)
+        if self.backbone is not None:
+            data["backbone"]["layers"] = list(self.backbone.layers)
         data["preprocessing"]["mean"] = list(self.preprocessing.mean)
         data["preprocessing"]["std"] = list(self.preprocessing.std)
         return data

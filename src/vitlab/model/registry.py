@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from .config import ConfigError, ViTConfig
+from .hybrid import HYBRIDS, hybrid_variant, is_hybrid_name
+from .resnet import BIT_MODELS, BiTConfig, BiTResNet, bit_config, is_bit_name
 from .variants import PAPER_PATCH_SIZES, SIZES, parse_variant
 from .vit import VisionTransformer
 
@@ -13,14 +15,32 @@ from .vit import VisionTransformer
 REGISTERED_SIZES = ("Ti", "S", "M", "B", "L", "H")
 
 
-def list_models() -> list[str]:
-    return [f"{size}/{patch}" for size in REGISTERED_SIZES for patch in PAPER_PATCH_SIZES]
+def list_models(family: str = "vit") -> list[str]:
+    """Registered names of one family: "vit" ("B/16"), "hybrid" ("R50+B/16"), "bit" ("BiT-R50x1"), or "all"."""
+    families = {
+        "vit": [f"{size}/{patch}" for size in REGISTERED_SIZES for patch in PAPER_PATCH_SIZES],
+        "hybrid": list(HYBRIDS),
+        "bit": list(BIT_MODELS),
+    }
+    if family == "all":
+        return [name for names in families.values() for name in names]
+    if family not in families:
+        raise ConfigError(f"unknown model family {family!r}; choose one of {', '.join(families)}, all")
+    return families[family]
 
 
-def config_for(name: str, **overrides: Any) -> ViTConfig:
-    """The config of a variant ("B/16") with any field overridden (image_size=384, pool="gap", ...)."""
-    size, patch_size = parse_variant(name)
+def config_for(name: str, **overrides: Any) -> ViTConfig | BiTConfig:
+    """The config of a variant ("B/16", "R50+B/16", "BiT-R50x1") with any field overridden
+    (image_size=384, pool="gap", ...)."""
+    if is_bit_name(name):
+        return bit_config(name, **overrides)
+    hybrid: dict[str, Any] = {}
+    variant = name
+    if is_hybrid_name(name):
+        variant, hybrid = hybrid_variant(name)
+    size, patch_size = parse_variant(variant)
     fields = dict(
+        **hybrid,
         name=name,
         patch_size=patch_size,
         dim=size.dim,
@@ -35,16 +55,17 @@ def config_for(name: str, **overrides: Any) -> ViTConfig:
         raise ConfigError(f"bad option for {name!r}: {error}") from None
 
 
-def create_model(name: str | ViTConfig = "B/16", **overrides: Any) -> VisionTransformer:
-    """Build a freshly initialised ViT from a variant name or a ViTConfig.
+def create_model(name: str | ViTConfig | BiTConfig = "B/16", **overrides: Any) -> VisionTransformer | BiTResNet:
+    """Build a freshly initialised model from a registered name or a config (a BiTConfig gives
+    the BiT ResNet, a ViTConfig with a backbone the hybrid).
 
     >>> model = create_model("Ti/4", image_size=32, num_classes=10)
     """
-    if isinstance(name, ViTConfig):
+    if isinstance(name, (ViTConfig, BiTConfig)):
         config = name.replace(**overrides) if overrides else name
     else:
         config = config_for(name, **overrides)
-    return VisionTransformer(config)
+    return BiTResNet(config) if isinstance(config, BiTConfig) else VisionTransformer(config)
 
 
 __all__ = ["create_model", "config_for", "list_models", "SIZES"]

@@ -18,6 +18,7 @@ from torch.utils.checkpoint import checkpoint
 from .block import EncoderBlock
 from .config import ViTConfig, as_pair
 from .heads import build_pre_logits, pool_tokens
+from .hybrid import HybridEmbedding
 from .patch_embed import PatchEmbedding
 from .position import (
     AxialPositionEmbedding,
@@ -44,7 +45,11 @@ class VisionTransformer(nn.Module):
         super().__init__()
         self.config = config
         dim = config.dim
-        self.patch_embed = PatchEmbedding(config.patch_size, config.in_channels, dim)
+        self.patch_embed = (
+            HybridEmbedding(config.backbone, config.patch_size, config.in_channels, dim)
+            if config.backbone is not None
+            else PatchEmbedding(config.patch_size, config.in_channels, dim)
+        )
         self.cls_token = nn.Parameter(torch.zeros(1, 1, dim)) if config.class_token else None
         self.pos_embed = build_position_embedding(config)
         self.pos_drop = nn.Dropout(config.dropout)  # "right after adding E_pos" (Appendix B.1)
@@ -64,7 +69,7 @@ class VisionTransformer(nn.Module):
         self.blocks = nn.ModuleList(
             EncoderBlock(
                 dim, config.num_heads, config.mlp_dim, config.head_dim, config.qkv_bias, config.dropout,
-                config.attn_dropout, rate, config.act, config.norm_eps,
+                config.attn_dropout, rate, config.act, config.norm_eps, config.mlp_out_act,
             )
             for rate in drop_rates
         )
@@ -111,17 +116,23 @@ class VisionTransformer(nn.Module):
 
     # -- Eq. 2-4 -------------------------------------------------------------------------------
     def encode(
-        self, images: torch.Tensor, need_weights: bool = False
+        self, images: torch.Tensor, need_weights: bool = False, prefix_only: bool = False
     ) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """Encoder output (B, T, D) after the final norm, and each layer's attention if asked."""
+        """Encoder output (B, T, D) after the final norm, and each layer's attention if asked.
+
+        prefix_only: the last layer computes only the class token's row, (B, 1, D), which is all
+        that y = LN(z_L^0) (Eq. 4) reads; it skips ~1/depth of the work and changes no number.
+        """
         z, grid = self.embed(images)
         attentions: list[torch.Tensor] = []
+        last = len(self.blocks) - 1
         for index, block in enumerate(self.blocks):
             bias = self.relative_bias[index](grid) if self.relative_bias is not None else None
+            queries = self.config.num_prefix_tokens if prefix_only and index == last else None
             if self.grad_checkpointing and self.training and not need_weights:
-                z, _ = checkpoint(block, z, bias, use_reentrant=False)
+                z, _ = checkpoint(block, z, bias, False, queries, use_reentrant=False)
             else:
-                z, weights = block(z, bias, need_weights)
+                z, weights = block(z, bias, need_weights, queries)
                 if weights is not None:
                     attentions.append(weights)
         return self.norm(z), attentions
@@ -136,7 +147,8 @@ class VisionTransformer(nn.Module):
         return features if pre_logits else self.head(features)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
-        return self.forward_head(self.forward_features(images))
+        tokens, _ = self.encode(images, prefix_only=self.config.pool == "token")
+        return self.forward_head(tokens)
 
     def forward_with_attention(self, images: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """Logits and, from the same pass, every layer's attention weights (B, heads, T, T)."""

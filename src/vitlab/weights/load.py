@@ -4,6 +4,8 @@
     folder with config.json "model_type": "vit"  -> Hugging Face transformers ViT (hf.py)
     *.npz                                        -> official vit_jax / AugReg / big_vision (npz.py)
     *.safetensors, *.pth, *.pt, *.bin            -> timm or torchvision state dict, told apart by key names
+    "MODEL:TAG", e.g. "B/16:augreg-in21k"        -> the pretrained-weights catalogue (pretrained.py)
+    "hf://org/name[@revision]"                   -> a Hugging Face Hub repository (hub.py)
 """
 
 from __future__ import annotations
@@ -14,17 +16,34 @@ from typing import Any
 from vitlab.model import VisionTransformer
 
 from .build import build_model
+from .catalogue import is_catalogue_name
 from .errors import CheckpointError
 from .files import read_state_dict
 from .folder import CONFIG_FILE, is_vitlab_folder, load_folder
 from .hf import is_hf_vit_folder, load_hf
+from .hybrid import is_hybrid_npz, load_hybrid_npz, with_timm_backbone
 from .npz import load_npz
 from .timm import convert_timm, is_timm_state_dict
 from .torchvision import convert_torchvision, is_torchvision_state_dict
 
 
 def load(source: str | Path, **overrides: Any) -> VisionTransformer:
-    """Load a checkpoint as a VisionTransformer (in eval mode).
+    """Load a checkpoint as a VisionTransformer (in eval mode): a file, a folder, a catalogue name
+    or a Hub repository. Overrides as in `load_file`."""
+    # Imported here: both modules end by reading a local file with load_file below.
+    if isinstance(source, str) and source.startswith("hf://"):
+        from .hub import load_hub
+
+        return load_hub(source, **overrides)
+    if is_catalogue_name(source) and not Path(source).exists():
+        from .pretrained import load_pretrained
+
+        return load_pretrained(str(source), **overrides)
+    return load_file(source, **overrides)
+
+
+def load_file(source: str | Path, **overrides: Any) -> VisionTransformer:
+    """Load a local checkpoint file or folder as a VisionTransformer (in eval mode).
 
     Overrides: any ViTConfig field the weights do not decide (dropout, drop_path, act, norm_eps,
     pos_resample, preprocessing, ...); `image_size` resamples E_pos to a new resolution;
@@ -43,11 +62,12 @@ def load(source: str | Path, **overrides: Any) -> VisionTransformer:
             f"{path}: unknown checkpoint format (a folder needs a {CONFIG_FILE} of vitlab or of an HF ViT)"
         )
     if path.suffix == ".npz":
-        return load_npz(path, **overrides)
+        return load_hybrid_npz(path, **overrides) if is_hybrid_npz(path) else load_npz(path, **overrides)
     state = read_state_dict(path)
     source_name = str(path)
     if is_timm_state_dict(state):
         config, state = convert_timm(state, source_name, overrides)
+        config, state = with_timm_backbone(config, state, source_name)  # hybrids: vit_*_r50_s16_*
     elif is_torchvision_state_dict(state):
         config, state = convert_torchvision(state, source_name, overrides)
     elif "pos_embed.weight" in state:

@@ -1,0 +1,40 @@
+"""`vitlab data fractaldb`: write a FractalDB pre-training set (formula-drawn, no download)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("data", help="make data sets")
+    commands = parser.add_subparsers(dest="data_command", metavar="DATASET", required=True)
+    fractaldb = commands.add_parser(
+        "fractaldb",
+        help="FractalDB: iterated-function-system fractal categories (Kataoka et al. 2020)",
+        description="Search IFS fractal categories (filling rate >= 0.2) and render instances of each.",
+    )
+    fractaldb.add_argument("--classes", type=int, required=True, help="number of fractal categories")
+    fractaldb.add_argument("--per-class", type=int, required=True, help="images per category")
+    fractaldb.add_argument("--size", type=int, required=True, help="image side in pixels")
+    fractaldb.add_argument("--out", required=True, help="output folder (created; must be empty)")
+    fractaldb.add_argument("--seed", type=int, default=0, help="the same seed gives the same images (default 0)")
+    fractaldb.add_argument(
+        "--format", choices=("folder", "wds"), default="folder",
+        help="folder: an ImageFolder of PNGs; wds: WebDataset shards (default folder)",
+    )
+    fractaldb.add_argument(
+        "--workers", type=int, default=min(os.cpu_count() or 1, 8),
+        help="processes; the output does not depend on it (default: the CPU count, at most 8)",
+    )
+    fractaldb.set_defaults(func=run_fractaldb)
+
+
+def run_fractaldb(args: argparse.Namespace) -> int:
+    from vitlab.data.fractaldb import FractalDBSpec, generate_fractaldb
+
+    if args.workers < 1:
+        raise ValueError(f"--workers must be at least 1, got {args.workers}")
+    spec = FractalDBSpec(classes=args.classes, per_class=args.per_class, size=args.size, seed=args.seed)
+    generate_fractaldb(spec, args.out, format=args.format, workers=args.workers)
+    return 0

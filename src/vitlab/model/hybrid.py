@@ -1,0 +1,53 @@
+"""The hybrid's patch embedding (paper Sec. 3.1): "the input sequence can be formed from feature
+maps of a CNN ... the patch embedding projection E is applied to patches extracted from a CNN
+feature map"; with patch size 1 every feature-map pixel becomes a token (Sec. 4.1)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .config import ConfigError
+from .patch_embed import PatchEmbedding
+from .resnet import ResNet, ResNetConfig
+
+
+class HybridEmbedding(PatchEmbedding):
+    """ResNet feature map -> PatchEmbedding on it; the grid is image size / (backbone stride x P)."""
+
+    def __init__(self, backbone: ResNetConfig, patch_size: int, in_channels: int, dim: int) -> None:
+        super().__init__(patch_size, backbone.out_channels, dim)
+        self.backbone = ResNet(backbone, in_channels)
+
+    def forward(self, images: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int]]:
+        """(B, C, H, W) -> tokens (B, N, D), row-major over the feature map, and its grid."""
+        return super().forward(self.backbone(images))  # backbone: (B, C', H/s, W/s)
+
+
+# Registered hybrids: name -> (ViT size, units per stage, stem). The /N of a name is the effective
+# patch size, backbone stride x patch size 1 (Sec. 4.1): R50+B/32 takes ResNet-50's stage 4
+# output; R50+B/16 removes stage 4 and gives stage 3 nine units, a 4x longer sequence.
+HYBRIDS: dict[str, tuple[str, tuple[int, ...], str]] = {
+    "R50+B/16": ("B", (3, 4, 9), "standard"),
+    "R50+B/32": ("B", (3, 4, 6, 3), "standard"),
+    "R50+L/32": ("L", (3, 4, 6, 3), "standard"),
+    "R26+S/32": ("S", (2, 2, 2, 2), "standard"),  # AugReg's hybrids (Steiner et al. 2021)
+    "R26+B/32": ("B", (2, 2, 2, 2), "standard"),
+    # For 16-32 px images: a 3x3/1 stem and three stages, a 8x8 grid at 32 px like Ti/4.
+    "R20-small+Ti/4": ("Ti", (2, 2, 2), "small"),
+    "R20-small+S/4": ("S", (2, 2, 2), "small"),
+}
+
+
+def is_hybrid_name(name: str) -> bool:
+    return "+" in name
+
+
+def hybrid_variant(name: str) -> tuple[str, dict[str, Any]]:
+    """"R50+B/16" -> ("B/1", the ViTConfig fields that make it a hybrid: backbone, image size)."""
+    if name not in HYBRIDS:
+        raise ConfigError(f"unknown hybrid {name!r}; registered: {', '.join(HYBRIDS)}")
+    size, layers, stem = HYBRIDS[name]
+    backbone = ResNetConfig(layers=layers, stem=stem)  # type: ignore[arg-type]
+    return f"{size}/1", dict(backbone=backbone, image_size=32 if stem == "small" else 224)
