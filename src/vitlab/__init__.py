@@ -1,13 +1,14 @@
 """vitlab: the Vision Transformer (Dosovitskiy et al., ICLR 2021) end to end."""
 
-from .model import ConfigError, ViTConfig, VisionTransformer, config_for, create_model, list_models
-from .weights import CheckpointError, export_npz, load, save_pretrained
+from .model import ConfigError, ViTConfig, VisionTransformer, config_for, list_models
+from .weights import CheckpointError, create_model, export_npz, list_pretrained, load, save_pretrained
 
 __version__ = "0.1.0"
 
 __all__ = [
     "CheckpointError",
     "export_npz",
+    "list_pretrained",
     "load",
     "save_pretrained",
     "ConfigError",

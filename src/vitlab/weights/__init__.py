@@ -1,8 +1,20 @@
-"""Reading and writing checkpoints: vitlab's own folder, official vit_jax .npz, timm, HF, torchvision."""
+"""Reading and writing checkpoints: vitlab's own folder, official vit_jax .npz, timm, HF, torchvision;
+the pretrained-weights catalogue and Hub repositories."""
 
+from .catalogue import CatalogueError, list_pretrained
 from .errors import CheckpointError
 from .folder import save_pretrained
 from .load import load
 from .npz import export_npz
+from .pretrained import create_model, load_pretrained
 
-__all__ = ["CheckpointError", "export_npz", "load", "save_pretrained"]
+__all__ = [
+    "CatalogueError",
+    "CheckpointError",
+    "create_model",
+    "export_npz",
+    "list_pretrained",
+    "load",
+    "load_pretrained",
+    "save_pretrained",
+]

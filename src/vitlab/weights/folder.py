@@ -1,4 +1,4 @@
-"""vitlab's own checkpoint: a folder with config.json + model.safetensors.
+"""vitlab's own checkpoint: a folder with config.json + model.safetensors (+ README.md, a model card).
 
 config.json (format_version 2) groups the ViTConfig fields by what they decide:
 
@@ -22,6 +22,7 @@ from safetensors.torch import load_file, save_file
 from vitlab.model import ViTConfig, VisionTransformer
 
 from .build import build_model
+from .card import write_model_card
 from .errors import CheckpointError
 
 FORMAT = "vitlab"
@@ -110,7 +111,8 @@ def is_vitlab_folder(directory: str | Path) -> bool:
 
 
 def save_pretrained(model: VisionTransformer, directory: str | Path, **extra: Any) -> Path:
-    """Write config.json + model.safetensors; `extra` (JSON values) is kept under "extra"."""
+    """Write config.json + model.safetensors + a README.md model card (card.py); `extra` (JSON
+    values) is kept under "extra", and its "training" summary and "metrics" go into the card."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     document = config_to_json(model.config, extra)
@@ -121,6 +123,7 @@ def save_pretrained(model: VisionTransformer, directory: str | Path, **extra: An
     tensors = {name: t.detach().to("cpu").contiguous() for name, t in model.state_dict().items()}
     save_file(tensors, str(directory / WEIGHTS_FILE), metadata={"format": "pt"})
     (directory / CONFIG_FILE).write_text(text + "\n")
+    write_model_card(directory, model.config, sum(t.numel() for t in model.parameters()), document["extra"])
     return directory
 
 

@@ -1,0 +1,44 @@
+"""Looking inside a ViT: the paper's Figure 6 (Attention Rollout) and Figure 7 (embedding filters,
+position-embedding similarity, mean attention distance), as functions and as one report."""
+
+from .distance import attention_distance, patch_distances
+from .filters import EmbeddingFilters, embedding_filters, filters_as_images
+from .plots import plot_attention_distance, plot_attention_maps, plot_filters, plot_position_similarity
+from .posemb import position_embedding_table, position_similarity
+from .report import ReportFigure, write_report
+from .rollout import (
+    AttentionMaps,
+    attention_maps,
+    attention_rollout,
+    masked_image,
+    output_token_map,
+    upsample_map,
+)
+from .run import ANALYSES, AnalysisResult, analyze, display_images, parse_what
+
+__all__ = [
+    "ANALYSES",
+    "AnalysisResult",
+    "AttentionMaps",
+    "EmbeddingFilters",
+    "ReportFigure",
+    "analyze",
+    "attention_distance",
+    "attention_maps",
+    "attention_rollout",
+    "display_images",
+    "embedding_filters",
+    "filters_as_images",
+    "masked_image",
+    "output_token_map",
+    "parse_what",
+    "patch_distances",
+    "plot_attention_distance",
+    "plot_attention_maps",
+    "plot_filters",
+    "plot_position_similarity",
+    "position_embedding_table",
+    "position_similarity",
+    "upsample_map",
+    "write_report",
+]

@@ -1,0 +1,222 @@
+"""All the analyses of one model on a set of images: figures, their numbers as JSON, an HTML page.
+
+    model.eval()
+    result = analyze(model, images, "analysis/")   # images: (B, C, H, W), normalised for the model
+
+The attention maps and the mean attention distance come from `forward_with_attention`, the same
+pass that yields the predictions printed under each image.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .distance import attention_distance, patch_distances
+from .filters import embedding_filters, filters_as_images
+from .plots import plot_attention_distance, plot_attention_maps, plot_filters, plot_position_similarity
+from .posemb import position_embedding_table, position_similarity
+from .report import ReportFigure, write_report
+from .rollout import attention_maps, resolve_layer_head, upsample_map
+
+ANALYSES = ("rollout", "distance", "posemb", "filters")
+DISPLAY_SIZE = 224  # small inputs are enlarged to this many pixels on the short side for the figures
+
+
+@dataclass
+class AnalysisResult:
+    figures: list[ReportFigure] = field(default_factory=list)
+    numbers: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    json_path: Path | None = None
+    html_path: Path | None = None
+
+
+def parse_what(what: str | Iterable[str]) -> tuple[str, ...]:
+    """"all", "rollout,distance" or a list -> the analyses to run, in the order of ANALYSES."""
+    names = [w.strip() for w in (what.split(",") if isinstance(what, str) else what) if w.strip()]
+    if "all" in names:
+        return ANALYSES
+    unknown = sorted(set(names) - set(ANALYSES))
+    if unknown or not names:
+        raise ValueError(
+            f"unknown analysis {', '.join(unknown) or '(none)'}; choose all or some of {', '.join(ANALYSES)}"
+        )
+    return tuple(a for a in ANALYSES if a in names)
+
+
+def display_images(images: torch.Tensor, mean: Iterable[float], std: Iterable[float]) -> torch.Tensor:
+    """Undo the input normalisation: (B, C, H, W) -> (B, H, W, 3) in [0, 1], enlarged for display."""
+    mean_t = torch.tensor(list(mean), dtype=torch.float32).view(1, -1, 1, 1)
+    std_t = torch.tensor(list(std), dtype=torch.float32).view(1, -1, 1, 1)
+    pixels = images.detach().float().cpu() * std_t + mean_t
+    if pixels.shape[1] != 3:
+        pixels = pixels.mean(dim=1, keepdim=True).expand(-1, 3, -1, -1)
+    scale = max(1, math.ceil(DISPLAY_SIZE / min(pixels.shape[-2:])))
+    if scale > 1:
+        pixels = F.interpolate(pixels, scale_factor=scale, mode="bilinear", align_corners=False)
+    return pixels.clamp(0.0, 1.0).permute(0, 2, 3, 1)
+
+
+def _captions(logits: torch.Tensor, config) -> list[str] | None:
+    """"pred 7 (93%)" per image; none for a model without a classifier (its logits are features)."""
+    if config.num_classes < 2:
+        return None
+    probs = logits.float().softmax(dim=-1)
+    top = probs.max(dim=-1)
+    names = config.class_names or [str(k) for k in range(config.num_classes)]
+    return [f"pred {names[int(k)]} ({float(p):.0%})" for p, k in zip(top.values, top.indices)]
+
+
+def _rounded(values: torch.Tensor | np.ndarray, digits: int = 5) -> list:
+    return np.round(np.asarray(values, dtype=np.float64), digits).tolist()
+
+
+@torch.no_grad()
+def analyze(
+    model: nn.Module,
+    images: torch.Tensor,
+    out_dir: str | Path,
+    what: str | Iterable[str] = "all",
+    layer: int = -1,
+    head: int | None = None,
+    show: int = 6,
+    batch_size: int = 16,
+) -> AnalysisResult:
+    """Run the chosen analyses, write their PNGs, analysis.json and report.html into `out_dir`.
+
+    images: (B, C, H, W), normalised as the model expects. Every image counts towards the mean
+    attention distance (the paper averages 128); the first `show` are drawn with their maps.
+    """
+    chosen = parse_what(what)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    config = model.config
+    result = AnalysisResult()
+    result.numbers["model"] = {
+        "name": config.name, "pool": config.pool, "pos_embed": config.pos_embed,
+        "patch_size": config.patch_size, "depth": config.depth, "num_heads": config.num_heads,
+    }
+    if "rollout" in chosen or "distance" in chosen:
+        _attention_analyses(model, images, out, chosen, layer, head, show, batch_size, result)
+    if "posemb" in chosen:
+        _position_analysis(model, out, explicit=chosen != ANALYSES, result=result)
+    if "filters" in chosen:
+        _filter_analysis(model, out, result)
+    result.json_path = out / "analysis.json"
+    result.json_path.write_text(json.dumps(result.numbers, indent=1))
+    title = f"vitlab analysis of {config.name or 'a ViT'} (P={config.patch_size}, {config.depth} layers)"
+    result.html_path = write_report(out / "report.html", title, result.figures, result.numbers, result.notes)
+    return result
+
+
+def _attention_analyses(
+    model: nn.Module, images: torch.Tensor, out: Path, chosen: tuple[str, ...],
+    layer: int, head: int | None, show: int, batch_size: int, result: AnalysisResult,
+) -> None:
+    if len(images) == 0:
+        raise ValueError("attention analyses need at least one image, got none")
+    config = model.config
+    device = next(model.parameters()).device
+    grid = (images.shape[-2] // config.patch_size, images.shape[-1] // config.patch_size)
+    count = min(show, len(images))
+    distances, logits, rollout, raw = [], [], [], []
+    for start in range(0, len(images), batch_size):
+        maps = attention_maps(model, images[start : start + batch_size].to(device), layer, head)
+        distances.append(attention_distance(maps.attentions, grid, config.patch_size, config.num_prefix_tokens).cpu())
+        logits.append(maps.logits.cpu())
+        rollout.append(maps.rollout.cpu())
+        raw.append(maps.raw.cpu())
+        del maps  # the attention of every layer is large: keep only what is drawn
+        if "distance" not in chosen and start + batch_size >= count:
+            break  # the maps alone need only the images that are drawn
+    chosen_layer, chosen_head = resolve_layer_head(config.depth, config.num_heads, layer, head)
+    if "rollout" in chosen:
+        logits = torch.cat(logits)[:count]
+        rollout = torch.cat(rollout)[:count]
+        raw = torch.cat(raw)[:count]
+        pictures = display_images(images[:count], config.preprocessing.mean, config.preprocessing.std)
+        size = tuple(pictures.shape[1:3])
+        captions = _captions(logits, config)
+        head_name = "mean over heads" if chosen_head is None else f"head {chosen_head + 1}"
+        layer_name = f"layer {chosen_layer + 1} of {config.depth}, {head_name}"
+        result.figures.append(ReportFigure(
+            "Attention Rollout (Fig. 6)",
+            plot_attention_maps(pictures.numpy(), upsample_map(rollout, size).numpy(), out / "rollout.png",
+                                "Attention Rollout to the output token", captions),
+            "Attention averaged over heads, identity added for the residual, rows renormalised, "
+            "multiplied through all layers; the row of the token the classifier reads, upsampled.",
+        ))
+        result.figures.append(ReportFigure(
+            f"Raw attention, {layer_name}",
+            plot_attention_maps(pictures.numpy(), upsample_map(raw, size).numpy(), out / "raw_attention.png",
+                                f"Raw attention of the output token, {layer_name}", captions),
+            "The attention weights of one layer (and head) from the token the classifier reads.",
+        ))
+        result.numbers["rollout"] = {"grid": list(grid), "maps": _rounded(rollout)}
+        result.numbers["raw_attention"] = {
+            "layer_index": chosen_layer, "head_index": chosen_head, "grid": list(grid), "maps": _rounded(raw),
+        }
+        result.numbers["predictions"] = captions
+    if "distance" in chosen:
+        per_image = torch.cat(distances)  # (images, layers, heads)
+        mean = per_image.mean(dim=0)
+        uniform = float(patch_distances(grid, config.patch_size).mean())
+        result.figures.append(ReportFigure(
+            "Mean attention distance (Fig. 7 right)",
+            plot_attention_distance(mean.numpy(), out / "attention_distance.png", tuple(images.shape[-2:]), uniform),
+            f"Distance between query and attended patches weighted by attention, averaged over "
+            f"{len(per_image)} images; one dot per head. Dashed: a head attending uniformly.",
+        ))
+        result.numbers["mean_attention_distance"] = {
+            "pixels": _rounded(mean, 3),
+            "std_over_images": _rounded(per_image.std(dim=0, unbiased=False), 3),
+            "uniform_attention_pixels": round(uniform, 3),
+            "images": len(per_image),
+        }
+
+
+def _position_analysis(model: nn.Module, out: Path, explicit: bool, result: AnalysisResult) -> None:
+    try:
+        table, grid = position_embedding_table(model)
+    except ValueError as error:
+        if explicit:
+            raise
+        result.notes.append(f"Position-embedding similarity skipped: {error}")
+        return
+    similarity = position_similarity(table, grid)
+    result.figures.append(ReportFigure(
+        "Position embedding similarity (Fig. 7 centre)",
+        plot_position_similarity(similarity.numpy(), out / "posemb_similarity.png"),
+        "Tile (row, column) shows the cosine similarity of that patch's position embedding with all others.",
+    ))
+    result.numbers["position_similarity"] = {
+        "grid": list(grid), "matrix": _rounded(similarity.reshape(table.shape[0], -1), 4),
+    }
+
+
+def _filter_analysis(model: nn.Module, out: Path, result: AnalysisResult) -> None:
+    proj = getattr(model.patch_embed, "proj", None)
+    if not isinstance(proj, nn.Conv2d):
+        raise ValueError("embedding filters need a linear patch embedding (patch_embed.proj); this model has none")
+    filters = embedding_filters(proj.weight)
+    ratio = filters.explained_variance_ratio
+    result.figures.append(ReportFigure(
+        "Embedding filters (Fig. 7 left)",
+        plot_filters(filters_as_images(filters.components), out / "embedding_filters.png", ratio),
+        f"The first {len(ratio)} principal components of the {proj.weight.shape[0]} patch-embedding "
+        f"filters, each stretched to its own range.",
+    ))
+    result.numbers["embedding_filters"] = {
+        "explained_variance_ratio": _rounded(ratio),
+        "components": _rounded(filters.components.reshape(len(ratio), -1)),
+    }

@@ -1,0 +1,205 @@
+"""The side-by-side benchmark: vitlab and its peers on the same cases, in the same run.
+
+For each case every implementation is built at the same size, run in each of its modes (warm-up
+first, which is also where torch.compile compiles), then all contenders are timed in interleaved
+rounds. Each implementation is reported in its best mode (highest median images/s), with the peak
+memory of one step in that mode and its model FLOPs utilisation against this machine's GEMM peak.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from vitlab.model import config_for
+
+from .flops import model_flops
+from .implementations import IMPLEMENTATIONS, build
+from .machine import describe, gemm_peak, load_average
+from .memory import step_peak_bytes
+from .steps import DTYPES, Case, Mode, make_step
+from .timing import interleaved, time_once
+
+log = logging.getLogger("vitlab")
+
+ALL_MODES = ("eager", "compile", "eager+bf16w", "compile+bf16w", "fast")
+
+
+@dataclass(frozen=True)
+class CaseSpec:
+    """A case and the implementations that run it (all of them when empty)."""
+
+    case: Case
+    implementations: tuple[str, ...] = ()
+
+    @classmethod
+    def parse(cls, text: str, image_size: int = 224, batch: int = 32) -> CaseSpec:
+        """VARIANT:TASK:DTYPE[:BATCH[:IMPL,IMPL...]], e.g. "S/16:infer:bf16" or "B/16:train:bf16:8:vitlab,timm"."""
+        parts = text.split(":")
+        if not 3 <= len(parts) <= 5:
+            raise ValueError(f"case {text!r} is not VARIANT:TASK:DTYPE[:BATCH[:IMPLS]] (e.g. 'Ti/16:infer:bf16')")
+        if len(parts) > 3 and not parts[3].isdigit():
+            raise ValueError(f"batch {parts[3]!r} in case {text!r} is not a positive integer")
+        config_for(parts[0])  # names a bad variant now rather than mid-run
+        implementations = tuple(name for name in parts[4].split(",") if name) if len(parts) > 4 else ()
+        for name in implementations:
+            if name not in IMPLEMENTATIONS:
+                raise ValueError(f"unknown implementation {name!r} in case {text!r}; choose from {', '.join(IMPLEMENTATIONS)}")
+        case = Case(parts[0], image_size, int(parts[3]) if len(parts) > 3 else batch, parts[2], parts[1])
+        return cls(case, implementations)
+
+
+@dataclass
+class BenchConfig:
+    cases: list[CaseSpec]
+    implementations: tuple[str, ...] = tuple(IMPLEMENTATIONS)
+    modes: tuple[str, ...] = ALL_MODES
+    rounds: int = 5
+    warmup: int = 2
+    device: str = "cpu"
+    memory: bool = True
+    gemm_sizes: tuple[int, ...] = (1024, 2048)
+
+    def __post_init__(self) -> None:
+        for name in self.implementations:
+            if name not in IMPLEMENTATIONS:
+                raise ValueError(f"unknown implementation {name!r}; choose from {', '.join(IMPLEMENTATIONS)}")
+        for name in self.modes:
+            Mode.parse(name)
+        if self.rounds < 1 or self.warmup < 1:
+            raise ValueError(f"rounds ({self.rounds}) and warmup ({self.warmup}) must be at least 1")
+
+
+@dataclass
+class Contender:
+    implementation: str
+    mode: str
+    setup_s: float  # build + warm-up (+ compilation)
+    seconds: list[float] = field(default_factory=list)  # per step, one per round
+    images_per_s: float = 0.0  # batch / median seconds
+    error: str | None = None
+
+
+@dataclass
+class Row:
+    """One implementation in its best mode."""
+
+    implementation: str
+    mode: str
+    images_per_s: float
+    modes: dict[str, float]  # images/s of every mode tried
+    peak_memory_mib: float | None
+    mfu: float | None
+
+
+@dataclass
+class CaseResult:
+    case: Case
+    flops_per_image: int
+    rows: list[Row]
+    contenders: list[Contender]
+    load_average: list[float] | None
+
+    def row(self, implementation: str) -> Row | None:
+        return next((row for row in self.rows if row.implementation == implementation), None)
+
+    @property
+    def best_peer(self) -> Row | None:
+        peers = [row for row in self.rows if row.implementation != "vitlab"]
+        return max(peers, key=lambda row: row.images_per_s) if peers else None
+
+    def ratio(self, peer: str | None = None) -> float | None:
+        """vitlab's images/s over the best peer's (or over `peer`'s)."""
+        mine = self.row("vitlab")
+        other = self.row(peer) if peer else self.best_peer
+        if mine is None or other is None:
+            return None
+        return mine.images_per_s / other.images_per_s
+
+
+def prepare(case: Case, implementation: str, mode: Mode, warmup: int, device: torch.device):
+    """Build, compile and warm up one contender; (step, Contender)."""
+    start = time.perf_counter()
+    torch.manual_seed(0)
+    model_config = config_for(case.variant, image_size=case.image_size)
+    try:
+        model = build(implementation, model_config)
+        step = make_step(model, case, mode, device, model_config.num_classes)
+        for _ in range(warmup):
+            time_once(step, device)
+    except Exception as error:  # a peer that cannot run a mode (e.g. fails to compile) is reported, not fatal
+        log.warning("  %s %s failed: %s", implementation, mode.name, str(error).splitlines()[0] if str(error) else error)
+        return None, Contender(implementation, mode.name, time.perf_counter() - start, error=repr(error)[:300])
+    return step, Contender(implementation, mode.name, time.perf_counter() - start)
+
+
+def run_case(spec: CaseSpec, config: BenchConfig, device: torch.device, peak: dict[str, float]) -> CaseResult:
+    case = spec.case
+    implementations = [name for name in spec.implementations or config.implementations if name in config.implementations]
+    log.info("%s: %s", case.label, ", ".join(implementations))
+    steps, contenders = {}, {}
+    for implementation in implementations:
+        for mode in map(Mode.parse, config.modes):
+            if not mode.applies_to(case, implementation):
+                continue
+            step, contender = prepare(case, implementation, mode, config.warmup, device)
+            key = f"{implementation} {mode.name}"
+            contenders[key] = contender
+            if step is not None:
+                steps[key] = step
+                log.info("  ready %-24s in %5.1f s", key, contender.setup_s)
+    for key, seconds in interleaved(steps, config.rounds, device).items():
+        contenders[key].seconds = seconds
+        contenders[key].images_per_s = case.batch / statistics.median(seconds)
+
+    flops = model_flops(config_for(case.variant, image_size=case.image_size), train=case.task == "train")
+    rows = []
+    for implementation in implementations:
+        tried = {c.mode: c.images_per_s for c in contenders.values() if c.implementation == implementation and not c.error}
+        if not tried:
+            continue
+        best = max(tried, key=tried.get)
+        memory = None
+        if config.memory:
+            memory = step_peak_bytes(steps[f"{implementation} {best}"], device) / 2**20
+        rows.append(Row(implementation, best, tried[best], tried, memory, flops * tried[best] / peak[case.dtype]))
+    result = CaseResult(case, flops, rows, list(contenders.values()), load_average())
+    for row in rows:
+        log.info("  %-12s %-14s %8.1f images/s", row.implementation, row.mode, row.images_per_s)
+    if result.ratio() is not None:
+        log.info("  vitlab / best peer (%s): %.2fx", result.best_peer.implementation, result.ratio())
+    return result
+
+
+def run_bench(config: BenchConfig) -> dict:
+    """Run every case; the results as a JSON-ready dict."""
+    device = torch.device(config.device)
+    machine = describe(device)
+    log.info("GEMM peak on %s ...", machine["cpu"] if device.type == "cpu" else machine.get("gpu"))
+    peak = {name: gemm_peak(dtype, device, config.gemm_sizes) for name, dtype in DTYPES.items()}
+    log.info("  " + ", ".join(f"{name} {value / 1e9:.0f} GFLOP/s" for name, value in peak.items()))
+    results = [run_case(spec, config, device, peak) for spec in config.cases]
+    return {
+        "machine": machine,
+        "gemm_peak_flops": peak,
+        "config": {**asdict(config), "cases": [asdict(spec) for spec in config.cases]},
+        "cases": [case_to_dict(result) for result in results],
+    }
+
+
+def case_to_dict(result: CaseResult) -> dict:
+    best_peer = result.best_peer
+    return {
+        **asdict(result.case),
+        "flops_per_image": result.flops_per_image,
+        "load_average": result.load_average,
+        "rows": [asdict(row) for row in result.rows],
+        "contenders": [asdict(contender) for contender in result.contenders],
+        "best_peer": best_peer.implementation if best_peer else None,
+        "vitlab_over_best_peer": result.ratio(),
+        "vitlab_over_timm": result.ratio("timm"),
+    }

@@ -1,0 +1,103 @@
+"""The implementations compared, each built at the same size from vitlab's variant table.
+
+Every builder takes a vitlab ViTConfig (sizes, resolution, classes) and returns a module that maps
+images (B, C, H, W) to logits (B, classes), with freshly initialised weights: throughput does not
+depend on the values, and nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Callable
+
+import torch
+from torch import nn
+
+from vitlab.model import ViTConfig, VisionTransformer
+
+
+class LogitsOnly(nn.Module):
+    """Hugging Face models return an output object; the benchmark wants the logits tensor."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self.model(pixel_values=images).logits
+
+
+def square_size(config: ViTConfig) -> int:
+    height, width = config.image_size
+    if height != width:
+        raise ValueError(f"the peers take square images only, got {height}x{width}")
+    return height
+
+
+def build_vitlab(config: ViTConfig) -> nn.Module:
+    return VisionTransformer(config)
+
+
+def build_timm(config: ViTConfig) -> nn.Module:
+    from timm.models.vision_transformer import VisionTransformer as TimmViT
+
+    return TimmViT(
+        img_size=config.image_size,
+        patch_size=config.patch_size,
+        in_chans=config.in_channels,
+        num_classes=config.num_classes,
+        embed_dim=config.dim,
+        depth=config.depth,
+        num_heads=config.num_heads,
+        mlp_ratio=config.mlp_dim / config.dim,
+    )
+
+
+def build_transformers(config: ViTConfig, attn_implementation: str) -> nn.Module:
+    from transformers import ViTConfig as HFViTConfig
+    from transformers import ViTForImageClassification
+
+    hf_config = HFViTConfig(
+        hidden_size=config.dim,
+        num_hidden_layers=config.depth,
+        num_attention_heads=config.num_heads,
+        intermediate_size=config.mlp_dim,
+        image_size=square_size(config),
+        patch_size=config.patch_size,
+        num_channels=config.in_channels,
+        num_labels=config.num_classes,
+        layer_norm_eps=config.norm_eps,
+        attn_implementation=attn_implementation,
+    )
+    return LogitsOnly(ViTForImageClassification(hf_config))
+
+
+def build_torchvision(config: ViTConfig) -> nn.Module:
+    from torchvision.models.vision_transformer import VisionTransformer as TorchvisionViT
+
+    if config.in_channels != 3:
+        raise ValueError(f"torchvision's ViT takes 3 input channels, got {config.in_channels}")
+    return TorchvisionViT(
+        image_size=square_size(config),
+        patch_size=config.patch_size,
+        num_layers=config.depth,
+        num_heads=config.num_heads,
+        hidden_dim=config.dim,
+        mlp_dim=config.mlp_dim,
+        num_classes=config.num_classes,
+    )
+
+
+IMPLEMENTATIONS: dict[str, Callable[[ViTConfig], nn.Module]] = {
+    "vitlab": build_vitlab,
+    "timm": build_timm,
+    "hf-eager": partial(build_transformers, attn_implementation="eager"),
+    "hf-sdpa": partial(build_transformers, attn_implementation="sdpa"),
+    "torchvision": build_torchvision,
+}
+
+
+def build(name: str, config: ViTConfig) -> nn.Module:
+    if name not in IMPLEMENTATIONS:
+        raise ValueError(f"unknown implementation {name!r}; choose from {', '.join(IMPLEMENTATIONS)}")
+    return IMPLEMENTATIONS[name](config)

@@ -1,0 +1,128 @@
+"""One benchmark step for any implementation: an inference batch or a training step.
+
+A Case fixes what is measured (variant, resolution, batch, dtype, task); a Mode says how one
+implementation runs it:
+- eager or compiled (torch.compile with default settings);
+- for bf16 inference, either autocast over fp32 weights or the weights cast to bf16 ("bf16w");
+- "fast": vitlab's own inference path, vitlab.optimize_for_inference.
+Training is always bf16 autocast over fp32 weights (mixed precision) or plain fp32: forward,
+cross-entropy, backward, AdamW step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+TASKS = ("infer", "train")
+
+
+@dataclass(frozen=True)
+class Case:
+    variant: str
+    image_size: int
+    batch: int
+    dtype: str  # fp32 | bf16
+    task: str  # infer | train
+
+    def __post_init__(self) -> None:
+        if self.dtype not in DTYPES:
+            raise ValueError(f"unknown dtype {self.dtype!r} in case {self.label}; choose one of {', '.join(DTYPES)}")
+        if self.task not in TASKS:
+            raise ValueError(f"unknown task {self.task!r} in case {self.label}; choose one of {', '.join(TASKS)}")
+        if self.batch <= 0 or self.image_size <= 0:
+            raise ValueError(f"batch and image size must be positive in case {self.label}")
+
+    @property
+    def label(self) -> str:
+        return f"{self.variant}@{self.image_size} {self.task} {self.dtype} batch {self.batch}"
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return DTYPES[self.dtype]
+
+
+@dataclass(frozen=True)
+class Mode:
+    compiled: bool = False
+    bf16_weights: bool = False  # bf16 inference with the weights cast, instead of autocast
+    fast: bool = False  # vitlab.optimize_for_inference
+
+    @property
+    def name(self) -> str:
+        if self.fast:
+            return "fast"
+        name = "compile" if self.compiled else "eager"
+        return name + ("+bf16w" if self.bf16_weights else "")
+
+    @classmethod
+    def parse(cls, name: str) -> Mode:
+        for mode in (cls(fast=True), *(cls(c, w) for c in (False, True) for w in (False, True))):
+            if mode.name == name:
+                return mode
+        raise ValueError(f"unknown mode {name!r}; choose from eager, compile, eager+bf16w, compile+bf16w, fast")
+
+    def applies_to(self, case: Case, implementation: str) -> bool:
+        if self.fast:
+            return implementation == "vitlab" and case.task == "infer"
+        if self.bf16_weights:
+            return case.task == "infer" and case.dtype == "bf16"
+        return True
+
+
+def inference_step(
+    model: nn.Module, images: torch.Tensor, dtype: torch.dtype, mode: Mode
+) -> Callable[[], torch.Tensor]:
+    model.eval()
+    if mode.fast:
+        from vitlab.model.fast import optimize_for_inference
+
+        fast = optimize_for_inference(model, dtype=dtype)
+        return lambda: fast(images)
+    if mode.bf16_weights:
+        model.to(dtype)
+        images = images.to(dtype)
+    network = torch.compile(model) if mode.compiled else model
+    autocast = dtype != torch.float32 and not mode.bf16_weights
+
+    def step() -> torch.Tensor:
+        with torch.inference_mode(), torch.autocast(images.device.type, dtype, enabled=autocast):
+            return network(images)
+
+    return step
+
+
+def training_step(
+    model: nn.Module, images: torch.Tensor, dtype: torch.dtype, mode: Mode, num_classes: int
+) -> Callable[[], torch.Tensor]:
+    model.train()
+    labels = torch.randint(num_classes, (images.shape[0],), device=images.device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
+    network = torch.compile(model) if mode.compiled else model
+
+    def step() -> torch.Tensor:
+        with torch.autocast(images.device.type, dtype, enabled=dtype != torch.float32):
+            loss = F.cross_entropy(network(images), labels)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    return step
+
+
+def make_step(
+    model: nn.Module, case: Case, mode: Mode, device: torch.device, num_classes: int
+) -> Callable[[], torch.Tensor]:
+    """A callable that runs one step of `case` on `model` (moved to `device`) in `mode`."""
+    model.to(device)
+    generator = torch.Generator().manual_seed(0)
+    images = torch.randn(case.batch, 3, case.image_size, case.image_size, generator=generator).to(device)
+    if case.task == "infer":
+        return inference_step(model, images, case.torch_dtype, mode)
+    return training_step(model, images, case.torch_dtype, mode, num_classes)

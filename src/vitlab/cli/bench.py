@@ -1,0 +1,65 @@
+"""`vitlab bench`: vitlab against timm, transformers and torchvision, side by side."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    from vitlab.bench.harness import ALL_MODES
+    from vitlab.bench.implementations import IMPLEMENTATIONS
+    from vitlab.bench.presets import PRESETS
+
+    parser = subparsers.add_parser(
+        "bench",
+        help="throughput, memory and MFU of vitlab and its peers on the same cases",
+        description="Each case is VARIANT:TASK:DTYPE[:BATCH[:IMPL,IMPL...]], e.g. Ti/16:infer:bf16 or "
+        "B/16:train:bf16:8:vitlab,timm; TASK is infer or train, DTYPE fp32 or bf16.",
+    )
+    parser.add_argument("cases", nargs="*", metavar="CASE", help="cases to run (default: the --preset)")
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="standard", help="named set of cases")
+    parser.add_argument("--image-size", type=int, default=224, help="resolution of the CASEs (default 224)")
+    parser.add_argument("--batch", type=int, default=32, help="batch of CASEs that name none (default 32)")
+    parser.add_argument("--impls", default=",".join(IMPLEMENTATIONS), help="comma-separated implementations")
+    parser.add_argument("--modes", default=",".join(ALL_MODES), help="comma-separated modes to try")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved timed rounds (default 5)")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed steps per contender (default 2)")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
+    parser.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's choice)")
+    parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory step")
+    parser.add_argument("--out", default="build/bench", help="folder for bench.json and bench.md")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from vitlab.bench import BenchConfig, CaseSpec, PRESETS, run_bench, write
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    specs = (
+        [CaseSpec.parse(text, args.image_size, args.batch) for text in args.cases]
+        if args.cases
+        else PRESETS[args.preset]()
+    )
+    config = BenchConfig(
+        cases=specs,
+        implementations=tuple(name for name in args.impls.split(",") if name),
+        modes=tuple(name for name in args.modes.split(",") if name),
+        rounds=args.rounds,
+        warmup=args.warmup,
+        device=args.device,
+        memory=not args.no_memory,
+    )
+    results = run_bench(config)
+    json_path, md_path = write(results, args.out)
+    for case in results["cases"]:
+        ratio = case["vitlab_over_best_peer"]
+        if ratio is not None:
+            print(
+                f"{case['variant']}@{case['image_size']} {case['task']} {case['dtype']}: "
+                f"vitlab / best peer ({case['best_peer']}) = {ratio:.2f}x"
+            )
+    print(f"wrote {json_path} and {md_path}")
+    return 0

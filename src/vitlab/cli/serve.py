@@ -1,0 +1,42 @@
+"""`vitlab serve`: the web demo and JSON endpoint for a checkpoint."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "serve",
+        help="web page (upload -> top-5 + attention rollout) and POST /predict JSON endpoint",
+        description="Serve a checkpoint: a Gradio page at / and POST /predict (image bytes in, "
+        '{"top": [{"label", "prob"}, ...]} out). Binds to 127.0.0.1 unless --host says otherwise.',
+    )
+    parser.add_argument("--ckpt", required=True, help="anything vitlab.load reads: folder, file, MODEL:TAG, hf://ORG/NAME")
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, this machine only)")
+    parser.add_argument("--port", type=int, default=7860)
+    parser.add_argument("--max-upload-mb", type=float, help="largest upload accepted (default 10)")
+    parser.add_argument("--max-megapixels", type=float, help="largest image, width x height, decoded (default 40)")
+    parser.add_argument("--title", help="page title (default: the model's name)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from vitlab.serve import ImageClassifier, Limits
+    from vitlab.serve.app import serve
+    from vitlab.weights import load
+
+    if not 0 < args.port < 65536:
+        raise ValueError(f"--port must be in 1..65535, got {args.port}")
+    limits = Limits()
+    if args.max_upload_mb is not None:
+        limits = dataclasses.replace(limits, max_bytes=int(args.max_upload_mb * 2**20))
+    if args.max_megapixels is not None:
+        limits = dataclasses.replace(limits, max_pixels=int(args.max_megapixels * 1e6))
+    if limits.max_bytes <= 0 or limits.max_pixels <= 0:
+        raise ValueError("--max-upload-mb and --max-megapixels must be positive")
+    model = load(args.ckpt)
+    title = args.title or f"vitlab: {model.config.name or args.ckpt}"
+    serve(ImageClassifier(model, limits), title, host=args.host, port=args.port)
+    return 0

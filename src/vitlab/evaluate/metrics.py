@@ -1,0 +1,62 @@
+"""Top-k accuracy, and evaluating a classifier over a data loader."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def topk_correct(logits: torch.Tensor, labels: torch.Tensor, ks: Sequence[int] = (1, 5)) -> list[int]:
+    """How many of the (B, K) logits have the true label among their top k, for each k.
+
+    k larger than the number of classes counts every sample as correct.
+    """
+    top = logits.topk(min(max(ks), logits.shape[1]), dim=1).indices  # (B, kmax)
+    hits = top.eq(labels[:, None])  # (B, kmax)
+    return [int(hits[:, :k].any(dim=1).sum()) for k in ks]
+
+
+@dataclass
+class Evaluation:
+    top1: float
+    top5: float
+    loss: float
+    count: int
+
+    def to_dict(self) -> dict[str, float | int]:
+        return asdict(self)
+
+
+@torch.no_grad()
+def evaluate(
+    model: nn.Module,
+    loader: Iterable[tuple[torch.Tensor, torch.Tensor]],
+    *,
+    device: torch.device | str | None = None,
+    autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+) -> Evaluation:
+    """Top-1 / top-5 accuracy and mean cross-entropy of `model` over `loader` of (images, labels)."""
+    device = torch.device(device) if device is not None else next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    correct1 = correct5 = count = 0
+    loss_sum = 0.0
+    try:
+        for images, labels in loader:
+            images, labels = images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
+            with autocast():
+                logits = model(images)
+            logits = logits.float()
+            loss_sum += float(F.cross_entropy(logits, labels, reduction="sum"))
+            hits1, hits5 = topk_correct(logits, labels, (1, 5))
+            correct1, correct5, count = correct1 + hits1, correct5 + hits5, count + len(labels)
+    finally:
+        model.train(was_training)
+    if count == 0:
+        raise ValueError("evaluation data is empty")
+    return Evaluation(top1=correct1 / count, top5=correct5 / count, loss=loss_sum / count, count=count)

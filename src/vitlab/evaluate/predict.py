@@ -1,0 +1,60 @@
+"""Class probabilities for single images, preprocessed as the model's config says."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+from PIL import Image
+from torchvision.transforms import v2
+
+from vitlab.data import build_transforms
+from vitlab.model import ViTConfig
+
+
+def eval_transform(config: ViTConfig) -> v2.Compose:
+    """Resize + centre crop to the model's image size, normalised with its stored mean/std."""
+    pre = config.preprocessing
+    return build_transforms(config.image_size, mean=pre.mean, std=pre.std, train=False,
+                            interpolation=pre.interpolation, crop_pct=pre.crop_pct)
+
+
+@dataclass
+class Prediction:
+    """The top classes of one image, most probable first: (label, probability) pairs."""
+
+    top: list[tuple[str, float]]
+
+    @property
+    def label(self) -> str:
+        return self.top[0][0]
+
+
+@torch.no_grad()
+def predict_images(
+    model: torch.nn.Module,
+    images: Sequence[Image.Image],
+    *,
+    topk: int = 5,
+    batch_size: int = 64,
+    autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+) -> list[Prediction]:
+    """Top-k predictions of a vitlab classifier for RGB PIL images."""
+    config: ViTConfig = model.config
+    if topk < 1:
+        raise ValueError(f"topk must be >= 1, got {topk}")
+    names = config.class_names or [str(i) for i in range(config.num_classes)]
+    transform = eval_transform(config)
+    device = next(model.parameters()).device
+    model.eval()
+    predictions: list[Prediction] = []
+    for start in range(0, len(images), batch_size):
+        batch = torch.stack([transform(image) for image in images[start:start + batch_size]]).to(device)
+        with autocast():
+            probabilities = model(batch).float().softmax(dim=1)  # (B, K)
+        values, indices = probabilities.topk(min(topk, probabilities.shape[1]), dim=1)
+        for row_values, row_indices in zip(values.tolist(), indices.tolist()):
+            predictions.append(Prediction([(names[i], p) for i, p in zip(row_indices, row_values)]))
+    return predictions

@@ -1,0 +1,121 @@
+"""From uploaded bytes to the top-5 classes and an Attention Rollout overlay, within limits.
+
+An upload is refused before decoding when it is larger than `max_bytes` or its header declares
+more than `max_pixels`; anything that does not decode is a BadImageError whose message names the
+reason. The image is prepared as evaluation prepares it (resize, centre crop, the checkpoint's
+mean/std), and the overlay comes from the same forward pass as the probabilities.
+"""
+
+from __future__ import annotations
+
+import io
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from matplotlib import colormaps
+from PIL import Image
+
+from vitlab.analysis import attention_maps, display_images, upsample_map
+from vitlab.data import BadImageError, build_transforms, read_image
+from vitlab.data.images import FORMATS
+from vitlab.model import VisionTransformer
+
+TOP_K = 5
+HEAT_ALPHA = 0.5  # how strongly the rollout colours the image
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_bytes: int = 10 * 1024 * 1024  # 10 MiB: any photo; far below what strains memory
+    max_pixels: int = 40_000_000  # e.g. 8000 x 5000; decoding allocates 3 bytes per pixel
+
+
+@dataclass
+class Prediction:
+    top: list[tuple[str, float]]  # (label, probability), most likely first
+    model_input: Image.Image | None = None  # the resized, cropped image the model saw (enlarged)
+    overlay: Image.Image | None = None  # the same with the rollout as a heat map
+
+    def as_json(self) -> dict:
+        return {"top": [{"label": label, "prob": round(prob, 6)} for label, prob in self.top]}
+
+
+def declared_size(data: bytes) -> tuple[int, int] | None:
+    """(width, height) from the image header, without decoding; None when PIL cannot tell
+    (read_image then says why the upload is unusable)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with Image.open(io.BytesIO(data), formats=FORMATS) as image:
+                return image.size
+    except Exception:  # unidentified, truncated header, decompression bomb: all reported by read_image
+        return None
+
+
+def heat_overlay(image: np.ndarray, heat: np.ndarray) -> np.ndarray:
+    """image (H, W, 3) and heat (H, W), both in [0, 1] -> the image tinted by a jet colour map."""
+    colours = colormaps["jet"](heat)[..., :3]
+    return (1.0 - HEAT_ALPHA) * image + HEAT_ALPHA * colours
+
+
+def to_pil(pixels: np.ndarray | torch.Tensor) -> Image.Image:
+    array = np.asarray(pixels, dtype=np.float32)
+    return Image.fromarray((np.clip(array, 0.0, 1.0) * 255.0 + 0.5).astype(np.uint8))
+
+
+class ImageClassifier:
+    """A loaded ViT behind a bytes-in, labels-out interface."""
+
+    def __init__(self, model: VisionTransformer, limits: Limits = Limits()) -> None:
+        self.model = model.eval()
+        self.limits = limits
+        config = model.config
+        pre = config.preprocessing
+        self.transform = build_transforms(
+            config.image_size, mean=pre.mean, std=pre.std, train=False,
+            interpolation=pre.interpolation, crop_pct=pre.crop_pct,
+        )
+        self.top_k = min(TOP_K, config.num_classes)
+        if self.top_k < 1:
+            raise ValueError(f"{config.name or 'model'}: has no classifier head (num_classes=0); nothing to serve")
+
+    def label(self, index: int) -> str:
+        names = self.model.config.class_names
+        return names[index] if names else f"class {index}"
+
+    def check_size(self, num_bytes: int, name: str = "upload") -> None:
+        if num_bytes > self.limits.max_bytes:
+            raise BadImageError(
+                name, f"{num_bytes / 2**20:.1f} MiB is above the upload limit of {self.limits.max_bytes / 2**20:.0f} MiB"
+            )
+
+    def decode(self, data: bytes, name: str = "upload") -> Image.Image:
+        """The upload as an RGB image, or BadImageError naming why not."""
+        limits = self.limits
+        self.check_size(len(data), name)
+        size = declared_size(data)
+        if size is not None and size[0] * size[1] > limits.max_pixels:
+            raise BadImageError(
+                name, f"{size[0]} x {size[1]} pixels is above the limit of {limits.max_pixels / 1e6:.0f} megapixels"
+            )
+        return read_image(data, name=name)
+
+    @torch.no_grad()
+    def classify(self, data: bytes, name: str = "upload", with_overlay: bool = True) -> Prediction:
+        images = self.transform(self.decode(data, name))[None]  # (1, C, H, W)
+        if with_overlay:
+            maps = attention_maps(self.model, images)
+            logits = maps.logits
+        else:
+            logits = self.model(images)
+        probs = logits.float().softmax(dim=-1)[0]
+        values, indices = probs.topk(self.top_k)
+        top = [(self.label(int(i)), float(p)) for p, i in zip(values, indices)]
+        if not with_overlay:
+            return Prediction(top)
+        pre = self.model.config.preprocessing
+        shown = display_images(images, pre.mean, pre.std)[0].numpy()  # (H', W', 3) in [0, 1]
+        heat = upsample_map(maps.rollout, shown.shape[:2])[0].numpy()
+        return Prediction(top, model_input=to_pil(shown), overlay=to_pil(heat_overlay(shown, heat)))

@@ -1,0 +1,109 @@
+"""Callbacks: how a Trainer reports. The Trainer calls them; they never change what is learned.
+
+Built in: ProgressBar (tqdm with loss, lr, images/s and ETA on a terminal; log lines otherwise) and
+MetricsFile (DIR/metrics.jsonl, one JSON line per evaluation). Subclass Callback for your own.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tqdm.auto import tqdm
+
+if TYPE_CHECKING:
+    from .trainer import Trainer
+
+log = logging.getLogger("vitlab")
+
+METRICS_FILE = "metrics.jsonl"
+
+
+class Callback:
+    """Hooks called by Trainer.fit; each receives the trainer (its step, config, model, ...)."""
+
+    def on_train_start(self, trainer: Trainer) -> None: ...
+
+    def on_step_end(self, trainer: Trainer, loss: float) -> None: ...
+
+    def on_evaluate(self, trainer: Trainer, row: dict[str, Any]) -> None: ...
+
+    def on_checkpoint(self, trainer: Trainer, path: Path) -> None: ...
+
+    def on_train_end(self, trainer: Trainer, summary: dict[str, Any] | None) -> None:
+        """Called once as fit returns; summary is None when the run stopped early (signal, error)."""
+
+
+class ProgressBar(Callback):
+    """A tqdm bar over optimiser steps when stderr is a terminal, else a log line every run.log_every steps."""
+
+    def __init__(self, interactive: bool | None = None) -> None:
+        self.interactive = sys.stderr.isatty() if interactive is None else interactive
+        self.bar: tqdm | None = None
+        self.start_time = 0.0
+        self.start_step = 0
+
+    def on_train_start(self, trainer: Trainer) -> None:
+        self.start_time, self.start_step = time.perf_counter(), trainer.step
+        if self.interactive:
+            self.bar = tqdm(total=trainer.total_steps, initial=trainer.step, desc="train", unit="step",
+                            dynamic_ncols=True, file=sys.stderr)
+
+    def on_step_end(self, trainer: Trainer, loss: float) -> None:
+        stats = {"loss": f"{loss:.4f}", "lr": f"{trainer.lr:.2e}", "img/s": f"{trainer.images_per_second:.0f}"}
+        if self.bar is not None:
+            self.bar.set_postfix(stats, refresh=False)
+            self.bar.update(1)
+        elif trainer.step % trainer.config.run.log_every == 0 or trainer.step == trainer.total_steps:
+            done = trainer.step - self.start_step
+            elapsed = time.perf_counter() - self.start_time
+            eta = elapsed / max(done, 1) * (trainer.total_steps - trainer.step)
+            log.info("step %d/%d  loss %s  lr %s  %s img/s  eta %s", trainer.step, trainer.total_steps,
+                     stats["loss"], stats["lr"], stats["img/s"], timedelta(seconds=round(eta)))
+
+    def on_evaluate(self, trainer: Trainer, row: dict[str, Any]) -> None:
+        message = (f"step {row['step']} epoch {row['epoch']:.2f}: val top-1 {row['val_top1']:.4f}  "
+                   f"top-5 {row['val_top5']:.4f}  train loss {row['loss']:.4f}")
+        if self.bar is not None:
+            self.bar.write(message, file=sys.stderr)
+        else:
+            log.info("%s", message)
+
+    def on_train_end(self, trainer: Trainer, summary: dict[str, Any] | None) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+class MetricsFile(Callback):
+    """Appends each evaluation to DIR/metrics.jsonl; on resume, drops lines after the checkpoint's step
+    (the interrupted run may have evaluated past its last checkpoint)."""
+
+    def __init__(self, out: str | Path) -> None:
+        self.path = Path(out) / METRICS_FILE
+
+    def on_train_start(self, trainer: Trainer) -> None:
+        kept = [row for row in read_metrics(self.path) if row["step"] <= trainer.step] if trainer.step else []
+        self.path.write_text("".join(json.dumps(row) + "\n" for row in kept))
+
+    def on_evaluate(self, trainer: Trainer, row: dict[str, Any]) -> None:
+        with self.path.open("a") as file:
+            file.write(json.dumps(row) + "\n")
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    path = Path(path)
+    if not path.is_file():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:  # a line cut short by a crash
+            continue
+    return rows

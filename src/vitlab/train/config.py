@@ -1,0 +1,370 @@
+"""The run configuration: one typed dataclass per part of a run, grouped in TrainConfig.
+
+A recipe (recipes.py) builds a TrainConfig; a YAML file (`--config`) and single fields
+(`--set optim.lr=0.01`) change it; the resolved result is written to DIR/run.yaml, which `--config`
+reads back to repeat the run. Every value is checked against its field's type and range, and a
+bad one is reported in one line naming the key, the value and where it came from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Union
+
+import yaml
+
+from vitlab.model.config import ConfigError, Pooling, PositionEmbeddingKind
+
+Interpolation = Literal["bilinear", "bicubic", "nearest"]
+
+
+@dataclass
+class ModelSpec:
+    """What to train: a variant of the size table, or a checkpoint to fine-tune (`init`).
+
+    Architecture fields left at None keep the variant's (or the checkpoint's) value.
+    """
+
+    variant: str = "Ti/16"
+    init: str | None = None  # anything vitlab.load accepts; fine-tuning starts from it
+    image_size: int | tuple[int, int] | None = None  # None: the variant's 224 or the checkpoint's size
+    dim: int | None = None
+    depth: int | None = None
+    num_heads: int | None = None
+    mlp_dim: int | None = None
+    head_dim: int | None = None
+    pool: Pooling | None = None
+    pos_embed: PositionEmbeddingKind | None = None
+    representation_size: int | None = None
+    head_hidden: tuple[int, ...] | None = None
+    mlp_out_act: bool | None = None
+    # Regularisation (Appendix B.1); these keep a checkpoint's shapes, so fine-tuning may set them.
+    dropout: float | None = None
+    attn_dropout: float | None = None
+    drop_path: float | None = None
+    head_dropout: float | None = None
+
+    REGULARISATION: typing.ClassVar[tuple[str, ...]] = ("dropout", "attn_dropout", "drop_path", "head_dropout")
+
+    def options(self) -> dict[str, Any]:
+        """The ViTConfig fields this spec sets (everything but variant, init and image_size)."""
+        skip = ("variant", "init", "image_size")
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if f.name not in skip and getattr(self, f.name) is not None}
+
+
+@dataclass
+class DataSpec:
+    """Where the images come from, how they are batched, and the evaluation preprocessing that is
+    stored with the model (None: the checkpoint's, or vitlab's default for a new model)."""
+
+    source: str = "digits"
+    batch_size: int = 128  # images per optimiser step, split over optim.grad_accum micro-batches
+    eval_batch_size: int | None = None  # None: twice the micro-batch
+    val_fraction: float = 0.2  # held out when the source has no validation split
+    workers: int = 0
+    download: bool = False
+    max_bad_fraction: float = 0.01
+    mean: tuple[float, float, float] | None = None
+    std: tuple[float, float, float] | None = None
+    crop_pct: float | None = None
+    interpolation: Interpolation | None = None
+
+
+@dataclass
+class AugmentSpec:
+    """Training-time augmentation and the loss's label treatment."""
+
+    crop_scale: tuple[float, float] = (0.05, 1.0)  # inception crop area range (vit_jax's default)
+    crop_ratio: tuple[float, float] = (3 / 4, 4 / 3)
+    hflip: bool = True
+    randaugment: tuple[int, int] | None = None  # (number of ops, magnitude), e.g. (2, 10)
+    rotation: float = 0.0  # degrees either way
+    zoom: float = 0.0  # scale factor range 1 +- zoom
+    mixup: float = 0.0  # Beta(alpha, alpha); 0 turns it off
+    cutmix: float = 0.0
+    label_smoothing: float = 0.0
+
+
+@dataclass
+class OptimSpec:
+    name: Literal["sgd", "adam", "adamw"] = "adamw"
+    lr: float = 1e-3
+    weight_decay: float = 0.0  # never on norms, biases, tokens or position embeddings
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    momentum: float = 0.9  # SGD only
+    grad_clip: float | None = 1.0  # global gradient norm
+    grad_accum: int = 1
+    ema_decay: float | None = None  # Polyak / EMA averaging of the weights; evaluated and saved if set
+
+
+@dataclass
+class ScheduleSpec:
+    """Length of the run and the learning-rate schedule: linear warm-up, then decay."""
+
+    epochs: int | None = None
+    steps: int | None = None  # optimiser steps; exactly one of epochs / steps
+    warmup_steps: int = 0
+    warmup_epochs: float = 0.0
+    decay: Literal["cosine", "linear", "constant"] = "cosine"
+    end_lr_ratio: float = 0.0  # final learning rate as a fraction of the peak
+
+
+@dataclass
+class RunSpec:
+    """How the run executes; none of this changes what is learned except seed and precision."""
+
+    out: str | None = None
+    seed: int = 0
+    device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
+    precision: Literal["auto", "bf16", "fp16", "fp32"] = "auto"
+    eval_every: int | None = None  # steps; None: at the end of every epoch
+    log_every: int = 50  # steps between log lines when stderr is not a terminal
+    ckpt_every_steps: int | None = None  # besides every evaluation and the end of the run
+    ckpt_every_minutes: float | None = None
+    keep_ckpts: int = 3
+    resume: bool = False
+    compile: bool = False
+    grad_checkpointing: bool = False
+
+
+@dataclass
+class TrainConfig:
+    recipe: str = "custom"
+    model: ModelSpec = field(default_factory=ModelSpec)
+    data: DataSpec = field(default_factory=DataSpec)
+    augment: AugmentSpec = field(default_factory=AugmentSpec)
+    optim: OptimSpec = field(default_factory=OptimSpec)
+    schedule: ScheduleSpec = field(default_factory=ScheduleSpec)
+    run: RunSpec = field(default_factory=RunSpec)
+
+    def validate(self) -> "TrainConfig":
+        """Raise ConfigError naming the first out-of-range value; returns self."""
+        for key, ok, requirement in _range_checks(self):
+            if not ok:
+                raise ConfigError(f"{key}={_show(lookup(self, key))}: {requirement}")
+        return self
+
+    @property
+    def micro_batch_size(self) -> int:
+        return self.data.batch_size // self.optim.grad_accum
+
+    def to_dict(self) -> dict[str, Any]:
+        return _plain(dataclasses.asdict(self))
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+
+SECTIONS: dict[str, type] = {name: hint for name, hint in typing.get_type_hints(TrainConfig).items() if name != "recipe"}
+
+# Setting one of a pair to a value clears the other: --steps replaces a recipe's epochs.
+EXCLUSIVE = {
+    "schedule.steps": "schedule.epochs",
+    "schedule.epochs": "schedule.steps",
+    "schedule.warmup_steps": "schedule.warmup_epochs",
+    "schedule.warmup_epochs": "schedule.warmup_steps",
+}
+
+
+def _range_checks(config: TrainConfig) -> list[tuple[str, bool, str]]:
+    d, a, o, s, r = config.data, config.augment, config.optim, config.schedule, config.run
+    positive = "must be > 0"
+    fraction = "must be in [0, 1)"
+    return [
+        ("data.source", bool(d.source.strip()), "must name a data source"),
+        ("data.batch_size", d.batch_size > 0, positive),
+        ("data.eval_batch_size", d.eval_batch_size is None or d.eval_batch_size > 0, positive),
+        ("data.val_fraction", 0.0 < d.val_fraction < 1.0, "must be in (0, 1)"),
+        ("data.workers", d.workers >= 0, "must be >= 0"),
+        ("data.max_bad_fraction", 0.0 <= d.max_bad_fraction < 1.0, fraction),
+        ("data.std", d.std is None or min(d.std) > 0, "must be positive"),
+        ("data.crop_pct", d.crop_pct is None or 0.0 < d.crop_pct <= 1.0, "must be in (0, 1]"),
+        ("augment.crop_scale", 0.0 < a.crop_scale[0] <= a.crop_scale[1] <= 1.0, "must satisfy 0 < min <= max <= 1"),
+        ("augment.crop_ratio", 0.0 < a.crop_ratio[0] <= a.crop_ratio[1], "must satisfy 0 < min <= max"),
+        ("augment.randaugment", a.randaugment is None or (a.randaugment[0] > 0 and 0 <= a.randaugment[1] <= 30),
+         "must be (ops > 0, magnitude in 0..30)"),
+        ("augment.rotation", 0.0 <= a.rotation <= 180.0, "must be in [0, 180] degrees"),
+        ("augment.zoom", 0.0 <= a.zoom < 1.0, fraction),
+        ("augment.mixup", a.mixup >= 0.0, "must be >= 0"),
+        ("augment.cutmix", a.cutmix >= 0.0, "must be >= 0"),
+        ("augment.label_smoothing", 0.0 <= a.label_smoothing < 1.0, fraction),
+        ("optim.lr", o.lr > 0.0, positive),
+        ("optim.weight_decay", o.weight_decay >= 0.0, "must be >= 0"),
+        ("optim.betas", all(0.0 <= b < 1.0 for b in o.betas), "must both be in [0, 1)"),
+        ("optim.eps", o.eps > 0.0, positive),
+        ("optim.momentum", 0.0 <= o.momentum < 1.0, fraction),
+        ("optim.grad_clip", o.grad_clip is None or o.grad_clip > 0.0, "must be > 0 or null"),
+        ("optim.grad_accum", o.grad_accum >= 1, "must be >= 1"),
+        ("optim.grad_accum", d.batch_size % o.grad_accum == 0,
+         f"must divide data.batch_size={d.batch_size} into equal micro-batches"),
+        ("optim.ema_decay", o.ema_decay is None or 0.0 < o.ema_decay < 1.0, "must be in (0, 1) or null"),
+        ("schedule.steps", (s.steps is None) != (s.epochs is None), "set exactly one of schedule.steps and schedule.epochs"),
+        ("schedule.steps", s.steps is None or s.steps > 0, positive),
+        ("schedule.epochs", s.epochs is None or s.epochs > 0, positive),
+        ("schedule.warmup_steps", s.warmup_steps >= 0, "must be >= 0"),
+        ("schedule.warmup_epochs", s.warmup_epochs >= 0.0, "must be >= 0"),
+        ("schedule.warmup_steps", s.warmup_steps == 0 or s.warmup_epochs == 0.0,
+         "set schedule.warmup_steps or schedule.warmup_epochs, not both"),
+        ("schedule.end_lr_ratio", 0.0 <= s.end_lr_ratio <= 1.0, "must be in [0, 1]"),
+        ("run.eval_every", r.eval_every is None or r.eval_every > 0, positive),
+        ("run.log_every", r.log_every > 0, positive),
+        ("run.ckpt_every_steps", r.ckpt_every_steps is None or r.ckpt_every_steps > 0, positive),
+        ("run.ckpt_every_minutes", r.ckpt_every_minutes is None or r.ckpt_every_minutes > 0, positive),
+        ("run.keep_ckpts", r.keep_ckpts >= 1, "must be >= 1"),
+    ]
+
+
+# -- reading values: YAML files and --set key=value ------------------------------------------------
+def lookup(config: TrainConfig, key: str) -> Any:
+    section, _, name = key.partition(".")
+    return getattr(getattr(config, section), name) if name else getattr(config, section)
+
+
+def set_value(config: TrainConfig, key: str, value: Any, origin: str) -> None:
+    """Set `section.field` to `value` after checking it against the field's type."""
+    section_name, dot, name = key.partition(".")
+    if section_name not in SECTIONS or not dot:
+        if key in ("recipe",):
+            raise ConfigError(f"{origin}: the recipe is chosen with --recipe or a top-level 'recipe:' key")
+        hint = _suggest(key)
+        raise ConfigError(f"{origin}: unknown key {key!r}; keys are SECTION.FIELD with SECTION one of "
+                          f"{', '.join(SECTIONS)}{hint}")
+    section = getattr(config, section_name)
+    hints = typing.get_type_hints(type(section))
+    if name not in {f.name for f in dataclasses.fields(section)}:
+        known = ", ".join(f.name for f in dataclasses.fields(section))
+        raise ConfigError(f"{origin}: unknown key {key!r}; {section_name} has {known}")
+    setattr(section, name, coerce(value, hints[name], f"{origin}: {key}"))
+    other = EXCLUSIVE.get(key)
+    if other is not None and getattr(section, name) not in (None, 0, 0.0):
+        other_section, _, other_name = other.partition(".")
+        default = getattr(type(getattr(config, other_section))(), other_name)
+        setattr(getattr(config, other_section), other_name, None if default is None else type(default)(0))
+
+
+def apply_mapping(config: TrainConfig, mapping: Any, origin: str) -> TrainConfig:
+    """Apply a nested {section: {field: value}} mapping (a YAML file's content) to `config`."""
+    if mapping is None:
+        return config
+    if not isinstance(mapping, dict):
+        raise ConfigError(f"{origin}: expected a mapping of sections ({', '.join(SECTIONS)}), got {_show(mapping)}")
+    for section_name, values in mapping.items():
+        if section_name == "recipe":
+            continue
+        if section_name in SECTIONS and not isinstance(values, dict):
+            raise ConfigError(f"{origin}: section {section_name!r} must be a mapping of fields, got {_show(values)}")
+        for name, value in (values.items() if isinstance(values, dict) else [("", values)]):
+            set_value(config, f"{section_name}.{name}" if name else str(section_name), value, origin)
+    return config
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    try:
+        content = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise FileNotFoundError(f"config file {str(path)!r} does not exist") from None
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{path}: not valid YAML ({error})".replace("\n", " ")) from None
+    if content is not None and not isinstance(content, dict):
+        raise ConfigError(f"{path}: expected a mapping of sections, got {_show(content)}")
+    return content or {}
+
+
+def parse_assignment(text: str) -> tuple[str, Any]:
+    """"optim.lr=1e-3" -> ("optim.lr", 0.001); the value is read as YAML (numbers, lists, null)."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"--set {text!r}: expected KEY=VALUE, e.g. optim.lr=0.001")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return key.strip(), value
+
+
+# -- type checking ----------------------------------------------------------------------------------
+def coerce(value: Any, annotation: Any, where: str) -> Any:
+    """`value` as the type `annotation` describes, or ConfigError naming `where`."""
+    origin = typing.get_origin(annotation)
+    if origin in (Union, types.UnionType):
+        options = typing.get_args(annotation)
+        if value is None and type(None) in options:
+            return None
+        for option in options:
+            if option is type(None):
+                continue
+            try:
+                return coerce(value, option, where)
+            except ConfigError:
+                continue
+    elif origin is Literal:
+        if value in typing.get_args(annotation):
+            return value
+    elif origin is tuple:
+        args = typing.get_args(annotation)
+        if isinstance(value, (list, tuple)):
+            if len(args) == 2 and args[1] is Ellipsis:
+                return tuple(coerce(item, args[0], where) for item in value)
+            if len(value) == len(args):
+                return tuple(coerce(item, arg, where) for item, arg in zip(value, args))
+    elif annotation is bool:
+        if isinstance(value, bool):
+            return value
+    elif annotation is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
+            return int(value)
+    elif annotation is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):  # YAML 1.1 reads "1e-3" as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
+    elif annotation is str:
+        if isinstance(value, str):
+            return value
+    else:
+        raise TypeError(f"unsupported config annotation {annotation!r}")
+    raise ConfigError(f"{where}: expected {describe(annotation)}, got {_show(value)}")
+
+
+def describe(annotation: Any) -> str:
+    origin = typing.get_origin(annotation)
+    if origin in (Union, types.UnionType):
+        return " or ".join("null" if a is type(None) else describe(a) for a in typing.get_args(annotation))
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in typing.get_args(annotation))
+    if origin is tuple:
+        args = typing.get_args(annotation)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return f"a list of {describe(args[0])}"
+        return f"a list of {len(args)} ({', '.join(describe(a) for a in args)})"
+    return {bool: "true/false", int: "an integer", float: "a number", str: "a string"}.get(annotation, str(annotation))
+
+
+def _show(value: Any) -> str:
+    return f"{type(value).__name__} {value!r}" if not isinstance(value, (int, float)) or isinstance(value, bool) else repr(value)
+
+
+def _suggest(key: str) -> str:
+    matches = [f"{section}.{key}" for section, cls in SECTIONS.items() if key in {f.name for f in dataclasses.fields(cls)}]
+    return f" (did you mean {' or '.join(matches)}?)" if matches else ""
+
+
+def _plain(value: Any) -> Any:
+    """Tuples to lists, recursively, so that YAML and JSON hold plain values."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value

@@ -1,0 +1,113 @@
+"""Data for the trainer: transforms from the run config, and loaders whose order can be resumed.
+
+Exact resume needs the data order and every random augmentation to be reproducible from a saved
+position. The order of epoch e is a permutation seeded by (seed, e), and the sampler can start
+part-way through it. Each sample's augmentation is seeded by (seed, e, index), so it does not depend
+on which worker decodes it, how many workers there are, or what was drawn before: a resumed run sees
+the same images as an uninterrupted one, and no worker's generator needs saving.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+
+import torch
+from torch.utils.data import BatchSampler, DataLoader, Dataset, Sampler
+from torchvision.transforms import v2
+
+from vitlab.data import build_transforms
+from vitlab.model import Preprocessing
+
+from .config import AugmentSpec
+
+
+def train_transform(image_size: tuple[int, int], preprocessing: Preprocessing, augment: AugmentSpec) -> v2.Compose:
+    """Random crop + flip (+ RandAugment), and the Keras example's rotation/zoom when asked."""
+    transform = build_transforms(
+        image_size, mean=preprocessing.mean, std=preprocessing.std, train=True,
+        interpolation=preprocessing.interpolation, scale=augment.crop_scale, ratio=augment.crop_ratio,
+        hflip=augment.hflip, randaugment=augment.randaugment,
+    )
+    if augment.rotation or augment.zoom:
+        zoom = (1.0 - augment.zoom, 1.0 + augment.zoom)
+        transform = v2.Compose([v2.RandomAffine(degrees=augment.rotation, scale=zoom), transform])
+    return transform
+
+
+def mix(*numbers: int) -> int:
+    """A 63-bit seed from a few integers (splitmix64-style), so nearby inputs give unrelated seeds."""
+    value = 0x9E3779B97F4A7C15
+    for number in numbers:
+        value = (value ^ (number & 0xFFFFFFFFFFFFFFFF)) * 0xBF58476D1CE4E5B9 & 0xFFFFFFFFFFFFFFFF
+        value ^= value >> 31
+    return value & 0x7FFFFFFFFFFFFFFF
+
+
+class EpochSampler(Sampler[tuple[int, int]]):
+    """Yields (epoch, index): the epoch's seeded permutation, from position `start` on."""
+
+    def __init__(self, size: int, seed: int) -> None:
+        self.size = size
+        self.seed = seed
+        self.epoch = 0
+        self.start = 0
+
+    def set_epoch(self, epoch: int, start: int = 0) -> None:
+        self.epoch, self.start = epoch, start
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        generator = torch.Generator().manual_seed(mix(self.seed, self.epoch))
+        order = torch.randperm(self.size, generator=generator)[self.start:]
+        return iter([(self.epoch, int(index)) for index in order])
+
+    def __len__(self) -> int:
+        return self.size - self.start
+
+
+class SeededSamples(Dataset):
+    """`samples[(epoch, index)]` is `dataset[index]` with torch's generator seeded by (seed, epoch,
+    index) for the duration of the call (the caller's generator state is left untouched)."""
+
+    def __init__(self, dataset: Dataset, seed: int) -> None:
+        self.dataset = dataset
+        self.seed = seed
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, key: tuple[int, int]):
+        epoch, index = key
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(mix(self.seed, epoch, index))
+            return self.dataset[index]
+
+
+def _leave_signals_to_main_process(worker_id: int) -> None:
+    """Ctrl-C reaches every process of the terminal's group; the trainer (main process) answers it by
+    finishing the step and writing a checkpoint, which needs its workers alive until then."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+def _loader_options(workers: int, pin_memory: bool) -> dict:
+    return dict(
+        num_workers=workers,
+        worker_init_fn=_leave_signals_to_main_process if workers else None,
+        pin_memory=pin_memory,
+        persistent_workers=workers > 0,
+        # The loader draws its workers' base seed from this, not from the global generator, so that
+        # creating a loader (e.g. for an evaluation) never shifts the training's random stream.
+        generator=torch.Generator().manual_seed(0),
+    )
+
+
+def train_loader(dataset: Dataset, micro_batch: int, seed: int, workers: int, pin_memory: bool) -> DataLoader:
+    """Micro-batches of the training split in the resumable seeded order (last partial batch dropped)."""
+    sampler = EpochSampler(len(dataset), seed)
+    batches = BatchSampler(sampler, micro_batch, drop_last=True)
+    return DataLoader(SeededSamples(dataset, seed), batch_sampler=batches, **_loader_options(workers, pin_memory))
+
+
+def eval_loader(dataset: Dataset, batch_size: int, workers: int, pin_memory: bool = False) -> DataLoader:
+    return DataLoader(dataset, batch_size=batch_size, shuffle=False, **_loader_options(workers, pin_memory))

@@ -1,0 +1,89 @@
+"""Optimisers and learning-rate schedules.
+
+Parameter groups follow the reference code: weight decay applies to the weight matrices only,
+never to norms, biases, the class token or position embeddings (`model.no_weight_decay()`).
+The schedule is a linear warm-up to the peak learning rate, then linear or cosine decay (or none).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from .config import OptimSpec, ScheduleSpec
+
+
+def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+    """Two groups: decayed weight matrices, and everything `model.no_weight_decay()` names."""
+    if hasattr(model, "no_weight_decay"):
+        skip = set(model.no_weight_decay())
+    else:  # any module: vectors (norms, biases) take no decay
+        skip = {name for name, param in model.named_parameters() if param.dim() <= 1}
+    decay, no_decay = [], []
+    for name, param in model.named_parameters():
+        if param.requires_grad:
+            (no_decay if name in skip else decay).append(param)
+    groups = [
+        {"params": decay, "weight_decay": weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+    return [group for group in groups if group["params"]]
+
+
+def build_optimizer(model: nn.Module, spec: OptimSpec) -> torch.optim.Optimizer:
+    groups = param_groups(model, spec.weight_decay)
+    if spec.name == "sgd":
+        return torch.optim.SGD(groups, lr=spec.lr, momentum=spec.momentum)
+    if spec.name == "adam":  # weight decay added to the gradient (L2)
+        return torch.optim.Adam(groups, lr=spec.lr, betas=spec.betas, eps=spec.eps)
+    # Decoupled weight decay scaled by the learning rate: the paper's (Flax) Adam and Keras' AdamW.
+    return torch.optim.AdamW(groups, lr=spec.lr, betas=spec.betas, eps=spec.eps)
+
+
+@dataclass
+class WarmupDecay:
+    """Learning-rate factor after `step` optimiser steps: linear warm-up, then decay to `end_ratio`.
+
+    A plain dataclass (not a lambda) so that LambdaLR's state_dict records its fields.
+    """
+
+    total_steps: int
+    warmup_steps: int = 0
+    decay: str = "cosine"
+    end_ratio: float = 0.0
+
+    def __call__(self, step: int) -> float:
+        if step < self.warmup_steps:
+            return (step + 1) / self.warmup_steps  # the first step already moves the weights
+        if self.decay == "constant":
+            return 1.0
+        span = max(self.total_steps - self.warmup_steps, 1)
+        progress = min((step - self.warmup_steps) / span, 1.0)
+        if self.decay == "linear":
+            shape = 1.0 - progress
+        else:
+            shape = 0.5 * (1.0 + math.cos(math.pi * progress))
+        return self.end_ratio + (1.0 - self.end_ratio) * shape
+
+
+def warmup_steps(spec: ScheduleSpec, steps_per_epoch: int) -> int:
+    return spec.warmup_steps or round(spec.warmup_epochs * steps_per_epoch)
+
+
+def total_steps(spec: ScheduleSpec, steps_per_epoch: int) -> int:
+    return spec.steps if spec.steps is not None else spec.epochs * steps_per_epoch
+
+
+def build_schedule(
+    optimizer: torch.optim.Optimizer, spec: ScheduleSpec, steps_per_epoch: int
+) -> torch.optim.lr_scheduler.LambdaLR:
+    factor = WarmupDecay(
+        total_steps=total_steps(spec, steps_per_epoch),
+        warmup_steps=warmup_steps(spec, steps_per_epoch),
+        decay=spec.decay,
+        end_ratio=spec.end_lr_ratio,
+    )
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)

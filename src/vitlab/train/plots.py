@@ -1,0 +1,43 @@
+"""The training-curve figure: loss and learning rate, and validation accuracy, against the step."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+PLOT_FILE = "training_curve.png"
+
+
+def plot_training_curve(rows: Sequence[dict[str, Any]], path: str | Path, title: str = "") -> Path:
+    """Write a PNG of metrics.jsonl rows (Agg canvas: no display, no global backend switch)."""
+    path = Path(path)
+    steps = [row["step"] for row in rows]
+    figure = Figure(figsize=(10, 4), layout="constrained")
+    FigureCanvasAgg(figure)
+    loss_axes, accuracy_axes = figure.subplots(1, 2)
+
+    loss_axes.plot(steps, [row["loss"] for row in rows], marker="o", color="tab:blue", label="train loss")
+    loss_axes.set_xlabel("step")
+    loss_axes.set_ylabel("train loss", color="tab:blue")
+    lr_axes = loss_axes.twinx()
+    lr_axes.plot(steps, [row["lr"] for row in rows], color="tab:gray", linestyle="--", label="learning rate")
+    lr_axes.set_ylabel("learning rate", color="tab:gray")
+    lr_axes.ticklabel_format(axis="y", style="sci", scilimits=(-2, 2))
+
+    for key, label in (("val_top1", "val top-1"), ("val_top5", "val top-5")):
+        accuracy_axes.plot(steps, [100 * row[key] for row in rows], marker="o", label=label)
+    accuracy_axes.set_xlabel("step")
+    accuracy_axes.set_ylabel("accuracy (%)")
+    accuracy_axes.grid(alpha=0.3)
+    accuracy_axes.legend(loc="lower right")
+    if rows:
+        best = max(rows, key=lambda row: row["val_top1"])
+        accuracy_axes.set_title(f"best val top-1 {100 * best['val_top1']:.2f}% at step {best['step']}")
+    if title:
+        figure.suptitle(title)
+    figure.savefig(path, dpi=100)
+    return path

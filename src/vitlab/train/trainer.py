@@ -1,0 +1,450 @@
+"""The Trainer: from a TrainConfig to a model folder, one optimiser step at a time.
+
+    trainer = Trainer(get_recipe("demo"))      # builds data, model, optimiser; resumes if asked
+    result = trainer.fit()                      # trains, evaluates, checkpoints, writes DIR
+
+DIR at the end holds the model (config.json with class names and preprocessing, model.safetensors,
+loadable with vitlab.load), run.yaml (the resolved config), metrics.jsonl, summary.json,
+training_curve.png and checkpoints/. The trainer knows nothing of argument parsing.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import random
+import signal
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
+from torchvision.transforms import v2
+
+from vitlab.data import load_datasets
+from vitlab.evaluate import evaluate
+from vitlab.evaluate.predict import eval_transform
+from vitlab.model import ConfigError, Preprocessing, ViTConfig, VisionTransformer, config_for
+from vitlab.weights import load, save_pretrained
+
+from . import checkpoint as ckpt
+from .callbacks import METRICS_FILE, Callback, MetricsFile, ProgressBar, read_metrics
+from .config import TrainConfig, apply_mapping
+from .loader import eval_loader, train_loader, train_transform
+from .optim import build_optimizer, build_schedule, total_steps
+from .plots import PLOT_FILE, plot_training_curve
+from .precision import resolve_device, resolve_precision
+from .recipes import get_recipe
+
+log = logging.getLogger("vitlab")
+
+RUN_FILE = "run.yaml"
+SUMMARY_FILE = "summary.json"
+
+# Settings a resumed run may change: they decide how the run executes, not what it learns.
+RESUMABLE_CHANGES = {
+    "run.out", "run.device", "run.precision", "run.eval_every", "run.log_every", "run.ckpt_every_steps",
+    "run.ckpt_every_minutes", "run.keep_ckpts", "run.resume", "run.compile", "run.grad_checkpointing",
+    "data.workers", "data.eval_batch_size", "data.download",
+}
+
+
+class Interrupted(Exception):
+    """SIGINT or SIGTERM stopped the run after a checkpoint was written."""
+
+    def __init__(self, signal_name: str, step: int, checkpoint: Path) -> None:
+        super().__init__(f"{signal_name} at step {step}; checkpoint {checkpoint}")
+        self.signal_name, self.step, self.checkpoint = signal_name, step, checkpoint
+
+
+@dataclass
+class TrainResult:
+    out: Path
+    summary: dict[str, Any]
+    model: VisionTransformer
+
+
+class Trainer:
+    def __init__(self, config: TrainConfig, callbacks: Sequence[Callback] = ()) -> None:
+        self.config = config.validate()
+        if not config.run.out:
+            raise ConfigError("run.out: the output folder (--out) is required")
+        self.out = Path(config.run.out)
+        self.callbacks: list[Callback] = [ProgressBar(), MetricsFile(self.out), *callbacks]
+        resume_state = self._read_resume_checkpoint()
+        seed_everything(config.run.seed)
+        self.device = resolve_device(config.run.device)
+        self.precision = resolve_precision(config.run.precision, self.device)
+
+        self.model, splits = self._build_model_and_data()
+        self.class_names = splits.class_names
+        micro = config.micro_batch_size
+        self.steps_per_epoch = len(splits.train) // config.data.batch_size
+        if self.steps_per_epoch == 0:
+            raise ConfigError(f"data.batch_size={config.data.batch_size} is larger than the {len(splits.train)} "
+                              f"training images of {config.data.source!r}; lower --batch-size")
+        self.total_steps = total_steps(config.schedule, self.steps_per_epoch)
+        pin = self.device.type == "cuda"
+        self.train_loader = train_loader(splits.train, micro, config.run.seed, config.data.workers, pin)
+        self.val_loader = eval_loader(splits.val, config.data.eval_batch_size or 2 * micro, config.data.workers, pin)
+        self.mixing = batch_mixing(config.augment.mixup, config.augment.cutmix, len(self.class_names))
+
+        self.model.to(self.device)
+        self.model.set_grad_checkpointing(config.run.grad_checkpointing)
+        self.network = torch.compile(self.model) if config.run.compile else self.model
+        self.optimizer = build_optimizer(self.model, config.optim)
+        self.scheduler = build_schedule(self.optimizer, config.schedule, self.steps_per_epoch)
+        self.scaler = self.precision.grad_scaler()
+        self.ema = (AveragedModel(self.model, multi_avg_fn=get_ema_multi_avg_fn(config.optim.ema_decay),
+                                  use_buffers=True) if config.optim.ema_decay else None)
+
+        # Progress: optimiser steps done, and the position in the data order.
+        self.step = 0
+        self.epoch = 0
+        self.batch_in_epoch = 0  # micro-batches of the current epoch already consumed
+        self.loss_sum, self.loss_count = 0.0, 0  # training loss since the last evaluation
+        self.wall_time_before = 0.0  # seconds spent by earlier sessions of a resumed run
+        self.window_images, self.window_seconds = 0, 0.0
+        self.session_start = time.perf_counter()
+        self.stop_signal: str | None = None
+        self.summary: dict[str, Any] | None = None
+        if resume_state is not None:
+            self.load_state_dict(resume_state)
+            log.info("resuming %s from step %d (epoch %d)", self.out, self.step, self.epoch)
+
+    # -- setup -----------------------------------------------------------------------------------
+    def _read_resume_checkpoint(self) -> dict[str, Any] | None:
+        """The latest checkpoint's state when resuming (checked against this config before any work)."""
+        latest = ckpt.latest_checkpoint(self.out)
+        if latest is None:
+            if self.config.run.resume:
+                log.warning("--resume: %s holds no checkpoint yet; starting from step 0", self.out / ckpt.FOLDER)
+            return None
+        if not self.config.run.resume:
+            raise ConfigError(f"{self.out} already holds a run ({latest}); pass --resume to continue it "
+                              f"or choose another --out")
+        state = ckpt.load_checkpoint(latest)
+        self._check_same_run(state["config"])
+        return state
+
+    def _build_model_and_data(self):
+        config, spec = self.config, self.config.model
+        torch.manual_seed(config.run.seed)  # the initial weights depend on the seed alone
+        if spec.init:
+            model = self._load_init()
+            vit_config = model.config
+        else:
+            vit_config = scratch_config(spec)
+        preprocessing = resolve_preprocessing(vit_config.preprocessing, config)
+        splits = load_datasets(
+            config.data.source,
+            train_transform(vit_config.image_size, preprocessing, config.augment),
+            eval_transform(vit_config.replace(preprocessing=preprocessing)),
+            val_fraction=config.data.val_fraction, seed=config.run.seed, download=config.data.download,
+            max_bad_fraction=config.data.max_bad_fraction,
+        )
+        names = list(splits.class_names)
+        if spec.init:
+            model.reset_classifier(len(names), names)  # paper 3.2: a zero-initialised head for the new classes
+            model.config = model.config.replace(preprocessing=preprocessing)
+        else:
+            torch.manual_seed(config.run.seed)
+            model = VisionTransformer(vit_config.replace(num_classes=len(names), class_names=names,
+                                                         preprocessing=preprocessing))
+        log.info("%s: %d training and %d validation images, %d classes; model %s at %s px, %.2fM parameters",
+                 config.data.source, len(splits.train), len(splits.val), len(names), model.config.name or "ViT",
+                 "x".join(map(str, model.config.image_size)), sum(p.numel() for p in model.parameters()) / 1e6)
+        return model.train(), splits
+
+    def _load_init(self) -> VisionTransformer:
+        spec = self.config.model
+        fixed = sorted(set(spec.options()) - set(spec.REGULARISATION))
+        if fixed:
+            raise ConfigError(f"model.{fixed[0]} cannot change the architecture of model.init={spec.init!r}; "
+                              f"only the image size and {', '.join(spec.REGULARISATION)} can")
+        overrides = {name: value for name, value in spec.options().items()}
+        if spec.image_size is not None:
+            overrides["image_size"] = spec.image_size  # E_pos resampled in 2-D (paper 3.2)
+        return load(spec.init, **overrides)
+
+    # -- one optimiser step ------------------------------------------------------------------------
+    def train_step(self, micro_batches: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> float:
+        """Forward and backward over the micro-batches, then one clipped optimiser step; the mean loss."""
+        self.optimizer.zero_grad(set_to_none=True)
+        smoothing = self.config.augment.label_smoothing
+        mean_loss = 0.0
+        for images, labels in micro_batches:
+            images = images.to(self.device, non_blocking=True)
+            labels = labels.to(self.device, non_blocking=True)
+            if self.mixing is not None:
+                images, labels = self.mixing(images, labels)  # labels become (B, K) mixed one-hots
+            with self.precision.autocast():
+                logits = self.network(images)
+            loss = F.cross_entropy(logits.float(), labels, label_smoothing=smoothing)
+            scaled = loss / len(micro_batches)
+            (self.scaler.scale(scaled) if self.scaler else scaled).backward()
+            mean_loss += loss.item() / len(micro_batches)
+        if self.scaler is not None:
+            self.scaler.unscale_(self.optimizer)
+        if self.config.optim.grad_clip is not None:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.optim.grad_clip)
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self.scheduler.step()
+        if self.ema is not None:
+            self.ema.update_parameters(self.model)
+        return mean_loss
+
+    # -- the loop ----------------------------------------------------------------------------------
+    def fit(self) -> TrainResult:
+        self.out.mkdir(parents=True, exist_ok=True)
+        (self.out / RUN_FILE).write_text(self.config.to_yaml())
+        session_start = time.perf_counter()
+        self.session_start = session_start
+        last_checkpoint_time = session_start
+        accum = self.config.optim.grad_accum
+        micro = self.config.micro_batch_size
+        previous_handlers = self._install_signal_handlers()
+        self.summary = None
+        try:
+            self._call("on_train_start")
+            while self.step < self.total_steps:
+                self.train_loader.batch_sampler.sampler.set_epoch(self.epoch, self.batch_in_epoch * micro)
+                batches = iter(self.train_loader)
+                epoch_ended = False
+                while not epoch_ended and self.step < self.total_steps:
+                    started = time.perf_counter()
+                    loss = self.train_step([next(batches) for _ in range(accum)])
+                    self.window_seconds += time.perf_counter() - started
+                    self.window_images += accum * micro
+                    self.step += 1
+                    self.batch_in_epoch += accum
+                    if self.batch_in_epoch >= self.steps_per_epoch * accum:
+                        self.epoch, self.batch_in_epoch, epoch_ended = self.epoch + 1, 0, True
+                    self.loss_sum, self.loss_count = self.loss_sum + loss, self.loss_count + 1
+                    self._call("on_step_end", loss)
+
+                    evaluated = self._evaluation_due(epoch_ended)
+                    if evaluated:
+                        self.evaluate_and_log()
+                    minutes = self.config.run.ckpt_every_minutes
+                    every = self.config.run.ckpt_every_steps
+                    if (evaluated or self.stop_signal or (every and self.step % every == 0)
+                            or (minutes and time.perf_counter() - last_checkpoint_time >= 60 * minutes)):
+                        path = self.save_checkpoint()
+                        last_checkpoint_time = time.perf_counter()
+                        if self.stop_signal:
+                            raise Interrupted(self.stop_signal, self.step, path)
+            return self._finish()
+        finally:
+            self._restore_signal_handlers(previous_handlers)
+            self._call("on_train_end", self.summary)
+
+    def _evaluation_due(self, epoch_ended: bool) -> bool:
+        every = self.config.run.eval_every
+        return (self.step == self.total_steps or (every is not None and self.step % every == 0)
+                or (every is None and epoch_ended))
+
+    @property
+    def lr(self) -> float:
+        return self.optimizer.param_groups[0]["lr"]
+
+    @property
+    def images_per_second(self) -> float:
+        return self.window_images / self.window_seconds if self.window_seconds else 0.0
+
+    @property
+    def eval_model(self) -> torch.nn.Module:
+        """The averaged weights when EMA is on (they are what gets evaluated and saved)."""
+        return self.ema.module if self.ema is not None else self.model
+
+    def evaluate_and_log(self) -> dict[str, Any]:
+        result = evaluate(self.eval_model, self.val_loader, device=self.device, autocast=self.precision.autocast)
+        row = {
+            "step": self.step,
+            "epoch": round(self.step / self.steps_per_epoch, 4),
+            "loss": self.loss_sum / max(self.loss_count, 1),
+            "lr": self.lr,
+            "val_top1": result.top1,
+            "val_top5": result.top5,
+            "val_loss": result.loss,
+            "images_per_s": round(self.images_per_second, 2),
+            "wall_time_s": round(self.wall_time_s, 2),
+        }
+        self.loss_sum, self.loss_count = 0.0, 0
+        self.window_images, self.window_seconds = 0, 0.0
+        self._call("on_evaluate", row)
+        return row
+
+    @property
+    def wall_time_s(self) -> float:
+        return self.wall_time_before + (time.perf_counter() - self.session_start)
+
+    def _finish(self) -> TrainResult:
+        rows = read_metrics(self.out / METRICS_FILE)
+        if not rows or rows[-1]["step"] != self.step:  # a resumed run that had already finished
+            rows.append(self.evaluate_and_log())
+        final = rows[-1]
+        model = self.eval_model
+        summary = {
+            "val_top1": final["val_top1"],
+            "val_top5": final["val_top5"],
+            "val_loss": final["val_loss"],
+            "steps": self.step,
+            "epochs": round(self.step / self.steps_per_epoch, 4),
+            "wall_time_s": round(self.wall_time_s, 2),
+            "recipe": self.config.recipe,
+            "data": self.config.data.source,
+            "device": self.device.type,
+            "precision": self.precision.name,
+            "ema": self.ema is not None,
+        }
+        save_pretrained(model, self.out, training=summary)
+        (self.out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
+        plot_training_curve(rows, self.out / PLOT_FILE, title=f"{self.config.recipe} on {self.config.data.source}")
+        self.summary = summary
+        return TrainResult(self.out, summary, model)
+
+    # -- checkpoints -------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "epoch": self.epoch,
+            "batch_in_epoch": self.batch_in_epoch,
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "ema": self.ema.state_dict() if self.ema is not None else None,
+            "scaler": self.scaler.state_dict() if self.scaler is not None else None,
+            "rng": ckpt.capture_rng(),
+            "loss_sum": self.loss_sum,
+            "loss_count": self.loss_count,
+            "wall_time_s": self.wall_time_s,
+            "config": self.config.to_dict(),
+            "model_config": self.model.config.to_dict(),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        if self.ema is not None:
+            self.ema.load_state_dict(state["ema"])
+        if self.scaler is not None and state["scaler"] is not None:
+            self.scaler.load_state_dict(state["scaler"])
+        ckpt.restore_rng(state["rng"])
+        self.step, self.epoch, self.batch_in_epoch = state["step"], state["epoch"], state["batch_in_epoch"]
+        self.loss_sum, self.loss_count = state["loss_sum"], state["loss_count"]
+        self.wall_time_before = state["wall_time_s"]
+
+    def _check_same_run(self, saved: Mapping[str, Any]) -> None:
+        current = self.config.to_dict()
+        changed = [
+            f"{section}.{name}: checkpoint {saved_value!r}, now {current[section].get(name)!r}"
+            for section, values in saved.items() if isinstance(values, dict)
+            for name, saved_value in values.items()
+            if f"{section}.{name}" not in RESUMABLE_CHANGES and current[section].get(name) != saved_value
+        ]
+        if changed:
+            raise ConfigError(f"--resume: {self.out} was trained with other settings ({'; '.join(changed)}); "
+                              f"repeat them, e.g. with --config {self.out / RUN_FILE}")
+
+    def save_checkpoint(self) -> Path:
+        path = ckpt.save_checkpoint(self.out, self.step, self.state_dict(), self.config.run.keep_ckpts)
+        self._call("on_checkpoint", path)
+        return path
+
+    # -- signals and callbacks ---------------------------------------------------------------------
+    def _install_signal_handlers(self) -> dict[int, Any]:
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+        previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+        def request_stop(signum: int, frame: Any) -> None:
+            self.stop_signal = signal.Signals(signum).name
+            log.warning("%s: finishing step %d, writing a checkpoint, then stopping (again to stop at once)",
+                        self.stop_signal, self.step + 1)
+            signal.signal(signum, previous[signum])  # a second signal acts as it would have
+
+        for sig in previous:
+            signal.signal(sig, request_stop)
+        return previous
+
+    @staticmethod
+    def _restore_signal_handlers(previous: dict[int, Any]) -> None:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+    def _call(self, hook: str, *args: Any) -> None:
+        for callback in self.callbacks:
+            getattr(callback, hook)(self, *args)
+
+
+# -- pieces of the setup ----------------------------------------------------------------------------
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def scratch_config(spec) -> ViTConfig:
+    """The ViTConfig of a new model: the variant with the spec's fields (num_classes comes later)."""
+    options = spec.options()
+    if spec.image_size is not None:
+        options["image_size"] = spec.image_size
+    config = config_for(spec.variant, num_classes=0, **options)
+    resized = {"dim", "depth", "num_heads", "mlp_dim", "head_dim"} & set(options)
+    return config.replace(name=None) if resized else config  # no longer the named variant
+
+
+def resolve_preprocessing(base: Preprocessing, config: TrainConfig) -> Preprocessing:
+    """The checkpoint's (or default) preprocessing with the run's data.mean/std/crop_pct/interpolation."""
+    data = config.data
+    return Preprocessing(
+        mean=data.mean if data.mean is not None else base.mean,
+        std=data.std if data.std is not None else base.std,
+        crop_pct=data.crop_pct if data.crop_pct is not None else base.crop_pct,
+        interpolation=data.interpolation if data.interpolation is not None else base.interpolation,
+    )
+
+
+def batch_mixing(mixup: float, cutmix: float, num_classes: int) -> v2.Transform | None:
+    """Mixup and/or CutMix on whole batches (torchvision v2); with both, each batch picks one."""
+    choices = []
+    if mixup > 0:
+        choices.append(v2.MixUp(alpha=mixup, num_classes=num_classes))
+    if cutmix > 0:
+        choices.append(v2.CutMix(alpha=cutmix, num_classes=num_classes))
+    if not choices:
+        return None
+    return choices[0] if len(choices) == 1 else v2.RandomChoice(choices)
+
+
+def train(
+    config: TrainConfig | str = "small-data",
+    *,
+    callbacks: Sequence[Callback] = (),
+    **sections: Mapping[str, Any],
+) -> TrainResult:
+    """Train a ViT and write its model folder; returns the folder, the summary and the model.
+
+    `config` is a TrainConfig or a recipe name; keyword arguments change sections of it:
+
+        vitlab.train("demo", run={"out": "runs/demo"}, schedule={"steps": 300})
+    """
+    config = get_recipe(config) if isinstance(config, str) else copy.deepcopy(config)
+    config = apply_mapping(config, sections, "vitlab.train()")
+    return Trainer(config, callbacks).fit()
+
+
+__all__ = ["Interrupted", "TrainResult", "Trainer", "train"]

@@ -1,0 +1,143 @@
+"""The README.md model card `save_pretrained` writes beside config.json and model.safetensors.
+
+It makes the folder a Hub model repository as people expect one: YAML metadata the Hub reads
+(library, task, and a model-index with the validation accuracy when it is known), then the
+architecture, the preprocessing, the classes, the training summary and its metrics, and how to
+use the model. The training summary is `extra["training"]` as the trainer passes it (a flat dict:
+`val_*` / `test_*` / `train_*` entries are metrics, the rest describe the run); a `metrics` dict
+and a `license` string in `extra` are used too.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from huggingface_hub import EvalResult, ModelCardData
+
+from vitlab.model import ViTConfig
+
+CARD_FILE = "README.md"
+METRIC_PREFIXES = ("val_", "test_", "train_")
+MAX_CLASSES_SHOWN = 20
+POOLING = {"token": "class token (Eq. 4)", "gap": "global average pooling", "flatten": "flattened tokens"}
+POSITIONS = {
+    "learned": "learned 1-D", "2d": "learned 2-D (X and Y)", "sincos": "fixed sine-cosine",
+    "relative": "learned relative (attention bias)", "none": "none",
+}
+
+
+def _value(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def _table(rows: list[tuple[str, Any]]) -> str:
+    return "\n".join(["| | |", "|---|---|"] + [f"| {key} | {_value(value)} |" for key, value in rows])
+
+
+def split_summary(extra: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(run description, metrics) from the trainer's summary and any explicit `metrics`."""
+    training = dict(extra.get("training") or {})
+    metrics = {key: training.pop(key) for key in list(training) if key.startswith(METRIC_PREFIXES)}
+    metrics.update(extra.get("metrics") or {})
+    return training, metrics
+
+
+def _metadata(config: ViTConfig, training: dict[str, Any], metrics: dict[str, Any], extra: dict[str, Any]) -> str:
+    name = config.name or "vitlab-vit"
+    results = []
+    if isinstance(metrics.get("val_top1"), (int, float)) and training.get("data"):
+        dataset = str(training["data"])
+        results.append(EvalResult(
+            task_type="image-classification", dataset_type=dataset, dataset_name=dataset,
+            dataset_split="validation", metric_type="accuracy", metric_value=float(metrics["val_top1"]),
+        ))
+    data = ModelCardData(
+        library_name="vitlab", pipeline_tag="image-classification", license=extra.get("license"),
+        tags=["vitlab", "vision-transformer", "image-classification"],
+        model_name=name if results else None, eval_results=results or None,
+    )
+    return data.to_yaml()
+
+
+def _architecture(config: ViTConfig, num_params: int) -> list[tuple[str, Any]]:
+    height, width = config.image_size
+    grid_h, grid_w = config.grid_size
+    prefix = config.num_prefix_tokens
+    tokens = f"{grid_h} x {grid_w} patches" + (f" + {prefix} class token" if prefix else "")
+    return [
+        ("model", config.name or "custom"),
+        ("image size", f"{height} x {width}"),
+        ("patch size", config.patch_size),
+        ("tokens", tokens),
+        ("width D / depth / heads / MLP", f"{config.dim} / {config.depth} / {config.num_heads} / {config.mlp_dim}"),
+        ("pooling", POOLING.get(config.pool, config.pool)),
+        ("position embedding", POSITIONS.get(config.pos_embed, config.pos_embed)),
+        ("representation layer", config.representation_size or "none"),
+        ("numerics", f"act {config.act}, LayerNorm eps {config.norm_eps:g}"),
+        ("classes", config.num_classes),
+        ("parameters", f"{num_params / 1e6:.2f}M"),
+    ]
+
+
+def _preprocessing(config: ViTConfig) -> list[tuple[str, Any]]:
+    pre = config.preprocessing
+    height, width = config.image_size
+    return [
+        ("resize shorter side", f"{math.floor(min(height, width) / pre.crop_pct)} px ({pre.interpolation})"),
+        ("centre crop", f"{height} x {width}"),
+        ("mean", ", ".join(f"{m:g}" for m in pre.mean)),
+        ("std", ", ".join(f"{s:g}" for s in pre.std)),
+    ]
+
+
+def _classes(config: ViTConfig) -> str:
+    names = config.class_names
+    if not names:
+        return f"{config.num_classes} classes, unnamed." if config.num_classes else "No classifier head (features only)."
+    shown = ", ".join(f"`{name}`" for name in names[:MAX_CLASSES_SHOWN])
+    more = f", ... ({len(names) - MAX_CLASSES_SHOWN} more; all in config.json)" if len(names) > MAX_CLASSES_SHOWN else ""
+    return f"{len(names)} classes: {shown}{more}."
+
+
+USAGE = """```python
+import vitlab
+
+model = vitlab.load("{source}")  # this folder, or "hf://ORG/NAME" once uploaded to the Hub
+logits = model(images)  # images (B, 3, {height}, {width}), normalised as above
+```
+
+```bash
+vitlab export --ckpt {source} --format onnx --out model.onnx
+vitlab serve --ckpt {source}
+```"""
+
+
+def model_card(config: ViTConfig, num_params: int, extra: dict[str, Any], source: str) -> str:
+    """The README.md text for a model with this config and `extra` (as save_pretrained stores it)."""
+    training, metrics = split_summary(extra)
+    title = config.name or "Vision Transformer"
+    parts = [
+        f"---\n{_metadata(config, training, metrics, extra)}\n---",
+        f"# {title}",
+        "A Vision Transformer (Dosovitskiy et al., *An Image is Worth 16x16 Words*, ICLR 2021) saved by "
+        "vitlab: `config.json` holds the architecture, numerics, preprocessing and class names, "
+        "`model.safetensors` the weights.",
+        "## Architecture", _table(_architecture(config, num_params)),
+        "## Preprocessing", _table(_preprocessing(config)),
+        "## Classes", _classes(config),
+    ]
+    if training:
+        parts += ["## Training", _table(sorted(training.items()))]
+    if metrics:
+        parts += ["## Results", _table(sorted(metrics.items()))]
+    height, width = config.image_size
+    parts += ["## Usage", USAGE.format(source=source, height=height, width=width)]
+    return "\n\n".join(parts) + "\n"
+
+
+def write_model_card(directory: Path, config: ViTConfig, num_params: int, extra: dict[str, Any]) -> Path:
+    path = Path(directory) / CARD_FILE
+    path.write_text(model_card(config, num_params, extra, source=Path(directory).resolve().name))
+    return path

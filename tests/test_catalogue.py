@@ -1,0 +1,245 @@
+"""The pretrained-weights catalogue: names, the official files, download into the cache from a
+local mirror laid out like the real sources, checksums, trust on first use, offline use."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import http.server
+import re
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+
+import vitlab
+from conftest import randomise_
+from vitlab.cli import main
+from vitlab.model import ConfigError, config_for
+from vitlab.weights import CatalogueError, CheckpointError
+from vitlab.weights.catalogue import CATALOGUE, Download, Pretrained, find, is_catalogue_name, list_pretrained
+from vitlab.weights.fetch import cache_path, fetch
+
+# The smallest catalogue model; tests write a randomly initialised one of its exact shape.
+TINY = "Ti/16:augreg-in21k-ft-in1k"
+
+
+@pytest.fixture
+def mirror(tmp_path, monkeypatch) -> Path:
+    """An empty mirror (file://) and an empty cache, both in tmp_path, set through the environment."""
+    root = tmp_path / "mirror"
+    root.mkdir()
+    monkeypatch.setenv("VITLAB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("VITLAB_WEIGHTS_MIRROR", root.as_uri())
+    monkeypatch.delenv("VITLAB_OFFLINE", raising=False)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    return root
+
+
+def mirror_file(root: Path, url: str) -> Path:
+    """Where a URL's file lies on the mirror: ROOT/HOST/PATH."""
+    return root / url.split("://", 1)[1]
+
+
+@functools.lru_cache(maxsize=1)
+def _tiny_weights() -> tuple[torch.nn.Module, torch.Tensor, torch.Tensor]:
+    """A random model of TINY's exact shape (Ti/16, 224 px, 1000 classes), an input and its logits."""
+    entry = find(TINY)
+    model = randomise_(vitlab.create_model(entry.model, num_classes=entry.num_classes, act="gelu_tanh"), std=0.05).eval()
+    images = torch.randn(1, 3, 224, 224, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        logits = model(images)
+    return model, images, logits
+
+
+def publish(root: Path, name: str = TINY) -> tuple[Path, torch.Tensor, torch.Tensor]:
+    """Put a random model of the entry's shape on the mirror at its official path."""
+    model, images, logits = _tiny_weights()
+    target = mirror_file(root, find(name).downloads[0].url)
+    vitlab.export_npz(model, target)
+    return target, images, logits
+
+
+# -- the table -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("entry", list(CATALOGUE.values()), ids=lambda e: e.name)
+def test_every_entry_names_a_registered_model_and_an_official_file(entry: Pretrained):
+    config = config_for(entry.model, image_size=entry.image_size)  # raises for unknown models or sizes
+    assert config.image_size == (entry.image_size, entry.image_size)
+    assert entry.downloads[0].url.startswith("https://storage.googleapis.com/vit_models/")
+    assert entry.downloads[0].url.endswith(".npz")
+    assert entry.license == "Apache-2.0" and entry.mean == (0.5,) * 3 and entry.std == (0.5,) * 3
+    assert entry.num_classes == (21843 if entry.tag in ("augreg-in21k", "orig-in21k") else 1000)
+    for download in entry.downloads:
+        assert download.sha256 is None or re.fullmatch(r"[0-9a-f]{8,64}", download.sha256)
+    assert find(entry.name) is entry and is_catalogue_name(entry.name)
+
+
+def test_augreg_files_and_sizes_agree_with_timms_records():
+    """timm records the same official files; every AugReg entry must point where timm's config does."""
+    registry = pytest.importorskip("timm.models._registry")
+    checked = 0
+    for entry in list_pretrained():
+        if entry.timm_id is None:
+            continue
+        cfg = registry.get_pretrained_cfg(entry.timm_id.removeprefix("timm/"))
+        assert cfg is not None, entry.timm_id
+        assert cfg.input_size[-1] == entry.image_size, entry.name
+        if cfg.num_classes:  # timm drops the head of the original in21k weights
+            assert cfg.num_classes == entry.num_classes, entry.name
+        if "augreg" in entry.tag:
+            assert cfg.url == entry.downloads[0].url, entry.name
+            checked += 1
+    assert checked == sum("augreg" in entry.tag for entry in list_pretrained()) == 26
+
+
+def test_original_weights_have_timms_sha256_prefix_as_second_source():
+    entry = find("B/16:orig-in21k-ft-in1k-224")
+    assert entry.image_size == 224 and entry.downloads[0].url.endswith("imagenet21k+imagenet2012/ViT-B_16-224.npz")
+    assert entry.downloads[1] == Download(
+        "https://github.com/rwightman/pytorch-image-models/releases/download/v0.1-vitjx/jx_vit_base_p16_224-80ecf9dd.pth",
+        sha256="80ecf9dd",
+    )
+    assert find("B/16:orig-in21k-ft-in1k").image_size == 384  # the paper fine-tunes at 384
+
+
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        ("B/16:augreg-in22k", "unknown tag 'augreg-in22k' for B/16; its tags: augreg-in1k"),
+        ("M/16:augreg-in21k", "no pretrained weights for model 'M/16'"),
+        ("B16-augreg", "write MODEL:TAG"),
+    ],
+)
+def test_unknown_names_say_what_exists(name, message):
+    with pytest.raises(CatalogueError, match=re.escape(message)):
+        find(name)
+
+
+# -- download, cache, checksums --------------------------------------------------------------------
+def test_create_model_downloads_from_mirror_verifies_and_records_digest(mirror, caplog):
+    published, images, logits = publish(mirror)
+    with caplog.at_level("INFO", logger="vitlab"):
+        model = vitlab.create_model("Ti/16", pretrained="augreg-in21k-ft-in1k")
+    assert "trust on first use" in caplog.text
+    cached = cache_path(find(TINY).downloads[0].url)
+    assert cached.read_bytes() == published.read_bytes()
+    record = cached.with_name(cached.name + ".sha256").read_text().strip()
+    assert record == hashlib.sha256(published.read_bytes()).hexdigest()
+    assert model.config.name == TINY and model.config.act == "gelu_tanh"
+    assert model.config.preprocessing == find(TINY).preprocessing
+    with torch.no_grad():
+        assert torch.allclose(model(images), logits, atol=1e-5)
+
+
+def test_cache_is_used_offline_and_damage_is_caught(mirror, monkeypatch):
+    published, images, logits = publish(mirror)
+    vitlab.load(TINY)
+    published.unlink()  # the source is gone
+    monkeypatch.setenv("VITLAB_OFFLINE", "1")
+    model = vitlab.load(TINY, num_classes=3)  # load's overrides apply: a new zero-initialised head
+    assert model.config.num_classes == 3 and not model.head.weight.any()
+
+    cached = cache_path(find(TINY).downloads[0].url)
+    cached.write_bytes(cached.read_bytes()[:-10])
+    with pytest.raises(CheckpointError, match="damaged or was replaced"):
+        vitlab.load(TINY)
+
+
+def test_offline_without_cache_names_the_missing_file(mirror, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(CheckpointError, match=r"not in the cache .*Ti_16-i21k.* and offline"):
+        vitlab.load(TINY)
+
+
+def test_unreachable_source_lists_every_url_tried(mirror):
+    with pytest.raises(CheckpointError) as error:
+        vitlab.load("B/16:orig-in21k")
+    message = str(error.value)
+    assert "imagenet21k/ViT-B_16.npz" in message and "jx_vit_base_patch16_224_in21k-e5005f0a.pth" in message
+    assert "VITLAB_WEIGHTS_MIRROR" in message
+
+
+def test_a_file_that_is_not_the_named_model_is_not_cached(mirror):
+    publish(mirror)  # Ti/16 with 1000 classes ...
+    wrong = mirror_file(mirror, find("Ti/16:augreg-in21k").downloads[0].url)  # ... where 21843 are expected
+    wrong.parent.mkdir(parents=True, exist_ok=True)
+    wrong.write_bytes(mirror_file(mirror, find(TINY).downloads[0].url).read_bytes())
+    with pytest.raises(CheckpointError, match=r"is not this model: classes 1000 \(expected 21843\)"):
+        vitlab.create_model("Ti/16", pretrained="augreg-in21k")
+    assert not cache_path(find("Ti/16:augreg-in21k").downloads[0].url).exists()
+
+
+def test_create_model_rejects_weights_of_another_model(mirror):
+    with pytest.raises(ConfigError, match="holds weights of Ti/16, not of S/16"):
+        vitlab.create_model("S/16", pretrained=TINY)
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):  # keep the test output clean
+        pass
+
+
+@pytest.fixture
+def http_mirror(tmp_path, monkeypatch):
+    """A mirror served over HTTP on a free loopback port."""
+    root = tmp_path / "served"
+    root.mkdir()
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_QuietHandler, directory=str(root)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    monkeypatch.setenv("VITLAB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("VITLAB_WEIGHTS_MIRROR", f"http://127.0.0.1:{server.server_address[1]}")
+    monkeypatch.delenv("VITLAB_OFFLINE", raising=False)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    yield root
+    server.shutdown()
+    server.server_close()
+
+
+def _entry(first_sha: str | None, second_sha: str | None) -> Pretrained:
+    """A two-source entry for Ti/16; the first source is missing from the mirror, the second is there."""
+    base = find(TINY)
+    return Pretrained(
+        model=base.model, tag="test", image_size=base.image_size, num_classes=base.num_classes, dataset="", paper="",
+        downloads=(Download("https://example.invalid/gone.npz", first_sha), Download("https://example.invalid/w.npz", second_sha)),
+    )
+
+
+def test_http_mirror_falls_back_to_the_second_source_and_checks_its_sha256(http_mirror):
+    model, _, _ = _tiny_weights()
+    target = vitlab.export_npz(model, http_mirror / "example.invalid" / "w.npz")
+    digest = hashlib.sha256(target.read_bytes()).hexdigest()
+    loaded = []
+
+    path = fetch(_entry(None, digest[:8]), check=loaded.append)  # a prefix, as in timm's file names
+    assert path.read_bytes() == target.read_bytes() and loaded == [path]
+    assert path.with_name("w.npz.sha256").read_text().strip() == digest
+
+
+def test_wrong_checksum_is_refused_and_nothing_is_kept(http_mirror):
+    model, _, _ = _tiny_weights()
+    vitlab.export_npz(model, http_mirror / "example.invalid" / "w.npz")
+    with pytest.raises(CheckpointError, match=r"gone\.npz \(File not found\); .*w\.npz has sha256 [0-9a-f]+\.\.\., expected deadbeef"):
+        fetch(_entry(None, "deadbeef"), check=lambda path: None)
+    assert not cache_path("https://example.invalid/w.npz").exists()
+    assert not list(cache_path("https://example.invalid/w.npz").parent.glob("*.part"))
+
+
+# -- the command line ---------------------------------------------------------------------------------
+def test_weights_list_command(capsys):
+    assert main(["weights", "list", "--model", "B/16", "--urls"]) == 0
+    out = capsys.readouterr().out
+    assert "B/16:augreg-in21k " in out and "B/16:orig-in21k-ft-in1k-224" in out and "Ti/16" not in out
+    assert "sha256 80ecf9dd" in out and "hf://google/vit-base-patch16-224" in out
+    assert re.search(r"B/16:augreg-in21k\s+224\s+21843\s+tofu\s+-\s+Apache-2.0", out)
+
+
+def test_weights_fetch_command_and_errors(mirror, capsys):
+    publish(mirror)
+    assert main(["weights", "fetch", TINY]) == 0
+    assert f"{TINY}: ok, 5.7M parameters, 1000 classes" in capsys.readouterr().out
+    assert main(["weights", "list", "--model", "Ti/16"]) == 0
+    assert re.search(r"Ti/16:augreg-in21k-ft-in1k\s+224\s+1000\s+tofu\s+yes", capsys.readouterr().out)
+    assert main(["weights", "fetch", "Ti/16:nope"]) == 2
+    assert "unknown tag 'nope'" in capsys.readouterr().err

@@ -1,0 +1,154 @@
+"""Hub folders: the model card save_pretrained writes, and vitlab.load("hf://org/name[@rev]") served
+from a Hub cache laid out as huggingface_hub keeps it (no network)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from huggingface_hub import ModelCard, constants
+from safetensors.torch import save_file
+
+import vitlab
+from conftest import REPO_ROOT, randomise_
+from vitlab.model import Preprocessing, ViTConfig
+from vitlab.weights import CheckpointError
+
+TINY = dict(image_size=32, patch_size=8, dim=32, depth=2, num_heads=4, mlp_dim=64, num_classes=3)
+REVISION = "0123456789abcdef0123456789abcdef01234567"
+SUMMARY = {  # what the trainer passes as save_pretrained(model, out, training=summary)
+    "val_top1": 0.9375, "val_top5": 1.0, "val_loss": 0.21, "steps": 400, "epochs": 5.0, "wall_time_s": 61.2,
+    "recipe": "digits-ti", "data": "digits", "device": "cpu", "precision": "fp32", "ema": False,
+}
+
+
+def tiny_model(**options) -> vitlab.VisionTransformer:
+    config = ViTConfig(**{**TINY, **options}, class_names=["circle", "square", "triangle"], name="Ti/8-shapes")
+    return randomise_(vitlab.create_model(config)).eval()
+
+
+def images() -> torch.Tensor:
+    return torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(3))
+
+
+# -- the model card ------------------------------------------------------------------------------------
+def test_save_pretrained_writes_a_model_card_with_training_summary(tmp_path):
+    model = tiny_model(pool="gap")
+    vitlab.save_pretrained(model, tmp_path / "run", training=SUMMARY, license="apache-2.0")
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["README.md", "config.json", "model.safetensors"]
+
+    card = ModelCard.load(tmp_path / "run" / "README.md")  # the Hub's own parser
+    assert card.data.library_name == "vitlab" and card.data.license == "apache-2.0"
+    assert card.data.pipeline_tag == "image-classification"
+    result = card.data.eval_results[0]
+    assert (result.dataset_name, result.metric_type, result.metric_value) == ("digits", "accuracy", 0.9375)
+
+    text = card.text
+    assert "# Ti/8-shapes" in text
+    assert "| width D / depth / heads / MLP | 32 / 2 / 4 / 64 |" in text
+    assert "| tokens | 4 x 4 patches |" in text  # GAP: no class token
+    assert "| pooling | global average pooling |" in text
+    assert f"| parameters | {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M |" in text
+    assert "3 classes: `circle`, `square`, `triangle`." in text
+    assert "| recipe | digits-ti |" in text and "| steps | 400 |" in text
+    assert "## Results" in text and "| val_top1 | 0.9375 |" in text and "| val_loss | 0.21 |" in text
+    assert 'vitlab.load("run")' in text and str(tmp_path) not in text  # no machine paths in a shareable card
+    assert vitlab.load(tmp_path / "run").config == model.config  # the card changes nothing that loads
+
+
+def test_model_card_without_training_has_no_results_section(tmp_path):
+    config = ViTConfig(**TINY, preprocessing=Preprocessing(crop_pct=1.0, interpolation="bilinear"))
+    vitlab.save_pretrained(vitlab.create_model(config), tmp_path / "plain")
+    card = ModelCard.load(tmp_path / "plain" / "README.md")
+    assert card.data.eval_results is None and card.data.license is None
+    assert "## Training" not in card.text and "## Results" not in card.text
+    assert "3 classes, unnamed." in card.text
+    assert "| resize shorter side | 32 px (bilinear) |" in card.text and "| tokens | 4 x 4 patches + 1 class token |" in card.text
+
+
+# -- hf:// -----------------------------------------------------------------------------------------------
+def hub_cache(root: Path, repo_id: str, files: dict[str, Path]) -> Path:
+    """A Hub cache holding one repository at REVISION with refs/main pointing to it, as
+    huggingface_hub lays it out (models--ORG--NAME/{refs/main, snapshots/REV/...})."""
+    repo = root / f"models--{repo_id.replace('/', '--')}"
+    snapshot = repo / "snapshots" / REVISION
+    snapshot.mkdir(parents=True)
+    for name, source in files.items():
+        (snapshot / name).write_bytes(source.read_bytes())
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(REVISION)
+    return snapshot
+
+
+@pytest.fixture
+def offline_hub(tmp_path, monkeypatch) -> Path:
+    root = tmp_path / "hub"
+    root.mkdir()
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(root))  # huggingface_hub reads the env var at import
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    return root
+
+
+def test_hf_reference_loads_a_saved_folder_from_the_hub_cache(tmp_path, offline_hub):
+    model = tiny_model()
+    folder = vitlab.save_pretrained(model, tmp_path / "upload", training=SUMMARY)
+    hub_cache(offline_hub, "vitlab-test/shapes", {p.name: p for p in folder.iterdir()})
+
+    for reference in ("hf://vitlab-test/shapes", f"hf://vitlab-test/shapes@{REVISION}", "hf://vitlab-test/shapes@main"):
+        loaded = vitlab.load(reference)
+        assert loaded.config == model.config
+        with torch.no_grad():
+            assert torch.equal(loaded(images()), model(images()))
+    assert vitlab.load("hf://vitlab-test/shapes", num_classes=5).config.num_classes == 5
+
+
+def test_hf_reference_reads_a_timm_repository_with_its_preprocessing(tmp_path, offline_hub):
+    timm = pytest.importorskip("timm")
+    reference = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=32, patch_size=8, depth=2,
+                                  num_classes=4).eval()
+    randomise_(reference)
+    save_file(reference.state_dict(), str(tmp_path / "model.safetensors"))
+    (tmp_path / "config.json").write_text(json.dumps({
+        "architecture": "vit_tiny_patch16_224", "num_classes": 4,
+        "pretrained_cfg": {"mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225], "crop_pct": 0.875,
+                           "interpolation": "bicubic", "input_size": [3, 32, 32]},
+    }))
+    hub_cache(offline_hub, "timm/vit_tiny_test", {"config.json": tmp_path / "config.json",
+                                                  "model.safetensors": tmp_path / "model.safetensors"})
+    loaded = vitlab.load("hf://timm/vit_tiny_test")
+    assert loaded.config.preprocessing == Preprocessing((0.485, 0.456, 0.406), (0.229, 0.224, 0.225), 0.875, "bicubic")
+    with torch.no_grad():
+        assert torch.allclose(loaded(images()), reference(images()), atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "reference, message",
+    [
+        ("hf://vitlab-test/absent", "hf://vitlab-test/absent: offline and not in the Hub cache"),
+        ("hf://no-slash", "a Hub reference is hf://ORG/NAME or hf://ORG/NAME@REVISION"),
+        ("hf://vitlab-test/shapes@v9", "hf://vitlab-test/shapes@v9: offline and not in the Hub cache"),
+    ],
+)
+def test_bad_hf_references_say_why(offline_hub, reference, message):
+    with pytest.raises(CheckpointError, match=message):
+        vitlab.load(reference)
+
+
+@pytest.mark.slow
+def test_hub_environment_variables_reach_the_command_line(tmp_path):
+    """A fresh process with only HF_HUB_OFFLINE / HF_HUB_CACHE set exports a model from the Hub cache."""
+    folder = vitlab.save_pretrained(tiny_model(act="gelu_tanh", gap_norm="before_pool", pool="gap"), tmp_path / "upload")
+    hub_cache(tmp_path / "hub", "vitlab-test/shapes", {p.name: p for p in folder.iterdir()})
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path / "hub")}
+    result = subprocess.run(
+        [sys.executable, "-m", "vitlab", "export", "--ckpt", "hf://vitlab-test/shapes", "--format", "npz",
+         "--out", str(tmp_path / "shapes.npz")],
+        env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "wrote" in result.stdout and (tmp_path / "shapes.npz").is_file()
