@@ -1,4 +1,4 @@
-"""`vitlab models`: the registered variants and their sizes."""
+"""`vitlab models`: the registered models and their sizes."""
 
 from __future__ import annotations
 
@@ -6,22 +6,33 @@ import argparse
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("models", help="list the registered ViT variants")
+    parser = subparsers.add_parser("models", help="list the registered models (ViT, hybrid, BiT)")
+    parser.add_argument(
+        "--family", choices=("vit", "hybrid", "bit", "all"), default="all", help="which family to list"
+    )
     parser.add_argument("--params", action="store_true", help="also count parameters (builds each model)")
     parser.set_defaults(func=run)
 
 
+def describe(config) -> str:
+    if hasattr(config, "dim"):
+        line = f"width {config.dim:>5}  depth {config.depth:>3}  heads {config.num_heads:>3}  mlp {config.mlp_dim:>5}"
+        if config.backbone is not None:
+            line += f"  backbone stages {tuple(config.backbone.layers)}"
+        return line
+    return f"ResNetV2 stages {tuple(config.resnet.layers)}" if hasattr(config, "resnet") else type(config).__name__
+
+
 def run(args: argparse.Namespace) -> int:
+    import torch
+
     from vitlab.model import config_for, create_model, list_models
 
-    for name in list_models():
+    for name in list_models(args.family):
         config = config_for(name)
-        line = (
-            f"{name:<6} width {config.dim:>5}  depth {config.depth:>3}  heads {config.num_heads:>3}"
-            f"  mlp {config.mlp_dim:>5}"
-        )
+        line = f"{name:<16} {describe(config)}"
         if args.params:
-            with __import__("torch").device("meta"):
+            with torch.device("meta"):
                 model = create_model(name)
             line += f"  params {sum(p.numel() for p in model.parameters()) / 1e6:7.1f}M"
         print(line)
