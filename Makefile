@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.vitlab-installed
 TORCH_PINS ?= torch==2.14.1 torchvision==0.29.1
 
-.PHONY: install demo test test-fast clean
+.PHONY: install demo test test-fast clean browser bench
 
 install: $(STAMP)
 
@@ -17,11 +17,29 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install -q -e '.[test]'
 	touch $(STAMP)
 
-test: $(STAMP)
+# Trains a small ViT on the built-in digits (about 1-2 minutes on 2 CPU cores), evaluates it,
+# predicts a few digits saved as PNG, and prints where the model folder and the training curve are.
+DEMO_DIR ?= runs/demo
+
+demo: $(STAMP)
+	$(PY) -m vitlab demo --out $(DEMO_DIR)
+
+# The end-to-end test of `vitlab serve` drives Debian's chromium through Playwright (which never
+# downloads a browser of its own); installed here when missing, a no-op when it is there.
+CHROMIUM ?= /usr/bin/chromium
+
+browser:
+	test -x $(CHROMIUM) || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; }
+
+test: $(STAMP) browser
 	$(PY) -m pytest -q
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow" -x
+
+# vitlab against timm, transformers and torchvision (docs/benchmarks.md); writes build/bench/bench.{json,md}.
+bench: $(STAMP)
+	$(PY) -m vitlab bench --preset standard --out build/bench
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache

@@ -127,6 +127,7 @@ def test_create_model_downloads_from_mirror_verifies_and_records_digest(mirror, 
     record = cached.with_name(cached.name + ".sha256").read_text().strip()
     assert record == hashlib.sha256(published.read_bytes()).hexdigest()
     assert model.config.name == TINY and model.config.act == "gelu_tanh"
+    assert model.config.class_names[:2] == ["tench", "goldfish"] and len(model.config.class_names) == 1000
     assert model.config.preprocessing == find(TINY).preprocessing
     with torch.no_grad():
         assert torch.allclose(model(images), logits, atol=1e-5)
@@ -138,7 +139,7 @@ def test_cache_is_used_offline_and_damage_is_caught(mirror, monkeypatch):
     published.unlink()  # the source is gone
     monkeypatch.setenv("VITLAB_OFFLINE", "1")
     model = vitlab.load(TINY, num_classes=3)  # load's overrides apply: a new zero-initialised head
-    assert model.config.num_classes == 3 and not model.head.weight.any()
+    assert model.config.num_classes == 3 and not model.head.weight.any() and model.config.class_names is None
 
     cached = cache_path(find(TINY).downloads[0].url)
     cached.write_bytes(cached.read_bytes()[:-10])
@@ -167,7 +168,8 @@ def test_a_file_that_is_not_the_named_model_is_not_cached(mirror):
     wrong.write_bytes(mirror_file(mirror, find(TINY).downloads[0].url).read_bytes())
     with pytest.raises(CheckpointError, match=r"is not this model: classes 1000 \(expected 21843\)"):
         vitlab.create_model("Ti/16", pretrained="augreg-in21k")
-    assert not cache_path(find("Ti/16:augreg-in21k").downloads[0].url).exists()
+    cached = cache_path(find("Ti/16:augreg-in21k").downloads[0].url)
+    assert not cached.parent.exists() or not any(cached.parent.iterdir())
 
 
 def test_create_model_rejects_weights_of_another_model(mirror):
@@ -210,10 +212,10 @@ def test_http_mirror_falls_back_to_the_second_source_and_checks_its_sha256(http_
     model, _, _ = _tiny_weights()
     target = vitlab.export_npz(model, http_mirror / "example.invalid" / "w.npz")
     digest = hashlib.sha256(target.read_bytes()).hexdigest()
-    loaded = []
+    checked = []
 
-    path = fetch(_entry(None, digest[:8]), check=loaded.append)  # a prefix, as in timm's file names
-    assert path.read_bytes() == target.read_bytes() and loaded == [path]
+    path = fetch(_entry(None, digest[:8]), check=lambda file: checked.append(file.read_bytes()))  # a prefix, as in timm's names
+    assert path.read_bytes() == target.read_bytes() and checked == [target.read_bytes()]  # checked before it was kept
     assert path.with_name("w.npz.sha256").read_text().strip() == digest
 
 
@@ -223,7 +225,7 @@ def test_wrong_checksum_is_refused_and_nothing_is_kept(http_mirror):
     with pytest.raises(CheckpointError, match=r"gone\.npz \(File not found\); .*w\.npz has sha256 [0-9a-f]+\.\.\., expected deadbeef"):
         fetch(_entry(None, "deadbeef"), check=lambda path: None)
     assert not cache_path("https://example.invalid/w.npz").exists()
-    assert not list(cache_path("https://example.invalid/w.npz").parent.glob("*.part"))
+    assert not list(cache_path("https://example.invalid/w.npz").parent.glob("*partial*"))
 
 
 # -- the command line ---------------------------------------------------------------------------------

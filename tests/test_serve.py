@@ -12,6 +12,7 @@ from PIL import Image
 
 import vitlab
 from conftest import randomise_
+from vitlab.cli import main
 from vitlab.data import BadImageError
 from vitlab.model import Preprocessing, ViTConfig
 from vitlab.serve import ImageClassifier, Limits
@@ -113,3 +114,18 @@ def test_page_is_served_next_to_the_endpoint(client):
 def test_only_loopback_addresses_count_as_local():
     assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
     assert not is_loopback("0.0.0.0") and not is_loopback("192.168.1.4")
+
+
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        (["--ckpt", "{tmp}/nowhere"], "nowhere: no such file or folder"),
+        (["--ckpt", "{tmp}/ckpt", "--port", "70000"], "--port must be in 1..65535"),
+        (["--ckpt", "{tmp}/ckpt", "--max-upload-mb", "0"], "--max-upload-mb and --max-megapixels must be positive"),
+    ],
+)
+def test_serve_command_refuses_bad_arguments_in_one_line(tmp_path, capsys, arguments, message):
+    vitlab.save_pretrained(tiny_model(), tmp_path / "ckpt")
+    assert main(["serve", *[a.replace("{tmp}", str(tmp_path)) for a in arguments]]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1

@@ -1,7 +1,9 @@
 """vitlab: the Vision Transformer (Dosovitskiy et al., ICLR 2021) end to end."""
 
 from .model import ConfigError, ViTConfig, VisionTransformer, config_for, list_models
+from .model.fast import optimize_for_inference
 from .weights import CheckpointError, create_model, export_npz, list_pretrained, load, save_pretrained
+from .train import train
 
 __version__ = "0.1.0"
 
@@ -17,4 +19,6 @@ __all__ = [
     "config_for",
     "create_model",
     "list_models",
+    "optimize_for_inference",
+    "train",
 ]

@@ -25,21 +25,37 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--batch-size", type=int, default=1, help="the fixed batch size with --no-dynamic-batch")
     parser.add_argument("--image-size", type=int, help="export at this resolution (E_pos resampled)")
     parser.add_argument("--tolerance", type=float, default=FP32_TOLERANCE, help="max |logit difference| accepted")
+    parser.add_argument(
+        "--speed", type=int, metavar="BATCH", help="onnx only: also time PyTorch and onnxruntime on CPU at this batch"
+    )
+    parser.add_argument("--threads", type=int, help="with --speed: intra-op threads of both runtimes (default: torch's)")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from vitlab.export import export_model
+    from vitlab.cli import UserError
+    from vitlab.export import TracePlan, export_model
     from vitlab.weights import load
 
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be at least 1, got {args.batch_size}")
+    if args.speed is not None and (args.format != "onnx" or args.speed < 1):
+        raise ValueError("--speed BATCH needs --format onnx and a batch of at least 1")
     overrides = {"image_size": args.image_size} if args.image_size else {}
     model = load(args.ckpt, **overrides)
-    path, check = export_model(
-        model, args.format, args.out, dynamic_batch=args.dynamic_batch, batch_size=args.batch_size,
-        tolerance=args.tolerance,
-    )
+    try:
+        plan = TracePlan(args.dynamic_batch, args.batch_size)
+        path, check = export_model(model, args.format, args.out, plan, args.tolerance)
+    except ModuleNotFoundError as error:  # onnx, onnxscript, onnxruntime are an optional extra
+        raise UserError(f"--format {args.format} needs the {error.name} package: pip install 'vitlab[export]'") from None
     height, width = model.config.image_size
     print(f"wrote {path} ({args.format}, input {height}x{width}); {check}")
+    if args.speed is not None:
+        import torch
+
+        from vitlab.export import OnnxModel
+        from vitlab.export.speed import compare_speed
+
+        torch.set_num_threads(args.threads or torch.get_num_threads())
+        print(compare_speed(model, OnnxModel(path, threads=torch.get_num_threads()), args.speed))
     return 0

@@ -23,9 +23,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from vitlab.cli import UserError
     from vitlab.serve import ImageClassifier, Limits
-    from vitlab.serve.app import serve
     from vitlab.weights import load
+
+    try:
+        from vitlab.serve.app import serve
+    except ModuleNotFoundError as error:  # gradio, fastapi, uvicorn are an optional extra
+        raise UserError(f"vitlab serve needs the {error.name} package: pip install 'vitlab[serve]'") from None
 
     if not 0 < args.port < 65536:
         raise ValueError(f"--port must be in 1..65535, got {args.port}")

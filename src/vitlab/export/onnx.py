@@ -3,7 +3,7 @@
 The dynamo exporter (torch.export + onnxscript) is the default of this torch; the TorchScript-based
 one is deprecated with TorchScript. The graph takes `images` (B, C, H, W) with a symbolic batch
 axis when asked and returns `logits` (B, K); the model's input size, preprocessing and class
-names go into the file's metadata_props (metadata.py). After writing, onnxruntime runs the file
+names (and the whole config) go into the file's metadata_props (metadata.py). After writing, onnxruntime runs the file
 on sample batches and the largest logit difference to PyTorch is reported; above 1e-4 the export
 fails (timm users have found accuracy silently lost after export).
 """
@@ -21,8 +21,8 @@ import torch
 
 from vitlab.model import VisionTransformer
 
-from .metadata import INPUT_NAME, OUTPUT_NAME, ModelInfo
-from .validate import CHECK_BATCH_SIZES, FP32_TOLERANCE, TRACE_BATCH_SIZE, Validation, compare, sample_images
+from .metadata import INPUT_NAME, OUTPUT_NAME, metadata_strings
+from .validate import FP32_TOLERANCE, TracePlan, Validation, prepare
 
 PROTOBUF_LIMIT = 2 * 1024**3  # bytes; larger models keep their weights in a side file (PATH.data)
 EXPORTER_LOGGERS = ("onnxscript", "onnx_ir", "torch.onnx")  # they log every graph rewrite at INFO
@@ -44,37 +44,33 @@ def quiet_exporter() -> Iterator[None]:
                 logger.setLevel(level)
 
 
-def onnx_session(path: str | Path):  # -> onnxruntime.InferenceSession
+def onnx_session(path: str | Path, threads: int | None = None):  # -> onnxruntime.InferenceSession
+    """A CPU session; `threads` intra-op threads (default: onnxruntime's, one per core)."""
     import onnxruntime
 
     options = onnxruntime.SessionOptions()
     options.log_severity_level = 3  # errors only
+    if threads is not None:
+        options.intra_op_num_threads = threads
     return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
 def export_onnx(
     model: VisionTransformer,
     path: str | Path,
+    plan: TracePlan = TracePlan(),
     *,
-    dynamic_batch: bool = True,
-    batch_size: int = 1,
     opset: int | None = None,
     tolerance: float = FP32_TOLERANCE,
 ) -> Validation:
     """Write `model` (float32, eval mode) to `path` and check it with onnxruntime."""
-    model = model.float().eval()
-    config = model.config
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    trace_batch = TRACE_BATCH_SIZE if dynamic_batch else batch_size
-    example = sample_images(trace_batch, config.in_channels, config.image_size)
-    options = dict(dynamic_shapes={INPUT_NAME: {0: torch.export.Dim("batch")}}) if dynamic_batch else {}
+    model, path = prepare(model, path)
     with quiet_exporter():
         program = torch.onnx.export(
-            model, (example,), dynamo=True, input_names=[INPUT_NAME], output_names=[OUTPUT_NAME],
-            opset_version=opset, verbose=False, **options,
+            model, (plan.example(model.config),), dynamo=True, input_names=[INPUT_NAME], output_names=[OUTPUT_NAME],
+            opset_version=opset, verbose=False, dynamic_shapes=plan.dynamic_shapes(),
         )
-        program.model.metadata_props.update(ModelInfo.of(config).to_strings())
+        program.model.metadata_props.update(metadata_strings(model.config))
         weight_bytes = sum(t.numel() * t.element_size() for t in model.state_dict().values())
         program.save(path, external_data=weight_bytes > PROTOBUF_LIMIT)
 
@@ -83,5 +79,4 @@ def export_onnx(
     def run(images: torch.Tensor) -> torch.Tensor:
         return torch.from_numpy(session.run([OUTPUT_NAME], {INPUT_NAME: images.numpy().astype(np.float32)})[0])
 
-    batches = CHECK_BATCH_SIZES if dynamic_batch else (batch_size,)
-    return compare(model, run, config.in_channels, config.image_size, batches, str(path), tolerance)
+    return plan.check(model, run, str(path), tolerance)

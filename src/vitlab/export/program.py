@@ -1,7 +1,7 @@
 """A torch.export program (`.pt2`): the model's graph and weights, loadable without vitlab's code.
 
 TorchScript is deprecated in this torch; torch.export is its successor. The archive also holds
-the model's input size, preprocessing and class names (metadata.py) as an extra file. Load with
+the model's input size, preprocessing, class names and config (metadata.py) as an extra file. Load with
 `torch.export.load(path).module()`.
 """
 
@@ -12,10 +12,10 @@ from pathlib import Path
 
 import torch
 
-from vitlab.model import VisionTransformer
+from vitlab.model import ViTConfig, VisionTransformer
 
-from .metadata import INPUT_NAME, ModelInfo
-from .validate import CHECK_BATCH_SIZES, FP32_TOLERANCE, TRACE_BATCH_SIZE, Validation, compare, sample_images
+from .metadata import config_from_metadata, metadata_strings
+from .validate import FP32_TOLERANCE, TracePlan, Validation, prepare
 
 METADATA_FILE = "vitlab.json"
 
@@ -23,31 +23,22 @@ METADATA_FILE = "vitlab.json"
 def export_program(
     model: VisionTransformer,
     path: str | Path,
+    plan: TracePlan = TracePlan(),
     *,
-    dynamic_batch: bool = True,
-    batch_size: int = 1,
     tolerance: float = FP32_TOLERANCE,
 ) -> Validation:
     """Write `model` (float32, eval mode) as a torch.export archive and check the reloaded program."""
-    model = model.float().eval()
-    config = model.config
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    example = sample_images(TRACE_BATCH_SIZE if dynamic_batch else batch_size, config.in_channels, config.image_size)
-    dynamic_shapes = {INPUT_NAME: {0: torch.export.Dim("batch")}} if dynamic_batch else None
-    program = torch.export.export(model, (example,), dynamic_shapes=dynamic_shapes)
-    metadata = json.dumps(ModelInfo.of(config).to_strings())
+    model, path = prepare(model, path)
+    program = torch.export.export(model, (plan.example(model.config),), dynamic_shapes=plan.dynamic_shapes())
+    metadata = json.dumps(metadata_strings(model.config))
     torch.export.save(program, path, extra_files={METADATA_FILE: metadata})
-
-    reloaded = torch.export.load(path).module()
-    batches = CHECK_BATCH_SIZES if dynamic_batch else (batch_size,)
-    return compare(model, reloaded, config.in_channels, config.image_size, batches, str(path), tolerance)
+    return plan.check(model, torch.export.load(path).module(), str(path), tolerance)
 
 
-def read_program_info(path: str | Path) -> ModelInfo:
-    """The metadata stored with a program written by export_program."""
+def read_program_config(path: str | Path) -> ViTConfig:
+    """The config stored with a program written by export_program."""
     extra = {METADATA_FILE: ""}
     torch.export.load(path, extra_files=extra)
     if not extra[METADATA_FILE]:
         raise ValueError(f"{path}: not exported by vitlab (no {METADATA_FILE} in the archive)")
-    return ModelInfo.from_strings(json.loads(extra[METADATA_FILE]), str(path))
+    return config_from_metadata(json.loads(extra[METADATA_FILE]), str(path))

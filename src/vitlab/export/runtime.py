@@ -1,67 +1,54 @@
-"""One interface over the two ways vitlab runs a classifier: the PyTorch model or an ONNX file.
+"""An exported ONNX file as a vitlab model: `config` and forward(images) -> logits, run by onnxruntime.
 
-`open_classifier(path, runtime)` gives an object with `info` (input size, preprocessing, class
-names) and `logits(images)`; prediction code prepares images from `info` and never asks which
-runtime it has, so both give the same output for the same file.
+Code written for the PyTorch model (`vitlab predict`, `evaluate.predict_images`, its
+`eval_transform`) runs the ONNX file unchanged, so both runtimes prepare images the same way and
+give the same output; `open_model(source, runtime)` picks one.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Literal
 
 import numpy as np
 import torch
+from torch import nn
 
-from vitlab.model import VisionTransformer
-
-from .metadata import INPUT_NAME, OUTPUT_NAME, ModelInfo
+from .metadata import INPUT_NAME, OUTPUT_NAME, config_from_metadata
 from .onnx import onnx_session
 
 Runtime = Literal["torch", "onnx"]
 RUNTIMES = ("torch", "onnx")
 
 
-class Classifier(Protocol):
-    info: ModelInfo
-
-    def logits(self, images: torch.Tensor) -> torch.Tensor:
-        """(B, C, H, W) normalised images -> (B, K) logits."""
-        ...
-
-
-class TorchClassifier:
-    def __init__(self, model: VisionTransformer) -> None:
-        self.model = model.eval()
-        self.info = ModelInfo.of(model.config)
-
-    @torch.no_grad()
-    def logits(self, images: torch.Tensor) -> torch.Tensor:
-        return self.model(images)
-
-
-class OnnxClassifier:
-    def __init__(self, path: str | Path) -> None:
+class OnnxModel(nn.Module):
+    def __init__(self, path: str | Path, threads: int | None = None) -> None:
+        super().__init__()
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"{path}: no such ONNX file")
         try:
-            self.session = onnx_session(path)
+            self.session = onnx_session(path, threads)
+        except ModuleNotFoundError:
+            raise
         except Exception as error:  # onnxruntime raises its own Fail/InvalidProtobuf types
             raise ValueError(f"{path}: not a readable ONNX model ({str(error).splitlines()[0]})") from None
-        self.info = ModelInfo.from_strings(self.session.get_modelmeta().custom_metadata_map, str(path))
+        self.config = config_from_metadata(self.session.get_modelmeta().custom_metadata_map, str(path))
+        # Inference code asks a model's parameters which device its inputs go to: the CPU here.
+        self.device_anchor = nn.Parameter(torch.empty(0), requires_grad=False)
 
-    def logits(self, images: torch.Tensor) -> torch.Tensor:
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        """(B, C, H, W) normalised images -> (B, K) logits."""
         feed = {INPUT_NAME: images.detach().cpu().numpy().astype(np.float32)}
         return torch.from_numpy(self.session.run([OUTPUT_NAME], feed)[0])
 
 
-def open_classifier(source: str | Path, runtime: Runtime = "torch") -> Classifier:
+def open_model(source: str | Path, runtime: Runtime = "torch") -> nn.Module:
     """A checkpoint (anything vitlab.load reads) for "torch"; an exported .onnx file for "onnx"."""
     if runtime == "onnx":
-        return OnnxClassifier(source)
+        return OnnxModel(source)
     if runtime == "torch":
         from vitlab.weights import load
 
-        return TorchClassifier(load(source))
+        return load(source)
     raise ValueError(f"unknown runtime {runtime!r}; choose one of {', '.join(RUNTIMES)}")

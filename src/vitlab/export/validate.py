@@ -6,8 +6,14 @@ import logging
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import torch
+
+from vitlab.model import ViTConfig
+
+from .metadata import INPUT_NAME
 
 log = logging.getLogger("vitlab")
 
@@ -61,5 +67,38 @@ def compare(
     result = Validation(worst, tuple(batch_sizes), tolerance)
     if not worst <= tolerance:  # also catches NaN
         raise ExportMismatchError(f"{source}: exported model disagrees with PyTorch: {result}")
-    log.info("%s: %s", source, result)
+    log.debug("%s: %s", source, result)
     return result
+
+
+def prepare(model: torch.nn.Module, path: str | Path) -> tuple[torch.nn.Module, Path]:
+    """The model as it is exported and compared (float32, eval mode) and the output path, its folder made."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return model.float().eval(), path
+
+
+@dataclass(frozen=True)
+class TracePlan:
+    """How an exporter traces the model and how the written file is then checked: with a symbolic
+    batch axis (traced at 2, checked at 1 and 3) or at one fixed batch size."""
+
+    dynamic_batch: bool = True
+    batch_size: int = 1
+
+    def example(self, config: ViTConfig) -> torch.Tensor:
+        batch = TRACE_BATCH_SIZE if self.dynamic_batch else self.batch_size
+        return sample_images(batch, config.in_channels, config.image_size)
+
+    def dynamic_shapes(self) -> dict[str, Any] | None:
+        return {INPUT_NAME: {0: torch.export.Dim("batch")}} if self.dynamic_batch else None
+
+    def check(
+        self,
+        model: torch.nn.Module,
+        candidate: Callable[[torch.Tensor], torch.Tensor],
+        source: str,
+        tolerance: float = FP32_TOLERANCE,
+    ) -> Validation:
+        batches = CHECK_BATCH_SIZES if self.dynamic_batch else (self.batch_size,)
+        return compare(model, candidate, model.config.in_channels, model.config.image_size, batches, source, tolerance)

@@ -18,8 +18,9 @@ from matplotlib import colormaps
 from PIL import Image
 
 from vitlab.analysis import attention_maps, display_images, upsample_map
-from vitlab.data import BadImageError, build_transforms, read_image
+from vitlab.data import BadImageError, read_image
 from vitlab.data.images import FORMATS
+from vitlab.evaluate.predict import eval_transform
 from vitlab.model import VisionTransformer
 
 TOP_K = 5
@@ -72,11 +73,7 @@ class ImageClassifier:
         self.model = model.eval()
         self.limits = limits
         config = model.config
-        pre = config.preprocessing
-        self.transform = build_transforms(
-            config.image_size, mean=pre.mean, std=pre.std, train=False,
-            interpolation=pre.interpolation, crop_pct=pre.crop_pct,
-        )
+        self.transform = eval_transform(config)  # resize, centre crop, the checkpoint's mean/std
         self.top_k = min(TOP_K, config.num_classes)
         if self.top_k < 1:
             raise ValueError(f"{config.name or 'model'}: has no classifier head (num_classes=0); nothing to serve")

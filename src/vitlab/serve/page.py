@@ -15,6 +15,7 @@ from vitlab.data import BadImageError
 from .classify import ImageClassifier
 
 EMPTY_MESSAGE = "Upload an image to classify it."
+UPLOAD_TTL_S = 3600
 
 
 def build_page(classifier: ImageClassifier, title: str) -> gr.Blocks:
@@ -34,7 +35,8 @@ def build_page(classifier: ImageClassifier, title: str) -> gr.Blocks:
         scores = {label: p for label, p in result.top}
         return scores, result.model_input, result.overlay, f"**{best}** ({prob:.1%}) for `{file.name}`"
 
-    with gr.Blocks(title=title) as page:
+    # Gradio keeps each upload in its temp folder; files older than an hour are removed every hour.
+    with gr.Blocks(title=title, delete_cache=(UPLOAD_TTL_S, UPLOAD_TTL_S)) as page:
         gr.Markdown(
             f"# {title}\nA Vision Transformer ({config.dim} wide, {config.depth} layers, "
             f"{config.num_classes} classes) sees the image at {height} x {width}. The overlay is "

@@ -12,7 +12,7 @@ from typing import Any, Mapping
 
 import torch
 
-from vitlab.model import ConfigError, ViTConfig, VisionTransformer
+from vitlab.model import BiTConfig, BiTResNet, ConfigError, ViTConfig, VisionTransformer, create_model
 from vitlab.model.config import as_pair
 
 from .errors import CheckpointError
@@ -58,8 +58,8 @@ def check_state_dict(model: torch.nn.Module, state_dict: Mapping[str, torch.Tens
 
 
 def build_model(
-    config: ViTConfig, state_dict: Mapping[str, torch.Tensor], source: str, overrides: dict[str, Any]
-) -> VisionTransformer:
+    config: ViTConfig | BiTConfig, state_dict: Mapping[str, torch.Tensor], source: str, overrides: dict[str, Any]
+) -> VisionTransformer | BiTResNet:
     """Build the model the checkpoint describes, load it strictly, then apply size/class changes."""
     overrides = dict(overrides)
     image_size = overrides.pop("image_size", None)
@@ -75,18 +75,19 @@ def build_model(
         if conflicts:
             raise CheckpointError(f"{source}: overrides contradict the weights: {', '.join(conflicts)}")
         config = requested
-    model = VisionTransformer(config)
+    model = create_model(config)
     check_state_dict(model, state_dict, source)
     model.load_state_dict(state_dict)
 
     if image_size is not None and as_pair(image_size) != config.image_size:
         model.set_image_size(image_size)
-        how = {"sincos": "recomputed", "none": "none to resample"}.get(config.pos_embed, f"resampled, {config.pos_resample}")
-        log.info(
-            "%s: image size %s -> %s, position embedding from a %dx%d to a %dx%d grid (%s)",
-            source, _size(config.image_size), _size(model.config.image_size), *config.grid_size,
-            *model.config.grid_size, how,
-        )
+        if isinstance(config, ViTConfig):  # a ResNet has no position embedding to resample
+            how = {"sincos": "recomputed", "none": "none to resample"}.get(config.pos_embed, f"resampled, {config.pos_resample}")
+            log.info(
+                "%s: image size %s -> %s, position embedding from a %dx%d to a %dx%d grid (%s)",
+                source, _size(config.image_size), _size(model.config.image_size), *config.grid_size,
+                *model.config.grid_size, how,
+            )
     if num_classes is not None and num_classes != config.num_classes:
         model.reset_classifier(num_classes, class_names)
         log.info(

@@ -16,7 +16,7 @@ from typing import Any
 
 from huggingface_hub import EvalResult, ModelCardData
 
-from vitlab.model import ViTConfig
+from vitlab.model import BiTConfig, ViTConfig
 
 CARD_FILE = "README.md"
 METRIC_PREFIXES = ("val_", "test_", "train_")
@@ -61,7 +61,22 @@ def _metadata(config: ViTConfig, training: dict[str, Any], metrics: dict[str, An
     return data.to_yaml()
 
 
-def _architecture(config: ViTConfig, num_params: int) -> list[tuple[str, Any]]:
+def _bit_architecture(config: BiTConfig, num_params: int) -> list[tuple[str, Any]]:
+    resnet = config.resnet
+    return [
+        ("model", config.name or "custom"),
+        ("image size", " x ".join(map(str, config.image_size))),
+        ("units per stage", ", ".join(map(str, resnet.layers))),
+        ("root width / GroupNorm groups", f"{resnet.width} / {resnet.num_groups}"),
+        ("stem", f"{resnet.stem} (total stride {resnet.stride})"),
+        ("classes", config.num_classes),
+        ("parameters", f"{num_params / 1e6:.2f}M"),
+    ]
+
+
+def _architecture(config: ViTConfig | BiTConfig, num_params: int) -> list[tuple[str, Any]]:
+    if isinstance(config, BiTConfig):
+        return _bit_architecture(config, num_params)
     height, width = config.image_size
     grid_h, grid_w = config.grid_size
     prefix = config.num_prefix_tokens
@@ -117,12 +132,15 @@ vitlab serve --ckpt {source}
 def model_card(config: ViTConfig, num_params: int, extra: dict[str, Any], source: str) -> str:
     """The README.md text for a model with this config and `extra` (as save_pretrained stores it)."""
     training, metrics = split_summary(extra)
-    title = config.name or "Vision Transformer"
+    bit = isinstance(config, BiTConfig)
+    title = config.name or ("BiT ResNet" if bit else "Vision Transformer")
+    what = ("A BiT ResNet (Kolesnikov et al. 2020), the convolutional baseline of the Vision Transformer paper,"
+            if bit else "A Vision Transformer (Dosovitskiy et al., *An Image is Worth 16x16 Words*, ICLR 2021)")
     parts = [
         f"---\n{_metadata(config, training, metrics, extra)}\n---",
         f"# {title}",
-        "A Vision Transformer (Dosovitskiy et al., *An Image is Worth 16x16 Words*, ICLR 2021) saved by "
-        "vitlab: `config.json` holds the architecture, numerics, preprocessing and class names, "
+        f"{what} saved by vitlab: `config.json` holds the architecture, {'' if bit else 'numerics, '}"
+        "preprocessing and class names, "
         "`model.safetensors` the weights.",
         "## Architecture", _table(_architecture(config, num_params)),
         "## Preprocessing", _table(_preprocessing(config)),

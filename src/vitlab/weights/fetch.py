@@ -74,22 +74,15 @@ def matches(digest: str, expected: str) -> bool:
 
 
 def _download(url: str, target: Path) -> str:
-    """Stream `url` into `target` (via a .part file); returns its sha256."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_name(target.name + ".part")
+    """Stream `url` into `target`; returns its sha256."""
     digest = hashlib.sha256()
-    try:
-        with urllib.request.urlopen(url, timeout=TIMEOUT_S) as response, partial.open("wb") as out:
-            total = int(response.headers.get("Content-Length") or 0) or None
-            with tqdm(total=total, unit="B", unit_scale=True, desc=target.name, disable=None) as bar:
-                while chunk := response.read(CHUNK):
-                    out.write(chunk)
-                    digest.update(chunk)
-                    bar.update(len(chunk))
-    except BaseException:  # an interrupted download leaves nothing behind
-        partial.unlink(missing_ok=True)
-        raise
-    partial.replace(target)
+    with urllib.request.urlopen(url, timeout=TIMEOUT_S) as response, target.open("wb") as out:
+        total = int(response.headers.get("Content-Length") or 0) or None
+        with tqdm(total=total, unit="B", unit_scale=True, desc=target.name, disable=None) as bar:
+            while chunk := response.read(CHUNK):
+                out.write(chunk)
+                digest.update(chunk)
+                bar.update(len(chunk))
     return digest.hexdigest()
 
 
@@ -114,22 +107,29 @@ def _verified_cache(download: Download, name: str) -> Path | None:
 
 
 def _fetch(download: Download, name: str, check: Callable[[Path], object]) -> Path:
-    """Download one source into the cache, verify or record its digest, and check it loads."""
+    """Download one source, verify or record its digest, check it loads, then move it into the cache.
+
+    The file is written beside its final place under a name that keeps its suffix (the loaders go
+    by it) and renamed only once it passed, after its digest record: a reader of the cache sees
+    either nothing or a verified file with its record.
+    """
     url = mirrored(download.url)
     path = cache_path(download.url)
+    partial = path.with_name(f"{path.stem}.partial{path.suffix}")
+    path.parent.mkdir(parents=True, exist_ok=True)
     log.info("%s: downloading %s", name, url)
-    digest = _download(url, path)
-    if download.sha256 is not None and not matches(digest, download.sha256):
-        path.unlink()
-        raise CheckpointError(f"{name}: {url} has sha256 {digest[:16]}..., expected {download.sha256}...; not kept")
     try:
-        check(path)
-    except Exception:
-        path.unlink()  # a download that does not load never stays in the cache
+        digest = _download(url, partial)
+        if download.sha256 is not None and not matches(digest, download.sha256):
+            raise CheckpointError(f"{name}: {url} has sha256 {digest[:16]}..., expected {download.sha256}...; not kept")
+        check(partial)
+    except BaseException:  # interrupted, wrong checksum, or not the checkpoint it should be
+        partial.unlink(missing_ok=True)
         raise
     if download.sha256 is None:
         log.info("%s: no published checksum; recorded sha256 %s (trust on first use)", name, digest)
     path.with_name(path.name + DIGEST_SUFFIX).write_text(digest + "\n")
+    partial.replace(path)
     return path
 
 

@@ -30,17 +30,32 @@ def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
             f"{path}: unknown checkpoint format (expected .npz, {SAFETENSORS_SUFFIX}, "
             f"{', '.join(PICKLE_SUFFIXES)} or a folder)"
         )
+    return unwrap(load_pickle(path), path)
+
+
+def load_pickle(path: str | Path) -> Any:
+    """torch.load with weights_only=True: the unpickler builds tensors and plain containers only and
+    never calls code; a file that asks for more, or is cut short, is one CheckpointError."""
+    path = Path(path)
     try:
-        # weights_only=True: the unpickler builds tensors and plain containers only, never calls code.
-        loaded: Any = torch.load(path, map_location="cpu", weights_only=True)
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"checkpoint {str(path)!r} does not exist") from None
     except pickle.UnpicklingError as error:
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise CheckpointError(
-            f"{path}: refused to unpickle: the file holds more than plain tensors ({first_line})"
+            f"{path}: refused to unpickle: the file holds more than plain tensors ({_unpickler_reason(error)})"
         ) from None
     except (RuntimeError, EOFError, OSError) as error:
-        raise CheckpointError(f"{path}: not a readable PyTorch checkpoint ({error})") from None
-    return unwrap(loaded, path)
+        reason = str(error).strip().split(". ")[0] or type(error).__name__
+        raise CheckpointError(f"{path}: not a readable PyTorch checkpoint ({reason})") from None
+
+
+def _unpickler_reason(error: pickle.UnpicklingError) -> str:
+    """The line of torch's long message that names what was refused, e.g. "Unsupported global: GLOBAL io.open"."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    named = [line.split("error: ", 1)[1] for line in lines if "WeightsUnpickler error: " in line]
+    reason = named[0].split(" was not an allowed global")[0] if named else (lines[0] if lines else "")
+    return reason or type(error).__name__
 
 
 def unwrap(loaded: Any, path: Path) -> dict[str, torch.Tensor]:

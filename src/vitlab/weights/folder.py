@@ -8,6 +8,8 @@ config.json (format_version 2) groups the ViTConfig fields by what they decide:
 
 Version 1 wrote the same fields flat beside "format"; every older version is migrated step by
 step to the current one on reading, so folders written by any vitlab release keep loading.
+A BiT ResNet (the paper's baseline) is written as {"format", "format_version", "bit": {BiTConfig
+fields}, "extra"}: the ViT sections do not describe it.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any, Callable
 import torch
 from safetensors.torch import load_file, save_file
 
-from vitlab.model import ViTConfig, VisionTransformer
+from vitlab.model import BiTConfig, BiTResNet, ViTConfig, VisionTransformer
 
 from .build import build_model
 from .card import write_model_card
@@ -42,9 +44,11 @@ SECTIONS: dict[str, tuple[str, ...]] = {
 TOP_LEVEL = ("preprocessing", "class_names", "name")
 
 
-def config_to_json(config: ViTConfig, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    fields = config.to_dict()
+def config_to_json(config: ViTConfig | BiTConfig, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     document: dict[str, Any] = {"format": FORMAT, "format_version": FORMAT_VERSION}
+    if isinstance(config, BiTConfig):
+        return {**document, "bit": config.to_dict(), "extra": dict(extra or {})}
+    fields = config.to_dict()
     for section, names in SECTIONS.items():
         document[section] = {name: fields.pop(name) for name in names if name in fields}
     for name in TOP_LEVEL:
@@ -79,11 +83,15 @@ def migrate(document: dict[str, Any], source: str = CONFIG_FILE) -> dict[str, An
     return document
 
 
-def config_from_json(document: dict[str, Any], source: str = CONFIG_FILE) -> tuple[ViTConfig, dict[str, Any]]:
-    """The ViTConfig and the free-form "extra" of a vitlab config.json of any format_version."""
+def config_from_json(
+    document: dict[str, Any], source: str = CONFIG_FILE
+) -> tuple[ViTConfig | BiTConfig, dict[str, Any]]:
+    """The ViTConfig (or BiTConfig) and the free-form "extra" of a vitlab config.json of any format_version."""
     if document.get("format") != FORMAT:
         raise CheckpointError(f"{source}: not a vitlab config (format {document.get('format')!r})")
     document = migrate(dict(document), source)
+    if "bit" in document:
+        return BiTConfig.from_dict(document["bit"]), document.get("extra", {})
     fields: dict[str, Any] = {}
     for section in SECTIONS:
         fields.update(document.get(section, {}))
@@ -91,7 +99,7 @@ def config_from_json(document: dict[str, Any], source: str = CONFIG_FILE) -> tup
     return ViTConfig.from_dict(fields), document.get("extra", {})
 
 
-def read_config(directory: str | Path) -> tuple[ViTConfig, dict[str, Any]]:
+def read_config(directory: str | Path) -> tuple[ViTConfig | BiTConfig, dict[str, Any]]:
     path = Path(directory) / CONFIG_FILE
     try:
         document = json.loads(path.read_text())
@@ -110,7 +118,7 @@ def is_vitlab_folder(directory: str | Path) -> bool:
         return False
 
 
-def save_pretrained(model: VisionTransformer, directory: str | Path, **extra: Any) -> Path:
+def save_pretrained(model: VisionTransformer | BiTResNet, directory: str | Path, **extra: Any) -> Path:
     """Write config.json + model.safetensors + a README.md model card (card.py); `extra` (JSON
     values) is kept under "extra", and its "training" summary and "metrics" go into the card."""
     directory = Path(directory)
@@ -127,7 +135,7 @@ def save_pretrained(model: VisionTransformer, directory: str | Path, **extra: An
     return directory
 
 
-def load_folder(directory: str | Path, **overrides: Any) -> VisionTransformer:
+def load_folder(directory: str | Path, **overrides: Any) -> VisionTransformer | BiTResNet:
     """Read a folder written by save_pretrained (any format_version)."""
     directory = Path(directory)
     config, _ = read_config(directory)

@@ -8,7 +8,7 @@ from typing import Any
 from vitlab.model import BiTConfig, BiTResNet, ConfigError, ViTConfig, VisionTransformer, config_for
 from vitlab.model import create_model as create_untrained
 
-from .catalogue import Pretrained, find
+from .catalogue import IN1K_CLASSES, Pretrained, find
 from .errors import CheckpointError
 from .fetch import fetch
 from .load import load_file
@@ -34,6 +34,14 @@ def check_matches(entry: Pretrained, path: Path) -> VisionTransformer:
     return model
 
 
+def imagenet_class_names() -> list[str]:
+    """The 1000 ImageNet-1k class names in the standard (sorted-synset) order, which is also the
+    label order of the vit_jax checkpoints; torchvision ships them with its weight metadata."""
+    from torchvision.models import ViT_B_16_Weights
+
+    return list(ViT_B_16_Weights.IMAGENET1K_V1.meta["categories"])
+
+
 def load_pretrained(name: str, **overrides: Any) -> VisionTransformer:
     """The model of catalogue entry "MODEL:TAG", downloaded into the cache on first use.
 
@@ -43,6 +51,8 @@ def load_pretrained(name: str, **overrides: Any) -> VisionTransformer:
     entry = find(name)
     path = fetch(entry, check=lambda file: check_matches(entry, file))
     options = dict(VIT_JAX_NUMERICS, preprocessing=entry.preprocessing, name=entry.name)
+    if entry.num_classes == IN1K_CLASSES and "num_classes" not in overrides:  # a new head has its own names
+        options["class_names"] = imagenet_class_names()
     options.update(overrides)
     return load_file(path, **options)
 
