@@ -9,9 +9,11 @@ memory of one step in that mode and its model FLOPs utilisation against this mac
 from __future__ import annotations
 
 import logging
+import math
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
+from typing import Callable
 
 import torch
 
@@ -31,10 +33,11 @@ ALL_MODES = ("eager", "compile", "eager+bf16w", "compile+bf16w", "fast")
 
 @dataclass(frozen=True)
 class CaseSpec:
-    """A case and the implementations that run it (all of them when empty)."""
+    """A case, the implementations that run it and the modes they try (empty: all of them)."""
 
     case: Case
     implementations: tuple[str, ...] = ()
+    modes: tuple[str, ...] = ()
 
     @classmethod
     def parse(cls, text: str, image_size: int = 224, batch: int = 32) -> CaseSpec:
@@ -48,7 +51,9 @@ class CaseSpec:
         implementations = tuple(name for name in parts[4].split(",") if name) if len(parts) > 4 else ()
         for name in implementations:
             if name not in IMPLEMENTATIONS:
-                raise ValueError(f"unknown implementation {name!r} in case {text!r}; choose from {', '.join(IMPLEMENTATIONS)}")
+                raise ValueError(
+                    f"unknown implementation {name!r} in case {text!r}; choose from {', '.join(IMPLEMENTATIONS)}"
+                )
         case = Case(parts[0], image_size, int(parts[3]) if len(parts) > 3 else batch, parts[2], parts[1])
         return cls(case, implementations)
 
@@ -57,9 +62,10 @@ class CaseSpec:
 class BenchConfig:
     cases: list[CaseSpec]
     implementations: tuple[str, ...] = tuple(IMPLEMENTATIONS)
-    modes: tuple[str, ...] = ALL_MODES
+    modes: tuple[str, ...] | None = None  # for every case, overriding the cases' own
     rounds: int = 5
     warmup: int = 2
+    min_sample_s: float = 0.2  # steps shorter than this are repeated within one timed sample
     device: str = "cpu"
     memory: bool = True
     gemm_sizes: tuple[int, ...] = (1024, 2048)
@@ -68,8 +74,9 @@ class BenchConfig:
         for name in self.implementations:
             if name not in IMPLEMENTATIONS:
                 raise ValueError(f"unknown implementation {name!r}; choose from {', '.join(IMPLEMENTATIONS)}")
-        for name in self.modes:
-            Mode.parse(name)
+        for spec in self.cases:
+            for name in (*spec.modes, *(self.modes or ())):
+                Mode.parse(name)
         if self.rounds < 1 or self.warmup < 1:
             raise ValueError(f"rounds ({self.rounds}) and warmup ({self.warmup}) must be at least 1")
 
@@ -79,6 +86,7 @@ class Contender:
     implementation: str
     mode: str
     setup_s: float  # build + warm-up (+ compilation)
+    calls: int = 1  # steps per timed sample
     seconds: list[float] = field(default_factory=list)  # per step, one per round
     images_per_s: float = 0.0  # batch / median seconds
     error: str | None = None
@@ -121,45 +129,62 @@ class CaseResult:
         return mine.images_per_s / other.images_per_s
 
 
-def prepare(case: Case, implementation: str, mode: Mode, warmup: int, device: torch.device):
-    """Build, compile and warm up one contender; (step, Contender)."""
+def repeated(step: Callable[[], object], calls: int) -> Callable[[], None]:
+    def run() -> None:
+        for _ in range(calls):
+            step()
+
+    return run
+
+
+def prepare(case: Case, implementation: str, mode: Mode, config: BenchConfig, device: torch.device):
+    """Build, compile and warm up one contender; (step or None if it failed, Contender)."""
     start = time.perf_counter()
     torch.manual_seed(0)
     model_config = config_for(case.variant, image_size=case.image_size)
     try:
         model = build(implementation, model_config)
         step = make_step(model, case, mode, device, model_config.num_classes)
-        for _ in range(warmup):
-            time_once(step, device)
+        warm = [time_once(step, device) for _ in range(config.warmup)]
     except Exception as error:  # a peer that cannot run a mode (e.g. fails to compile) is reported, not fatal
-        log.warning("  %s %s failed: %s", implementation, mode.name, str(error).splitlines()[0] if str(error) else error)
+        first_line = str(error).splitlines()[0] if str(error) else repr(error)
+        log.warning("  %s %s failed: %s", implementation, mode.name, first_line)
         return None, Contender(implementation, mode.name, time.perf_counter() - start, error=repr(error)[:300])
-    return step, Contender(implementation, mode.name, time.perf_counter() - start)
+    # The slowest warm-up call after the first (which compiles): a shared machine's stalls make too few
+    # calls per sample better than too many.
+    calls = max(1, math.ceil(config.min_sample_s / max(warm[1:] or warm)))
+    return step, Contender(implementation, mode.name, time.perf_counter() - start, calls)
 
 
 def run_case(spec: CaseSpec, config: BenchConfig, device: torch.device, peak: dict[str, float]) -> CaseResult:
     case = spec.case
-    implementations = [name for name in spec.implementations or config.implementations if name in config.implementations]
+    wanted = spec.implementations or config.implementations
+    implementations = [name for name in wanted if name in config.implementations]
     log.info("%s: %s", case.label, ", ".join(implementations))
     steps, contenders = {}, {}
     for implementation in implementations:
-        for mode in map(Mode.parse, config.modes):
-            if not mode.applies_to(case, implementation):
+        modes = config.modes or spec.modes or ALL_MODES
+        for mode in map(Mode.parse, modes):
+            if not mode.applies_to(case, implementation, modes):
                 continue
-            step, contender = prepare(case, implementation, mode, config.warmup, device)
+            step, contender = prepare(case, implementation, mode, config, device)
             key = f"{implementation} {mode.name}"
             contenders[key] = contender
             if step is not None:
                 steps[key] = step
                 log.info("  ready %-24s in %5.1f s", key, contender.setup_s)
-    for key, seconds in interleaved(steps, config.rounds, device).items():
-        contenders[key].seconds = seconds
-        contenders[key].images_per_s = case.batch / statistics.median(seconds)
+    timed = {key: repeated(step, contenders[key].calls) for key, step in steps.items()}
+    for key, seconds in interleaved(timed, config.rounds, device).items():
+        contender = contenders[key]
+        contender.seconds = [value / contender.calls for value in seconds]
+        contender.images_per_s = case.batch / statistics.median(contender.seconds)
 
     flops = model_flops(config_for(case.variant, image_size=case.image_size), train=case.task == "train")
     rows = []
     for implementation in implementations:
-        tried = {c.mode: c.images_per_s for c in contenders.values() if c.implementation == implementation and not c.error}
+        tried = {
+            c.mode: c.images_per_s for c in contenders.values() if c.implementation == implementation and not c.error
+        }
         if not tried:
             continue
         best = max(tried, key=tried.get)

@@ -23,7 +23,8 @@ def markdown(results: dict) -> str:
         f"GEMM peak fp32 {peak['fp32'] / 1e9:,.0f} GFLOP/s, bf16 {peak['bf16'] / 1e9:,.0f} GFLOP/s; "
         f"load average at start {machine['load_average']}.",
         "",
-        "| model | task | dtype | batch | vitlab images/s | best peer | peer images/s | vitlab / best peer | vitlab / timm |",
+        "| model | task | dtype | batch | vitlab images/s | best peer | peer images/s | vitlab / best peer "
+        "| vitlab / timm |",
         "|---|---|---|---:|---:|---|---:|---:|---:|",
     ]
     for case in results["cases"]:
@@ -40,7 +41,8 @@ def markdown(results: dict) -> str:
         "Every implementation in its best mode (fastest median over the interleaved rounds); MFU against the GEMM peak "
         "of the same dtype; peak memory is the most tensor memory alive during one step above that alive before it.",
         "",
-        "| model | task | dtype | implementation | best mode | images/s | MFU | peak memory MiB | all modes (images/s) |",
+        "| model | task | dtype | implementation | best mode | images/s | MFU | peak memory MiB "
+        "| all modes (images/s) |",
         "|---|---|---|---|---|---:|---:|---:|---|",
     ]
     for case in results["cases"]:

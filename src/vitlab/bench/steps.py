@@ -67,12 +67,14 @@ class Mode:
                 return mode
         raise ValueError(f"unknown mode {name!r}; choose from eager, compile, eager+bf16w, compile+bf16w, fast")
 
-    def applies_to(self, case: Case, implementation: str) -> bool:
+    def applies_to(self, case: Case, implementation: str, modes: tuple[str, ...] = ()) -> bool:
+        """Whether this mode runs `case` for `implementation`, among the `modes` tried."""
         if self.fast:
             return implementation == "vitlab" and case.task == "infer"
-        if self.bf16_weights:
-            return case.task == "infer" and case.dtype == "bf16"
-        return True
+        if self.bf16_weights and not (case.task == "infer" and case.dtype == "bf16"):
+            return False
+        # vitlab's compiled inference is its fast path (compiled, frozen), when that is tried.
+        return not (self.compiled and implementation == "vitlab" and case.task == "infer" and "fast" in modes)
 
 
 def inference_step(

@@ -12,7 +12,7 @@ import logging
 import sys
 
 # Modules of vitlab.cli, each registering one or more subcommands.
-COMMAND_MODULES = ["models", "analyze", "evaluate_fewshot", "data", "bench", "export", "serve", "weights"]
+COMMAND_MODULES = ["models", "analyze", "evaluate_fewshot", "data", "bench", "export", "serve", "weights", "train", "experiment"]
 
 
 class UserError(Exception):

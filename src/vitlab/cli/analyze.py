@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-from pathlib import Path
 
 import torch
 
@@ -48,28 +47,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-def image_files(paths: list[str]) -> list[Path]:
-    """Expand folders (recursively, sorted) into the image files they hold."""
-    from vitlab.data.images import is_image_file
-
-    files: list[Path] = []
-    for name in paths:
-        path = Path(name)
-        if path.is_dir():
-            found = sorted(p for p in path.rglob("*") if p.is_file() and is_image_file(str(p)))
-            if not found:
-                raise ValueError(f"--images {name}: the folder holds no image files")
-            files += found
-        elif path.is_file():
-            files.append(path)
-        else:
-            raise FileNotFoundError(f"--images {name}: no such file or folder")
-    return files
-
-
 def load_images(paths: list[str] | None, transform, limit: int) -> torch.Tensor:
     """(B, 3, H, W) model inputs from the given files, or from digits' validation split."""
     from vitlab.data import BadImageError, load_datasets, read_image
+    from vitlab.data.images import image_files
 
     if not paths:
         val = load_datasets("digits", transform, transform).val

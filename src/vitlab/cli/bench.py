@@ -21,7 +21,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--image-size", type=int, default=224, help="resolution of the CASEs (default 224)")
     parser.add_argument("--batch", type=int, default=32, help="batch of CASEs that name none (default 32)")
     parser.add_argument("--impls", default=",".join(IMPLEMENTATIONS), help="comma-separated implementations")
-    parser.add_argument("--modes", default=",".join(ALL_MODES), help="comma-separated modes to try")
+    parser.add_argument(
+        "--modes",
+        help=f"comma-separated modes to try, of {', '.join(ALL_MODES)} (default: the preset's per case, or all)",
+    )
     parser.add_argument("--rounds", type=int, default=5, help="interleaved timed rounds (default 5)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps per contender (default 2)")
     parser.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
@@ -46,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     config = BenchConfig(
         cases=specs,
         implementations=tuple(name for name in args.impls.split(",") if name),
-        modes=tuple(name for name in args.modes.split(",") if name),
+        modes=tuple(name for name in args.modes.split(",") if name) if args.modes else None,
         rounds=args.rounds,
         warmup=args.warmup,
         device=args.device,

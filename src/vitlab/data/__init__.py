@@ -3,7 +3,7 @@
 from .datasets import TooManyBadImagesError
 from .images import BadImageError, read_image
 from .sources import load_datasets, parse_source
-from .splits import DataSplits
+from .splits import DataSplits, take_fraction
 from .transforms import build_transforms
 
 __all__ = [
@@ -14,4 +14,5 @@ __all__ = [
     "load_datasets",
     "parse_source",
     "read_image",
+    "take_fraction",
 ]

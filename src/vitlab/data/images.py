@@ -150,3 +150,20 @@ def is_image_file(path: str) -> bool:
     """Whether a folder source treats `path` as an image (by extension; hidden files are not)."""
     base = os.path.basename(path)
     return not base.startswith(".") and os.path.splitext(base)[1].lower() in IMAGE_EXTENSIONS
+
+
+def image_files(paths: list[str]) -> list[Path]:
+    """The files named, and the image files inside the folders named (recursively, sorted)."""
+    files: list[Path] = []
+    for name in paths:
+        path = Path(name)
+        if path.is_dir():
+            found = sorted(p for p in path.rglob("*") if p.is_file() and is_image_file(str(p)))
+            if not found:
+                raise ValueError(f"{name}: the folder holds no image files")
+            files += found
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise FileNotFoundError(f"{name}: no such file or folder")
+    return files

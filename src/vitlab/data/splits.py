@@ -44,3 +44,18 @@ def split_indices(labels: Sequence[int], val_fraction: float, seed: int) -> tupl
         except ValueError as error:
             raise ValueError(f"cannot split {len(labels)} images with val_fraction {val_fraction}: {error}") from None
     return np.sort(train), np.sort(val)
+
+
+def take_fraction(dataset: torch.utils.data.Dataset, fraction: float, seed: int) -> torch.utils.data.Dataset:
+    """A class-balanced `fraction` of a dataset with `labels` and `subset` (every vitlab source), its
+    transform kept. Each class is shuffled by default_rng(seed) and its first round(fraction * n) (at
+    least one) images kept, so for one seed a smaller fraction is part of every larger one."""
+    if not 0.0 < fraction <= 1.0:
+        raise ValueError(f"fraction must be in (0, 1], got {fraction}")
+    labels = np.asarray(dataset.labels)
+    order = np.random.default_rng(seed).permutation(len(labels))
+    keep = []
+    for label in np.unique(labels):
+        members = order[labels[order] == label]
+        keep.append(members[:max(1, round(fraction * len(members)))])
+    return dataset.subset(np.sort(np.concatenate(keep)), dataset.transform)

@@ -111,7 +111,8 @@ class VisionTransformer(nn.Module):
         if self.cls_token is not None:
             tokens = torch.cat([self.cls_token.expand(tokens.shape[0], -1, -1), tokens], dim=1)
         if self.pos_embed is not None:
-            tokens = tokens + self.pos_embed(grid).to(tokens.dtype)
+            # .to(tokens): the fixed sin-cos table is computed on the CPU whatever the model's device
+            tokens = tokens + self.pos_embed(grid).to(tokens)
         return self.pos_drop(tokens), grid
 
     # -- Eq. 2-4 -------------------------------------------------------------------------------

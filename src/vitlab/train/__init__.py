@@ -3,10 +3,11 @@
 from .callbacks import Callback, MetricsFile, ProgressBar
 from .config import TrainConfig
 from .recipes import RECIPES, get_recipe
-from .trainer import Interrupted, Trainer, TrainResult, train
+from .trainer import Diverged, Interrupted, Trainer, TrainResult, train
 
 __all__ = [
     "Callback",
+    "Diverged",
     "Interrupted",
     "MetricsFile",
     "ProgressBar",

@@ -8,17 +8,24 @@ saved state: each sample's augmentation is seeded by (seed, epoch, index) (see l
 
 Writes are atomic: the file is written under a temporary name in the same folder, fsynced and
 renamed, and only then does the `latest` pointer (a one-line text file, written the same way) name
-it. A crash at any moment leaves `latest` naming a complete checkpoint.
+it. A crash at any moment leaves `latest` naming a complete checkpoint; a full disk raises
+CheckpointError and leaves the previous one in place. A sharded checkpoint (a folder, e.g. from
+torch.distributed.checkpoint) is written the same way with `atomic_folder` and then `publish`ed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import io
 import logging
 import os
 import random
 import re
-from collections.abc import Callable
+import shutil
+import sys
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -26,6 +33,7 @@ import numpy as np
 import torch
 
 from vitlab.weights import CheckpointError
+from vitlab.weights.files import load_pickle
 
 log = logging.getLogger("vitlab")
 
@@ -33,7 +41,13 @@ FOLDER = "checkpoints"
 LATEST = "latest"
 FORMAT = "vitlab-train-state"
 FORMAT_VERSION = 1
-NAME = re.compile(r"step-(\d+)\.pt")
+NAME = re.compile(r"step-(\d+)(?:\.pt)?")  # a file, or the folder of a sharded checkpoint
+PARTIAL = ".partial-"  # in the names of files and folders still being written
+SHARDED_STATE = "trainer.pt"  # in a sharded checkpoint's folder: everything but the model and optimiser shards
+# Fault-injection tests set this to a step number: the writer of that step's checkpoint stops half-way
+# and waits (PAUSE_SECONDS) so that the test can kill it mid-write.
+PAUSE_ENV = "VITLAB_TEST_PAUSE_CHECKPOINT"
+PAUSE_SECONDS = 600
 
 
 def checkpoint_dir(out: str | Path) -> Path:
@@ -74,10 +88,10 @@ def _as_tuple(value: Any) -> Any:
     return tuple(_as_tuple(v) for v in value) if isinstance(value, (list, tuple)) else value
 
 
-# -- atomic files ----------------------------------------------------------------------------------
+# -- atomic files and folders ----------------------------------------------------------------------
 def atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> None:
     """Write `path` through a temporary file in the same folder: fsync, rename, fsync the folder."""
-    temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    temporary = path.with_name(f".{path.name}{PARTIAL}{os.getpid()}")
     try:
         with open(temporary, "wb") as file:
             write(file)
@@ -86,17 +100,69 @@ def atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> None:
         os.replace(temporary, path)
     except BaseException as error:
         temporary.unlink(missing_ok=True)
-        if isinstance(error, OSError):
-            reason = "the disk is full" if error.errno == errno.ENOSPC else (error.strerror or str(error))
-            raise CheckpointError(f"{path}: cannot write ({reason}); the previous checkpoint is kept") from None
-        raise
-    _fsync_folder(path.parent)
+        raise _write_error(path, error) from None
+    _fsync(path.parent)
 
 
-def _fsync_folder(folder: Path) -> None:
+@contextlib.contextmanager
+def atomic_folder(path: str | Path, commit: bool = True) -> Iterator[Path]:
+    """Fill a folder under a temporary name in the same parent, then rename it to `path`.
+
+        with atomic_folder(checkpoint_dir(out) / f"step-{step:08d}", commit=rank == 0) as partial:
+            torch.distributed.checkpoint.save(state, checkpoint_id=partial)
+        if rank == 0:
+            publish(out, checkpoint_dir(out) / f"step-{step:08d}", keep)
+
+    The temporary name depends only on `path`, so every rank of a sharded save writes into the same
+    folder; only the rank with `commit` renames it (torch.distributed.checkpoint.save returns on the
+    coordinator once every rank's shards are written). A crash before the rename leaves `path` as it
+    was; `remove_partial_writes` (called by `save_checkpoint`; before a sharded save, by rank 0 ahead
+    of a barrier) clears what a crashed writer left.
+    """
+    path = Path(path)
+    partial = path.with_name(f".{path.name}{PARTIAL}folder")
+    partial.mkdir(parents=True, exist_ok=True)
     try:
-        descriptor = os.open(folder, os.O_RDONLY)
-    except OSError:  # some platforms cannot open folders; the rename is still atomic
+        yield partial
+        if not commit:
+            return
+        for file in partial.rglob("*"):
+            if file.is_file():
+                _fsync(file)
+        _fsync(partial)
+        if path.exists():  # rename cannot replace a non-empty folder: move the old one aside first
+            old = path.with_name(f".{path.name}{PARTIAL}old")
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(path, old)
+            os.replace(partial, path)
+            shutil.rmtree(old)
+        else:
+            os.replace(partial, path)
+    except BaseException as error:
+        if commit:
+            shutil.rmtree(partial, ignore_errors=True)
+        raise _write_error(path, error) from None
+    _fsync(path.parent)
+
+
+def _write_error(path: Path, error: BaseException) -> BaseException:
+    """A failed write as one clear CheckpointError when the cause is the file system (torch.save
+    wraps the OSError of a full disk in a RuntimeError), else the error itself."""
+    cause: BaseException | None = error
+    while cause is not None and not isinstance(cause, OSError):
+        cause = cause.__cause__ or cause.__context__
+    if cause is None:
+        return error
+    reason = "the disk is full" if cause.errno in (errno.ENOSPC, errno.EDQUOT) else (cause.strerror or str(cause))
+    return CheckpointError(f"{path}: cannot write ({reason}); the previous checkpoint is kept")
+
+
+def _fsync(path: Path) -> None:
+    """Flush a file's or a folder's entry to disk (some platforms cannot open folders: then the
+    rename is still atomic, only not yet durable)."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY)
+    except OSError:
         return
     try:
         os.fsync(descriptor)
@@ -106,19 +172,54 @@ def _fsync_folder(folder: Path) -> None:
         os.close(descriptor)
 
 
+def remove_partial_writes(folder: Path) -> None:
+    """Temporary files and folders that a killed writer left behind."""
+    for leftover in folder.glob(f".*{PARTIAL}*"):
+        shutil.rmtree(leftover) if leftover.is_dir() else leftover.unlink(missing_ok=True)
+
+
 # -- writing and reading ---------------------------------------------------------------------------
 def save_checkpoint(out: str | Path, step: int, state: dict[str, Any], keep: int) -> Path:
     """Write `state` as the checkpoint of `step`, point `latest` at it, keep the newest `keep`."""
     folder = checkpoint_dir(out)
     folder.mkdir(parents=True, exist_ok=True)
+    remove_partial_writes(folder)
     path = folder / checkpoint_name(step)
     document = {"format": FORMAT, "format_version": FORMAT_VERSION, **state}
-    atomic_write(path, lambda file: torch.save(document, file))
+    atomic_write(path, lambda file: _save_document(document, file, step))
+    publish(out, path, keep)
+    return path
+
+
+def publish(out: str | Path, path: Path, keep: int) -> None:
+    """Point `latest` at the complete checkpoint `path` (a file, or a sharded checkpoint's folder),
+    then delete all but the newest `keep` checkpoints."""
+    folder = checkpoint_dir(out)
     atomic_write(folder / LATEST, lambda file: file.write(f"{path.name}\n".encode()))
     for old in list_checkpoints(out)[:-keep]:
         if old != path:
-            old.unlink(missing_ok=True)
-    return path
+            shutil.rmtree(old) if old.is_dir() else old.unlink(missing_ok=True)
+
+
+def _save_document(document: dict[str, Any], file: IO[bytes], step: int) -> None:
+    if os.environ.get(PAUSE_ENV) == str(step):
+        _pause_mid_write(document, file)
+    torch.save(document, file)
+
+
+def _pause_mid_write(document: dict[str, Any], file: IO[bytes]) -> None:
+    """Fault-injection hook: write half the checkpoint, say so on stderr, and wait to be killed."""
+    buffer = io.BytesIO()
+    torch.save(document, buffer)
+    data = buffer.getvalue()
+    file.write(data[: len(data) // 2])
+    file.flush()
+    os.fsync(file.fileno())
+    print(f"{PAUSE_ENV}: paused writing {file.name} after {len(data) // 2} of {len(data)} bytes",
+          file=sys.stderr, flush=True)
+    time.sleep(PAUSE_SECONDS)
+    file.seek(0)
+    file.truncate()
 
 
 def list_checkpoints(out: str | Path) -> list[Path]:
@@ -137,21 +238,18 @@ def latest_checkpoint(out: str | Path) -> Path | None:
         return None
     name = pointer.read_text().strip()
     path = pointer.parent / name
-    if not NAME.fullmatch(name) or not path.is_file():
+    if not NAME.fullmatch(name) or not path.exists():
         raise CheckpointError(f"{pointer}: names {name!r}, which is not a checkpoint in {pointer.parent}")
     return path
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
-    """Read a training checkpoint without executing anything stored in it."""
+    """Read a training checkpoint without executing anything stored in it (of a sharded checkpoint,
+    the state besides the shards, which distributed.load_sharded reads into the model)."""
     path = Path(path)
-    try:
-        document = torch.load(path, map_location="cpu", weights_only=True)
-    except FileNotFoundError:
-        raise FileNotFoundError(f"checkpoint {str(path)!r} does not exist") from None
-    except Exception as error:  # truncated file, foreign pickle, code in the pickle
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise CheckpointError(f"{path}: not a readable training checkpoint ({reason})") from None
+    if path.is_dir():
+        path = path / SHARDED_STATE
+    document = load_pickle(path)  # truncated files and pickles with code: CheckpointError, nothing run
     if not isinstance(document, dict) or document.get("format") != FORMAT:
         raise CheckpointError(f"{path}: not a vitlab training checkpoint")
     if document.get("format_version") != FORMAT_VERSION:

@@ -9,8 +9,10 @@ bad one is reported in one line naming the key, the value and where it came from
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Union
@@ -66,6 +68,7 @@ class DataSpec:
     batch_size: int = 128  # images per optimiser step, split over optim.grad_accum micro-batches
     eval_batch_size: int | None = None  # None: twice the micro-batch
     val_fraction: float = 0.2  # held out when the source has no validation split
+    train_fraction: float = 1.0  # train on this class-balanced share of the training split (seeded by run.seed)
     workers: int = 0
     download: bool = False
     max_bad_fraction: float = 0.01
@@ -128,9 +131,12 @@ class RunSpec:
     ckpt_every_steps: int | None = None  # besides every evaluation and the end of the run
     ckpt_every_minutes: float | None = None
     keep_ckpts: int = 3
+    max_bad_steps: int = 10  # non-finite loss/gradient steps in a row that stop the run (each is skipped)
     resume: bool = False
     compile: bool = False
     grad_checkpointing: bool = False
+    data_parallel: Literal["ddp", "fsdp"] = "ddp"  # under torchrun: replicate the model, or shard it (L, H)
+    threads: int | None = None  # torch.set_num_threads during fit; None keeps torch's (one per core)
 
 
 @dataclass
@@ -143,11 +149,13 @@ class TrainConfig:
     schedule: ScheduleSpec = field(default_factory=ScheduleSpec)
     run: RunSpec = field(default_factory=RunSpec)
 
-    def validate(self) -> "TrainConfig":
-        """Raise ConfigError naming the first out-of-range value; returns self."""
-        for key, ok, requirement in _range_checks(self):
+    def validate(self, origins: Mapping[str, str] | None = None) -> "TrainConfig":
+        """Raise ConfigError naming the first out-of-range value (and, from `origins`, the file or
+        flag that set it); returns self."""
+        for key, ok, requirement in [*_finite_checks(self), *_range_checks(self)]:
             if not ok:
-                raise ConfigError(f"{key}={_show(lookup(self, key))}: {requirement}")
+                where = f"{origins[key]}: " if origins and key in origins else ""
+                raise ConfigError(f"{where}{key}={_plain(lookup(self, key))!r}: {requirement}")
         return self
 
     @property
@@ -172,6 +180,17 @@ EXCLUSIVE = {
 }
 
 
+def _finite_checks(config: TrainConfig) -> list[tuple[str, bool, str]]:
+    """Every number must be finite: YAML reads .inf and .nan as floats, which no range check rejects."""
+    checks = []
+    for section in SECTIONS:
+        for name, value in dataclasses.asdict(getattr(config, section)).items():
+            numbers = value if isinstance(value, (list, tuple)) else [value]
+            finite = all(math.isfinite(v) for v in numbers if isinstance(v, float))
+            checks.append((f"{section}.{name}", finite, "must be a finite number"))
+    return checks
+
+
 def _range_checks(config: TrainConfig) -> list[tuple[str, bool, str]]:
     d, a, o, s, r = config.data, config.augment, config.optim, config.schedule, config.run
     positive = "must be > 0"
@@ -181,6 +200,7 @@ def _range_checks(config: TrainConfig) -> list[tuple[str, bool, str]]:
         ("data.batch_size", d.batch_size > 0, positive),
         ("data.eval_batch_size", d.eval_batch_size is None or d.eval_batch_size > 0, positive),
         ("data.val_fraction", 0.0 < d.val_fraction < 1.0, "must be in (0, 1)"),
+        ("data.train_fraction", 0.0 < d.train_fraction <= 1.0, "must be in (0, 1]"),
         ("data.workers", d.workers >= 0, "must be >= 0"),
         ("data.max_bad_fraction", 0.0 <= d.max_bad_fraction < 1.0, fraction),
         ("data.std", d.std is None or min(d.std) > 0, "must be positive"),
@@ -201,7 +221,7 @@ def _range_checks(config: TrainConfig) -> list[tuple[str, bool, str]]:
         ("optim.momentum", 0.0 <= o.momentum < 1.0, fraction),
         ("optim.grad_clip", o.grad_clip is None or o.grad_clip > 0.0, "must be > 0 or null"),
         ("optim.grad_accum", o.grad_accum >= 1, "must be >= 1"),
-        ("optim.grad_accum", d.batch_size % o.grad_accum == 0,
+        ("optim.grad_accum", o.grad_accum < 1 or d.batch_size % o.grad_accum == 0,  # (< 1 fails above)
          f"must divide data.batch_size={d.batch_size} into equal micro-batches"),
         ("optim.ema_decay", o.ema_decay is None or 0.0 < o.ema_decay < 1.0, "must be in (0, 1) or null"),
         ("schedule.steps", (s.steps is None) != (s.epochs is None), "set exactly one of schedule.steps and schedule.epochs"),
@@ -217,6 +237,8 @@ def _range_checks(config: TrainConfig) -> list[tuple[str, bool, str]]:
         ("run.ckpt_every_steps", r.ckpt_every_steps is None or r.ckpt_every_steps > 0, positive),
         ("run.ckpt_every_minutes", r.ckpt_every_minutes is None or r.ckpt_every_minutes > 0, positive),
         ("run.keep_ckpts", r.keep_ckpts >= 1, "must be >= 1"),
+        ("run.max_bad_steps", r.max_bad_steps >= 1, "must be >= 1"),
+        ("run.threads", r.threads is None or r.threads >= 1, "must be >= 1 or null"),
     ]
 
 
@@ -320,8 +342,11 @@ def coerce(value: Any, annotation: Any, where: str) -> Any:
     elif annotation is int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
-        if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
-            return int(value)
+        if isinstance(value, str):  # "12" from a flag; int() also refuses "²" and "+-5", which isdigit() lets by
+            try:
+                return int(value)
+            except ValueError:
+                pass
     elif annotation is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)

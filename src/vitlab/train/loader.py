@@ -3,15 +3,19 @@
 Exact resume needs the data order and every random augmentation to be reproducible from a saved
 position. The order of epoch e is a permutation seeded by (seed, e), and the sampler can start
 part-way through it. Each sample's augmentation is seeded by (seed, e, index), so it does not depend
-on which worker decodes it, how many workers there are, or what was drawn before: a resumed run sees
-the same images as an uninterrupted one, and no worker's generator needs saving.
+on which worker decodes it, how many workers there are, how samples are grouped into (micro-)batches
+or what was drawn before: a resumed run sees the same images as an uninterrupted one, and no
+worker's generator needs saving.
 """
 
 from __future__ import annotations
 
+import contextlib
+import random
 import signal
 from collections.abc import Iterator
 
+import numpy as np
 import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, Sampler
 from torchvision.transforms import v2
@@ -20,6 +24,7 @@ from vitlab.data import build_transforms
 from vitlab.model import Preprocessing
 
 from .config import AugmentSpec
+from .distributed import Processes, RankSlices, check_batch
 
 
 def train_transform(image_size: tuple[int, int], preprocessing: Preprocessing, augment: AugmentSpec) -> v2.Compose:
@@ -65,9 +70,30 @@ class EpochSampler(Sampler[tuple[int, int]]):
         return self.size - self.start
 
 
+@contextlib.contextmanager
+def preserved_rng() -> Iterator[None]:
+    """The caller's torch (CPU), Python and NumPy generator states are back as they were on exit."""
+    torch_state, python_state, numpy_state = torch.get_rng_state(), random.getstate(), np.random.get_state()
+    try:
+        yield
+    finally:
+        torch.set_rng_state(torch_state)
+        random.setstate(python_state)
+        np.random.set_state(numpy_state)
+
+
+def reseed(seed: int) -> None:
+    """Seed the generators a transform may draw from. Only the CPU generator: torch.manual_seed
+    would also seed every GPU's and costs ~70 us, more than decoding a small image."""
+    torch.default_generator.manual_seed(seed)
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+
+
 class SeededSamples(Dataset):
-    """`samples[(epoch, index)]` is `dataset[index]` with torch's generator seeded by (seed, epoch,
-    index) for the duration of the call (the caller's generator state is left untouched)."""
+    """`samples[(epoch, index)]` is `dataset[index]` drawn under the seed (seed, epoch, index), so that a
+    transform drawing from torch's, Python's or NumPy's generator repeats exactly on resume; the
+    caller's generators are left as they were. The DataLoader fetches whole batches (`__getitems__`)."""
 
     def __init__(self, dataset: Dataset, seed: int) -> None:
         self.dataset = dataset
@@ -77,10 +103,15 @@ class SeededSamples(Dataset):
         return len(self.dataset)
 
     def __getitem__(self, key: tuple[int, int]):
-        epoch, index = key
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(mix(self.seed, epoch, index))
-            return self.dataset[index]
+        return self.__getitems__([key])[0]
+
+    def __getitems__(self, keys: list[tuple[int, int]]) -> list:
+        samples = []
+        with preserved_rng():
+            for epoch, index in keys:
+                reseed(mix(self.seed, epoch, index))
+                samples.append(self.dataset[index])
+        return samples
 
 
 def _leave_signals_to_main_process(worker_id: int) -> None:
@@ -102,10 +133,15 @@ def _loader_options(workers: int, pin_memory: bool) -> dict:
     )
 
 
-def train_loader(dataset: Dataset, micro_batch: int, seed: int, workers: int, pin_memory: bool) -> DataLoader:
-    """Micro-batches of the training split in the resumable seeded order (last partial batch dropped)."""
+def train_loader(dataset: Dataset, micro_batch: int, seed: int, workers: int, pin_memory: bool,
+                 processes: Processes = Processes()) -> DataLoader:
+    """Micro-batches of the training split in the resumable seeded order (last partial batch dropped);
+    under torchrun, this process's slice of each (see distributed.py)."""
     sampler = EpochSampler(len(dataset), seed)
     batches = BatchSampler(sampler, micro_batch, drop_last=True)
+    if processes.distributed:
+        check_batch(micro_batch, processes)
+        batches = RankSlices(batches, processes)
     return DataLoader(SeededSamples(dataset, seed), batch_sampler=batches, **_loader_options(workers, pin_memory))
 
 

@@ -6,14 +6,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-
 PLOT_FILE = "training_curve.png"
 
 
 def plot_training_curve(rows: Sequence[dict[str, Any]], path: str | Path, title: str = "") -> Path:
     """Write a PNG of metrics.jsonl rows (Agg canvas: no display, no global backend switch)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # imported here: matplotlib is slow to import
+    from matplotlib.figure import Figure
+
     path = Path(path)
     steps = [row["step"] for row in rows]
     figure = Figure(figsize=(10, 4), layout="constrained")

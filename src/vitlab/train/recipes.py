@@ -128,18 +128,21 @@ def demo() -> TrainConfig:
 
     scikit-learn's 8x8 handwritten digits, upsampled to 16 px: 16 patches and a class token. AdamW
     lr 2e-3, weight decay 0.05, batch 64, 100 warm-up steps then cosine decay over 1200 steps,
-    label smoothing 0.1, a mild random crop (area 60-100%) and no flip (a mirrored digit is another
-    glyph). fp32: on CPU, bf16 autocast runs this small model several times slower. Reaches: about
-    99% val top-1 on the fixed 360-image split in well under a minute of training on 2 CPU cores.
+    label smoothing 0.1, a mild random crop (area 80-100%, aspect 0.9-1.1; wider ranges cost about a
+    point) and no flip (a mirrored digit is another glyph). fp32 on one thread: on CPU, bf16
+    autocast runs this small model about 10x slower, and one thread is as fast as two for it while
+    not collapsing when other processes share the cores (and gives the same numbers on any machine).
+    Reaches: 98.9-99.4% val top-1 on the fixed 360-image split (seeds 0-2); seed 0 gives 99.44% after
+    1200 steps, trained in 70 s on 2 CPU cores shared with other work (load about 6).
     """
     return TrainConfig(
         recipe="demo",
         model=ModelSpec(variant="Ti/4", image_size=16, dim=96, depth=4, num_heads=4, mlp_dim=384),
         data=DataSpec(source="digits", batch_size=64, crop_pct=1.0, interpolation="bilinear"),
-        augment=AugmentSpec(crop_scale=(0.6, 1.0), hflip=False, label_smoothing=0.1),
+        augment=AugmentSpec(crop_scale=(0.8, 1.0), crop_ratio=(0.9, 1.1), hflip=False, label_smoothing=0.1),
         optim=OptimSpec(name="adamw", lr=2e-3, weight_decay=0.05, grad_clip=1.0),
         schedule=ScheduleSpec(steps=1200, warmup_steps=100, decay="cosine"),
-        run=RunSpec(eval_every=200, precision="fp32"),
+        run=RunSpec(eval_every=200, precision="fp32", threads=1),
     )
 
 

@@ -10,9 +10,11 @@ training_curve.png and checkpoints/. The trainer knows nothing of argument parsi
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import logging
+import math
 import random
 import signal
 import threading
@@ -28,13 +30,14 @@ import torch.nn.functional as F
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 from torchvision.transforms import v2
 
-from vitlab.data import load_datasets
+from vitlab.data import load_datasets, take_fraction
 from vitlab.evaluate import evaluate
 from vitlab.evaluate.predict import eval_transform
-from vitlab.model import ConfigError, Preprocessing, ViTConfig, VisionTransformer, config_for
-from vitlab.weights import load, save_pretrained
+from vitlab.model import BiTConfig, ConfigError, Preprocessing, ViTConfig, VisionTransformer, config_for, create_model
+from vitlab.weights import CheckpointError, load, save_pretrained
 
 from . import checkpoint as ckpt
+from . import distributed
 from .callbacks import METRICS_FILE, Callback, MetricsFile, ProgressBar, read_metrics
 from .config import TrainConfig, apply_mapping
 from .loader import eval_loader, train_loader, train_transform
@@ -51,17 +54,21 @@ SUMMARY_FILE = "summary.json"
 # Settings a resumed run may change: they decide how the run executes, not what it learns.
 RESUMABLE_CHANGES = {
     "run.out", "run.device", "run.precision", "run.eval_every", "run.log_every", "run.ckpt_every_steps",
-    "run.ckpt_every_minutes", "run.keep_ckpts", "run.resume", "run.compile", "run.grad_checkpointing",
-    "data.workers", "data.eval_batch_size", "data.download",
+    "run.ckpt_every_minutes", "run.keep_ckpts", "run.resume", "run.compile", "run.grad_checkpointing", "run.threads",
+    "run.max_bad_steps", "data.workers", "data.eval_batch_size", "data.download",
 }
 
 
 class Interrupted(Exception):
     """SIGINT or SIGTERM stopped the run after a checkpoint was written."""
 
-    def __init__(self, signal_name: str, step: int, checkpoint: Path) -> None:
+    def __init__(self, signal_name: str, step: int, checkpoint: Path | None) -> None:
         super().__init__(f"{signal_name} at step {step}; checkpoint {checkpoint}")
         self.signal_name, self.step, self.checkpoint = signal_name, step, checkpoint
+
+
+class Diverged(RuntimeError):
+    """run.max_bad_steps optimiser steps in a row had a non-finite loss or gradient."""
 
 
 @dataclass
@@ -72,19 +79,36 @@ class TrainResult:
 
 
 class Trainer:
-    def __init__(self, config: TrainConfig, callbacks: Sequence[Callback] = ()) -> None:
+    """`architecture`, when given, is trained from scratch in place of model.variant and its fields:
+    any ViTConfig, hybrid or BiTConfig (the experiments build BiT ResNets and hybrids of chosen
+    sizes); its class count and names come from the data."""
+
+    def __init__(self, config: TrainConfig, callbacks: Sequence[Callback] = (),
+                 architecture: ViTConfig | BiTConfig | None = None) -> None:
         self.config = config.validate()
         if not config.run.out:
             raise ConfigError("run.out: the output folder (--out) is required")
+        if architecture is not None and config.model.init:
+            raise ConfigError(f"model.init={config.model.init!r}: a run starts from a checkpoint or from an "
+                              f"architecture, not both")
+        self.architecture = architecture
         self.out = Path(config.run.out)
-        self.callbacks: list[Callback] = [ProgressBar(), MetricsFile(self.out), *callbacks]
+        self.processes = distributed.from_environment()  # under torchrun, one of several
+        self.sharded = config.run.data_parallel == "fsdp"
+        if self.sharded and config.optim.ema_decay:
+            raise ConfigError("optim.ema_decay: weight averaging needs the whole model, not run.data_parallel=fsdp")
+        # Process 0 alone reports and writes the metrics (all processes see the same numbers).
+        self.callbacks: list[Callback] = (
+            [ProgressBar(), MetricsFile(self.out), *callbacks] if self.processes.is_main else []
+        )
         resume_state = self._read_resume_checkpoint()
         seed_everything(config.run.seed)
-        self.device = resolve_device(config.run.device)
+        self.device = distributed.start(self.processes, resolve_device(config.run.device))
         self.precision = resolve_precision(config.run.precision, self.device)
 
         self.model, splits = self._build_model_and_data()
         self.class_names = splits.class_names
+        self.train_images = len(splits.train)
         micro = config.micro_batch_size
         self.steps_per_epoch = len(splits.train) // config.data.batch_size
         if self.steps_per_epoch == 0:
@@ -92,13 +116,14 @@ class Trainer:
                               f"training images of {config.data.source!r}; lower --batch-size")
         self.total_steps = total_steps(config.schedule, self.steps_per_epoch)
         pin = self.device.type == "cuda"
-        self.train_loader = train_loader(splits.train, micro, config.run.seed, config.data.workers, pin)
+        self.train_loader = train_loader(splits.train, micro, config.run.seed, config.data.workers, pin, self.processes)
         self.val_loader = eval_loader(splits.val, config.data.eval_batch_size or 2 * micro, config.data.workers, pin)
         self.mixing = batch_mixing(config.augment.mixup, config.augment.cutmix, len(self.class_names))
 
         self.model.to(self.device)
         self.model.set_grad_checkpointing(config.run.grad_checkpointing)
-        self.network = torch.compile(self.model) if config.run.compile else self.model
+        parallel = distributed.wrap(self.model, self.processes, config.run.data_parallel, self.device)
+        self.network = torch.compile(parallel) if config.run.compile else parallel
         self.optimizer = build_optimizer(self.model, config.optim)
         self.scheduler = build_schedule(self.optimizer, config.schedule, self.steps_per_epoch)
         self.scaler = self.precision.grad_scaler()
@@ -115,8 +140,10 @@ class Trainer:
         self.session_start = time.perf_counter()
         self.stop_signal: str | None = None
         self.summary: dict[str, Any] | None = None
+        self.bad_steps, self.bad_steps_in_row = 0, 0  # skipped for a non-finite loss or gradient
         if resume_state is not None:
-            self.load_state_dict(resume_state)
+            with self._checkpoint_problems():
+                self.load_state_dict(resume_state)
             log.info("resuming %s from step %d (epoch %d)", self.out, self.step, self.epoch)
 
     # -- setup -----------------------------------------------------------------------------------
@@ -130,9 +157,26 @@ class Trainer:
         if not self.config.run.resume:
             raise ConfigError(f"{self.out} already holds a run ({latest}); pass --resume to continue it "
                               f"or choose another --out")
+        self.resumed_from = latest
         state = ckpt.load_checkpoint(latest)
-        self._check_same_run(state["config"])
+        with self._checkpoint_problems():
+            self._check_same_run(state["config"])
         return state
+
+    @contextlib.contextmanager
+    def _checkpoint_problems(self):
+        """A resume checkpoint that parses but does not fit this run (a missing entry, tensors of
+        another shape) is one CheckpointError naming the file, not a traceback from deep in torch."""
+        try:
+            yield
+        except (KeyError, TypeError, ValueError, RuntimeError) as error:
+            if isinstance(error, ConfigError):
+                raise
+            lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+            reason = " ".join(lines)[:300] or type(error).__name__
+            if isinstance(error, KeyError):
+                reason = f"it has no entry {error}"
+            raise CheckpointError(f"{self.resumed_from}: does not fit this run ({reason})") from None
 
     def _build_model_and_data(self):
         config, spec = self.config, self.config.model
@@ -141,7 +185,7 @@ class Trainer:
             model = self._load_init()
             vit_config = model.config
         else:
-            vit_config = scratch_config(spec)
+            vit_config = self.architecture or scratch_config(spec)
         preprocessing = resolve_preprocessing(vit_config.preprocessing, config)
         splits = load_datasets(
             config.data.source,
@@ -150,14 +194,16 @@ class Trainer:
             val_fraction=config.data.val_fraction, seed=config.run.seed, download=config.data.download,
             max_bad_fraction=config.data.max_bad_fraction,
         )
+        if config.data.train_fraction < 1.0:  # data-scaling runs (paper Fig. 3): a nested class-balanced subset
+            splits.train = take_fraction(splits.train, config.data.train_fraction, config.run.seed)
         names = list(splits.class_names)
         if spec.init:
             model.reset_classifier(len(names), names)  # paper 3.2: a zero-initialised head for the new classes
             model.config = model.config.replace(preprocessing=preprocessing)
         else:
             torch.manual_seed(config.run.seed)
-            model = VisionTransformer(vit_config.replace(num_classes=len(names), class_names=names,
-                                                         preprocessing=preprocessing))
+            model = create_model(vit_config.replace(num_classes=len(names), class_names=names,
+                                                    preprocessing=preprocessing))
         log.info("%s: %d training and %d validation images, %d classes; model %s at %s px, %.2fM parameters",
                  config.data.source, len(splits.train), len(splits.val), len(names), model.config.name or "ViT",
                  "x".join(map(str, model.config.image_size)), sum(p.numel() for p in model.parameters()) / 1e6)
@@ -191,10 +237,15 @@ class Trainer:
             scaled = loss / len(micro_batches)
             (self.scaler.scale(scaled) if self.scaler else scaled).backward()
             mean_loss += loss.item() / len(micro_batches)
+        mean_loss = distributed.mean_over_processes(mean_loss, self.processes)  # every process skips alike
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)
-        if self.config.optim.grad_clip is not None:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.optim.grad_clip)
+        grad_norm = self._clip_gradients()
+        # With fp16 loss scaling, overflowing gradients are the scaler's to skip (it lowers the scale).
+        if not math.isfinite(mean_loss) or (self.scaler is None and not math.isfinite(grad_norm)):
+            self._skip_step(mean_loss, grad_norm)
+            return mean_loss
+        self.bad_steps_in_row = 0
         if self.scaler is not None:
             self.scaler.step(self.optimizer)
             self.scaler.update()
@@ -204,6 +255,31 @@ class Trainer:
         if self.ema is not None:
             self.ema.update_parameters(self.model)
         return mean_loss
+
+    def _clip_gradients(self) -> float:
+        """The global gradient norm (before clipping to optim.grad_clip, when set)."""
+        if self.config.optim.grad_clip is not None:
+            norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.optim.grad_clip)
+            return float(distributed.full_tensor(norm))  # FSDP: a sharded norm
+        norm = torch.nn.utils.get_total_norm([p.grad for p in self.model.parameters() if p.grad is not None])
+        return float(distributed.full_tensor(norm))
+
+    def _skip_step(self, loss: float, grad_norm: float) -> None:
+        """Leave weights, optimiser and EMA as they are; the step still counts, so the data order and
+        the schedule move on. run.max_bad_steps skipped steps in a row stop the run (Diverged)."""
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.scaler is not None:
+            self.scaler.update()
+        self.scheduler.step()
+        self.bad_steps, self.bad_steps_in_row = self.bad_steps + 1, self.bad_steps_in_row + 1
+        step, limit = self.step + 1, self.config.run.max_bad_steps
+        what = f"loss {loss}" if not math.isfinite(loss) else f"gradient norm {grad_norm}"
+        if self.bad_steps_in_row >= limit:
+            last = ckpt.latest_checkpoint(self.out)
+            raise Diverged(f"step {step}: non-finite {what}, {self.bad_steps_in_row} steps in a row "
+                           f"(run.max_bad_steps={limit}); stopped. Last good checkpoint: {last or 'none yet'}")
+        log.warning("step %d: non-finite %s; step skipped (%d in a row, %d in all; %d in a row stop the run)",
+                    step, what, self.bad_steps_in_row, self.bad_steps, limit)
 
     # -- the loop ----------------------------------------------------------------------------------
     def fit(self) -> TrainResult:
@@ -215,6 +291,9 @@ class Trainer:
         accum = self.config.optim.grad_accum
         micro = self.config.micro_batch_size
         previous_handlers = self._install_signal_handlers()
+        previous_threads = torch.get_num_threads()
+        if self.config.run.threads is not None:
+            torch.set_num_threads(self.config.run.threads)
         self.summary = None
         try:
             self._call("on_train_start")
@@ -231,24 +310,35 @@ class Trainer:
                     self.batch_in_epoch += accum
                     if self.batch_in_epoch >= self.steps_per_epoch * accum:
                         self.epoch, self.batch_in_epoch, epoch_ended = self.epoch + 1, 0, True
-                    self.loss_sum, self.loss_count = self.loss_sum + loss, self.loss_count + 1
+                    if not self.bad_steps_in_row:
+                        self.loss_sum, self.loss_count = self.loss_sum + loss, self.loss_count + 1
                     self._call("on_step_end", loss)
+                    # Processes stop, and write sharded checkpoints, together.
+                    if distributed.any_process(self.stop_signal is not None, self.processes):
+                        self.stop_signal = self.stop_signal or "SIGTERM"  # it reached another process first
 
                     evaluated = self._evaluation_due(epoch_ended)
                     if evaluated:
                         self.evaluate_and_log()
-                    minutes = self.config.run.ckpt_every_minutes
-                    every = self.config.run.ckpt_every_steps
-                    if (evaluated or self.stop_signal or (every and self.step % every == 0)
-                            or (minutes and time.perf_counter() - last_checkpoint_time >= 60 * minutes)):
-                        path = self.save_checkpoint()
+                    if distributed.any_process(self._checkpoint_due(evaluated, last_checkpoint_time), self.processes):
+                        self.save_checkpoint()
                         last_checkpoint_time = time.perf_counter()
-                        if self.stop_signal:
-                            raise Interrupted(self.stop_signal, self.step, path)
+                    if self.stop_signal:
+                        raise Interrupted(self.stop_signal, self.step, ckpt.latest_checkpoint(self.out))
             return self._finish()
         finally:
+            torch.set_num_threads(previous_threads)
             self._restore_signal_handlers(previous_handlers)
             self._call("on_train_end", self.summary)
+
+    def _checkpoint_due(self, evaluated: bool, last_checkpoint_time: float) -> bool:
+        """At every evaluation, every run.ckpt_every_steps / _minutes and on a stop signal; never while
+        steps are being skipped as non-finite, so that the last good checkpoint survives --keep-ckpts."""
+        if self.bad_steps_in_row:
+            return False
+        every, minutes = self.config.run.ckpt_every_steps, self.config.run.ckpt_every_minutes
+        return bool(evaluated or self.stop_signal or (every and self.step % every == 0)
+                    or (minutes and time.perf_counter() - last_checkpoint_time >= 60 * minutes))
 
     def _evaluation_due(self, epoch_ended: bool) -> bool:
         every = self.config.run.eval_every
@@ -291,23 +381,28 @@ class Trainer:
         return self.wall_time_before + (time.perf_counter() - self.session_start)
 
     def _finish(self) -> TrainResult:
+        distributed.barrier(self.processes)  # process 0 has written the metrics
         rows = read_metrics(self.out / METRICS_FILE)
         if not rows or rows[-1]["step"] != self.step:  # a resumed run that had already finished
             rows.append(self.evaluate_and_log())
         final = rows[-1]
-        model = self.eval_model
+        model = distributed.whole_model(self.eval_model, self.processes, self.sharded)
+        if not self.processes.is_main:  # process 0 writes the model folder
+            return TrainResult(self.out, {}, model)
         summary = {
             "val_top1": final["val_top1"],
             "val_top5": final["val_top5"],
             "val_loss": final["val_loss"],
             "steps": self.step,
             "epochs": round(self.step / self.steps_per_epoch, 4),
+            "train_images": self.train_images,
             "wall_time_s": round(self.wall_time_s, 2),
             "recipe": self.config.recipe,
             "data": self.config.data.source,
             "device": self.device.type,
             "precision": self.precision.name,
             "ema": self.ema is not None,
+            "skipped_steps": self.bad_steps,
         }
         save_pretrained(model, self.out, training=summary)
         (self.out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
@@ -329,14 +424,18 @@ class Trainer:
             "rng": ckpt.capture_rng(),
             "loss_sum": self.loss_sum,
             "loss_count": self.loss_count,
+            "bad_steps": self.bad_steps,
             "wall_time_s": self.wall_time_s,
             "config": self.config.to_dict(),
             "model_config": self.model.config.to_dict(),
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        if self.sharded:
+            distributed.load_sharded(self.resumed_from, self.model, self.optimizer)
+        else:
+            self.model.load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         if self.ema is not None:
             self.ema.load_state_dict(state["ema"])
@@ -345,6 +444,7 @@ class Trainer:
         ckpt.restore_rng(state["rng"])
         self.step, self.epoch, self.batch_in_epoch = state["step"], state["epoch"], state["batch_in_epoch"]
         self.loss_sum, self.loss_count = state["loss_sum"], state["loss_count"]
+        self.bad_steps = state.get("bad_steps", 0)
         self.wall_time_before = state["wall_time_s"]
 
     def _check_same_run(self, saved: Mapping[str, Any]) -> None:
@@ -359,8 +459,15 @@ class Trainer:
             raise ConfigError(f"--resume: {self.out} was trained with other settings ({'; '.join(changed)}); "
                               f"repeat them, e.g. with --config {self.out / RUN_FILE}")
 
-    def save_checkpoint(self) -> Path:
-        path = ckpt.save_checkpoint(self.out, self.step, self.state_dict(), self.config.run.keep_ckpts)
+    def save_checkpoint(self) -> Path | None:
+        keep = self.config.run.keep_ckpts
+        if self.sharded:
+            path = distributed.save_sharded(self.out, self.step, self.state_dict(), self.model, self.optimizer, keep,
+                                            self.processes)
+        elif self.processes.is_main:
+            path = ckpt.save_checkpoint(self.out, self.step, self.state_dict(), keep)
+        else:
+            return None  # process 0 writes the replicated model's checkpoint
         self._call("on_checkpoint", path)
         return path
 
@@ -447,4 +554,4 @@ def train(
     return Trainer(config, callbacks).fit()
 
 
-__all__ = ["Interrupted", "TrainResult", "Trainer", "train"]
+__all__ = ["Diverged", "Interrupted", "TrainResult", "Trainer", "train"]

@@ -1,0 +1,83 @@
+"""vitlab against timm on one GPU: ViT-B/16 at 224, bf16, inference and training, eager and compiled.
+
+    PYTHONPATH=src python -m vitlab.bench.gpu --out build/bench-gpu          # on the GPU machine
+    PYTHONPATH=src python -m vitlab.bench.gpu --tiny --out build/bench-tiny  # seconds, on a CPU
+
+Reports images/s, peak memory, and model FLOPs utilisation against both the measured bf16 GEMM peak
+and the GPU's nominal dense bf16 peak (H200: ~790 TFLOP/s, pass --nominal-tflops for another GPU).
+Needs torch and timm; vitlab runs from source. Writes bench.json and bench.md like `vitlab bench`,
+plus a summary with the MFU against the nominal peak.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+import torch
+
+from .harness import BenchConfig, CaseSpec, run_bench
+from .report import write
+from .steps import Case
+
+H200_BF16_TFLOPS = 790.0  # the dense bf16 peak MFU is quoted against for an H200; --nominal-tflops changes it
+MODES = ("eager", "compile", "eager+bf16w", "compile+bf16w", "fast")
+
+
+def gpu_cases(tiny: bool, batch: int) -> list[CaseSpec]:
+    variant, size = ("mu/16", 32) if tiny else ("B/16", 224)
+    return [CaseSpec(Case(variant, size, batch, "bf16", task), ("vitlab", "timm")) for task in ("infer", "train")]
+
+
+def summary(results: dict, nominal_tflops: float) -> list[str]:
+    lines = []
+    for case in results["cases"]:
+        for row in case["rows"]:
+            nominal_mfu = case["flops_per_image"] * row["images_per_s"] / (nominal_tflops * 1e12)
+            lines.append(
+                f"{case['variant']}@{case['image_size']} {case['task']} bf16 batch {case['batch']}: "
+                f"{row['implementation']} {row['mode']} {row['images_per_s']:.1f} images/s, "
+                f"MFU {100 * nominal_mfu:.1f}% of {nominal_tflops:.0f} TFLOP/s "
+                f"({100 * row['mfu']:.1f}% of the measured GEMM peak), "
+                f"peak memory {row['peak_memory_mib']:.0f} MiB"
+            )
+        if case["vitlab_over_timm"] is not None:
+            lines.append(f"  vitlab / timm = {case['vitlab_over_timm']:.2f}x")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m vitlab.bench.gpu", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tiny", action="store_true", help="a tiny model at 32 px: checks the script on any machine")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--batch", type=int, help="images per step (default 256 on a GPU, 2 with --tiny)")
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--modes", default=",".join(MODES), help="comma-separated modes to try")
+    parser.add_argument("--nominal-tflops", type=float, default=H200_BF16_TFLOPS)
+    parser.add_argument("--out", default="build/bench-gpu")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    batch = args.batch or (2 if args.tiny else 256)
+    config = BenchConfig(
+        cases=gpu_cases(args.tiny, batch),
+        implementations=("vitlab", "timm"),
+        modes=tuple(name for name in args.modes.split(",") if name),
+        rounds=args.rounds,
+        warmup=3,
+        device=args.device,
+        gemm_sizes=(256,) if args.tiny else (8192,),
+    )
+    results = run_bench(config)
+    lines = summary(results, args.nominal_tflops)
+    results["summary"] = lines
+    json_path, md_path = write(results, args.out)
+    (Path(args.out) / "summary.txt").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    print(f"wrote {json_path}, {md_path} and summary.txt")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,48 @@
+"""`vitlab experiment NAME --data SRC --out DIR`: the paper's comparisons in miniature."""
+
+from __future__ import annotations
+
+import argparse
+
+NAMES = ("data-scaling", "posemb", "pooling", "pretrain-transfer")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "experiment", help="rerun one of the paper's comparisons on your data and budget",
+        description="data-scaling: ViT vs BiT ResNet vs hybrid on growing data fractions (Fig. 3); posemb: "
+                    "position embeddings (Table 8); pooling: class token vs GAP over learning rates (Fig. 9); "
+                    "pretrain-transfer: FractalDB pre-training vs training from scratch. Writes DIR/NAME.md, "
+                    ".json and .png; budgets are optimiser steps, so results do not depend on the machine.")
+    parser.add_argument("name", choices=NAMES, metavar="NAME", help=", ".join(NAMES))
+    parser.add_argument("--data", required=True, help="data source: digits, an ImageFolder root, CIFAR, shards")
+    parser.add_argument("--out", required=True, help="output folder (every run's model folder goes to DIR/runs/)")
+    parser.add_argument("--budget-steps", type=int, help="optimiser steps per run on --data (default: the experiment's)")
+    parser.add_argument("--seeds", type=int, nargs="+", help="seeds; results are averaged over them")
+    parser.add_argument("--image-size", type=int, default=16, help="pixels (default 16, for digits; 32 for CIFAR)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads per run (default 1)")
+    parser.add_argument("--fractions", type=float, nargs="+", help="data-scaling: training-set fractions "
+                        "(default 0.1 0.25 0.5 1)")
+    parser.add_argument("--lrs", type=float, nargs="+", help="pooling: learning rates (default 3e-4 1e-3 3e-3 1e-2)")
+    parser.add_argument("--pretrain-data", help="pretrain-transfer: a source to pre-train on (default: FractalDB "
+                        "generated into DIR/fractaldb)")
+    parser.add_argument("--pretrain-steps", type=int, help="pretrain-transfer: pre-training steps (default 1000)")
+    parser.add_argument("--fractal-classes", type=int, default=100, help="FractalDB categories (default 100)")
+    parser.add_argument("--fractal-per-class", type=int, default=100, help="FractalDB images per category (default 100)")
+    parser.add_argument("--fractal-size", type=int, default=32, help="FractalDB image side in pixels (default 32)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from vitlab.experiments import Settings, run_experiment
+
+    settings = Settings(
+        data=args.data, out=args.out, budget_steps=args.budget_steps,
+        seeds=tuple(args.seeds) if args.seeds else None, image_size=args.image_size, threads=args.threads,
+        fractions=tuple(args.fractions) if args.fractions else None, lrs=tuple(args.lrs) if args.lrs else None,
+        pretrain_data=args.pretrain_data, pretrain_steps=args.pretrain_steps, fractal_classes=args.fractal_classes,
+        fractal_per_class=args.fractal_per_class, fractal_size=args.fractal_size,
+    )
+    _, paths = run_experiment(args.name, settings)
+    print(paths["md"].read_text())
+    return 0

@@ -1,0 +1,48 @@
+"""The paper's comparisons in miniature, one command each:
+
+    vitlab experiment data-scaling      --data digits --out runs/exp   # Fig. 3: ViT vs BiT vs hybrid
+    vitlab experiment posemb            --data digits --out runs/exp   # Table 8: position embeddings
+    vitlab experiment pooling           --data digits --out runs/exp   # Fig. 9: class token vs GAP
+    vitlab experiment pretrain-transfer --data digits --out runs/exp   # FractalDB pre-training
+
+Budgets are optimiser steps (--budget-steps), so results do not depend on the machine. Each writes
+DIR/NAME.md, NAME.json and NAME.png, and keeps every run's model folder in DIR/runs/.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+import torch
+
+from . import data_scaling, pooling, posemb, pretrain_transfer
+from .report import write_report
+from .runner import Experiment, Results, Settings
+
+log = logging.getLogger("vitlab")
+
+EXPERIMENTS: dict[str, Experiment] = {
+    module.EXPERIMENT.name: module.EXPERIMENT for module in (data_scaling, posemb, pooling, pretrain_transfer)
+}
+
+
+def run_experiment(name: str, settings: Settings) -> tuple[Results, dict[str, Path]]:
+    """Run experiment `name` and write its report; returns the results and the report's paths."""
+    if name not in EXPERIMENTS:
+        raise ValueError(f"unknown experiment {name!r}; experiments: {', '.join(EXPERIMENTS)}")
+    experiment = EXPERIMENTS[name]
+    started = time.perf_counter()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(settings.threads)  # the few-shot evaluations too, not only the training runs
+    try:
+        results = experiment.run(settings)
+    finally:
+        torch.set_num_threads(threads)
+    paths = write_report(experiment, settings, results, time.perf_counter() - started)
+    log.info("%s: %s", name, ", ".join(str(path) for path in paths.values()))
+    return results, paths
+
+
+__all__ = ["EXPERIMENTS", "Experiment", "Results", "Settings", "run_experiment"]

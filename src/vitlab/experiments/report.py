@@ -1,0 +1,102 @@
+"""An experiment's outputs in DIR: NAME.md (the table, budgets, seeds, command), NAME.json (every
+run's numbers and the settings), NAME.png (the plot, drawn like the paper's figure)."""
+
+from __future__ import annotations
+
+import json
+import platform
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from .runner import Experiment, Results, Settings, seeds_of, steps_of
+
+# Column headers of the Markdown table; accuracies are shown in percent with their std over seeds.
+HEADERS = {
+    "model": "model", "fraction": "fraction", "train_images": "training images", "pos_embed": "position embedding",
+    "pool": "pooling", "lr": "learning rate", "start": "start", "val_top1": "val top-1 (%)",
+    "fewshot_1": "1-shot (%)", "fewshot_5": "5-shot (%)", "fewshot_10": "10-shot (%)", "fewshot_25": "25-shot (%)",
+}
+
+
+def _cell(entry: dict[str, Any], key: str) -> str:
+    value = entry[key]
+    if key.endswith("_std"):
+        return ""
+    if f"{key}_std" in entry:
+        spread = f" ± {100 * entry[f'{key}_std']:.1f}" if len(entry["seeds"]) > 1 else ""
+        return f"{100 * value:.1f}{spread}"
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def markdown_table(columns: list[str], summary: list[dict[str, Any]]) -> str:
+    lines = ["| " + " | ".join(HEADERS.get(c, c) for c in columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(_cell(entry, c) for c in columns) + " |" for entry in summary]
+    return "\n".join(lines)
+
+
+def models_table(models: dict[str, dict[str, Any]]) -> str:
+    lines = ["| model | architecture | forward MFLOPs / image | parameters |", "|---|---|---|---|"]
+    lines += [f"| {label} | {m['architecture']} | {m['mflops']:.1f} | {m['params'] / 1e3:.0f}k |"
+              for label, m in models.items()]
+    return "\n".join(lines)
+
+
+def write_report(
+    experiment: Experiment,
+    settings: Settings,
+    results: Results,
+    wall_time_s: float,
+) -> dict[str, Path]:
+    """Write DIR/NAME.md, .json and .png; returns their paths."""
+    out = settings.out
+    out.mkdir(parents=True, exist_ok=True)
+    summary = results.summary()
+    command = settings.command(experiment)
+    budget = {"steps_per_run": steps_of(settings, experiment), "seeds": list(seeds_of(settings, experiment))}
+    document = {
+        "experiment": experiment.name,
+        "reproduces": experiment.reproduces,
+        "command": command,
+        "data": settings.data,
+        "budget": budget,
+        "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(settings).items()},
+        "models": results.models,
+        **results.extra,
+        "summary": summary,
+        "runs": results.rows,
+        "findings": results.findings,
+        "wall_time_s": round(wall_time_s, 1),
+        "machine": {"torch": torch.__version__, "python": platform.python_version(), "threads": settings.threads},
+    }
+    paths = {kind: out / f"{experiment.name}.{kind}" for kind in ("md", "json", "png")}
+    paths["json"].write_text(json.dumps(document, indent=1) + "\n")
+
+    seeds = ", ".join(map(str, budget["seeds"]))
+    parts = [
+        f"# {experiment.name}: {experiment.reproduces}",
+        experiment.question,
+        f"Data `{settings.data}` at {settings.image_size} px; {budget['steps_per_run']} optimiser steps per run; "
+        f"seeds {seeds} (mean ± std over seeds where more than one); wall time {wall_time_s / 60:.1f} min.",
+        f"```\n{command}\n```",
+    ]
+    if results.models:
+        parts.append(models_table(results.models))
+    parts.append(markdown_table([c for c in experiment.columns if c in summary[0]], summary))
+    if results.findings:
+        parts.append("\n".join(f"- {finding}" for finding in results.findings))
+    parts.append(f"Plot: `{paths['png'].name}`; every run's numbers: `{paths['json'].name}`.")
+    paths["md"].write_text("\n\n".join(parts) + "\n")
+
+    figure = Figure(figsize=(6.4, 4.4), layout="constrained")
+    FigureCanvasAgg(figure)
+    axes = figure.subplots()
+    experiment.plot(axes, summary)
+    axes.set_title(f"{experiment.name} on {settings.data}: {experiment.reproduces}", fontsize=9)
+    axes.grid(alpha=0.3)
+    figure.savefig(paths["png"], dpi=120)
+    return paths

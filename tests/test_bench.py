@@ -1,0 +1,169 @@
+"""The side-by-side benchmark harness, on tiny cases that take seconds."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import vitlab
+from vitlab.bench import BenchConfig, Case, CaseSpec, Mode, markdown, run_bench, write
+from vitlab.bench.flops import model_flops
+from vitlab.bench.gpu import main as gpu_main
+from vitlab.bench.implementations import IMPLEMENTATIONS, build
+from vitlab.bench.machine import gemm_peak
+from vitlab.bench.memory import step_peak_bytes
+from vitlab.bench.timing import interleaved
+from vitlab.cli import main as cli_main
+
+CPU = torch.device("cpu")
+
+
+@pytest.fixture(scope="module")
+def tiny_results():
+    config = BenchConfig(
+        cases=[
+            CaseSpec(Case("mu/8", 32, 2, "bf16", "infer"), modes=("eager", "eager+bf16w")),
+            CaseSpec(Case("mu/8", 32, 2, "fp32", "train"), ("vitlab", "timm"), modes=("eager",)),
+        ],
+        rounds=3,
+        warmup=1,
+        min_sample_s=0.01,
+        gemm_sizes=(128,),
+    )
+    return run_bench(config)
+
+
+def test_every_peer_builds_the_same_size_and_outputs_logits():
+    config = vitlab.config_for("mu/8", image_size=32, num_classes=5)
+    counts = {}
+    for name in IMPLEMENTATIONS:
+        model = build(name, config).eval()
+        with torch.no_grad():
+            assert model(torch.randn(2, 3, 32, 32)).shape == (2, 5), name
+        counts[name] = sum(p.numel() for p in model.parameters())
+    # Same architecture: the same parameter count up to the class token / position table layout.
+    assert max(counts.values()) - min(counts.values()) <= config.dim, counts
+
+
+def test_tiny_run_reports_every_implementation_with_sane_fields(tiny_results):
+    infer, train = tiny_results["cases"]
+    assert [row["implementation"] for row in infer["rows"]] == list(IMPLEMENTATIONS)
+    assert [row["implementation"] for row in train["rows"]] == ["vitlab", "timm"]
+    for case in (infer, train):
+        for row in case["rows"]:
+            assert row["images_per_s"] > 0
+            assert row["images_per_s"] == max(row["modes"].values())  # the best mode is reported
+            assert 0 < row["mfu"] < 1
+            assert row["peak_memory_mib"] > 0
+        speeds = {row["implementation"]: row["images_per_s"] for row in case["rows"]}
+        best_peer = max((name for name in speeds if name != "vitlab"), key=speeds.get)
+        assert case["best_peer"] == best_peer
+        assert case["vitlab_over_best_peer"] == pytest.approx(speeds["vitlab"] / speeds[best_peer])
+        assert case["vitlab_over_timm"] == pytest.approx(speeds["vitlab"] / speeds["timm"])
+    assert set(infer["rows"][0]["modes"]) == {"eager", "eager+bf16w"}
+    for contender in infer["contenders"]:
+        assert len(contender["seconds"]) == 3 and contender["calls"] >= 1
+    assert train["flops_per_image"] > infer["flops_per_image"]  # backward costs about twice the forward
+    peak = tiny_results["gemm_peak_flops"]
+    assert peak["fp32"] > 0 and peak["bf16"] > 0
+
+
+def test_results_are_written_as_json_and_markdown(tiny_results, tmp_path):
+    json_path, md_path = write(tiny_results, tmp_path)
+    assert json.loads(json_path.read_text())["cases"][0]["variant"] == "mu/8"
+    table = md_path.read_text()
+    assert table == markdown(tiny_results)
+    assert "| mu/8 @32 | infer | bf16 | 2 |" in table
+    for name in IMPLEMENTATIONS:
+        assert f"| {name} |" in table
+
+
+def test_interleaved_rounds_rotate_the_order():
+    calls = []
+    steps = {name: (lambda name=name: calls.append(name)) for name in "abc"}
+    seconds = interleaved(steps, rounds=3, device=CPU)
+    assert calls == list("abc" "bca" "cab")
+    assert all(len(values) == 3 for values in seconds.values())
+
+
+def test_peak_memory_sees_a_temporary_tensor():
+    def step():
+        buffer = torch.ones(2 * 2**20)  # 8 MiB, freed before the step returns
+        return buffer.sum()
+
+    assert 8 * 2**20 <= step_peak_bytes(step, CPU) < 9 * 2**20
+
+
+def test_flop_count_matches_the_analytic_formula():
+    config = vitlab.config_for("Ti/16")
+    d, n, t, layers = config.dim, config.num_patches, config.num_patches + 1, config.depth
+    patch = 2 * n * (16 * 16 * 3) * d
+    per_layer = t * 2 * (3 * d * d + d * d + 2 * d * config.mlp_dim) + 2 * 2 * t * t * d
+    head = 2 * d * config.num_classes
+    assert model_flops(config) == patch + layers * per_layer + head  # 2.51 GFLOP, as usually quoted
+
+
+def test_gemm_peak_is_a_rate():
+    assert 1e8 < gemm_peak(torch.float32, CPU, sizes=(128,), repeats=2) < 1e15
+
+
+def test_modes_parse_and_apply():
+    assert Mode.parse("compile+bf16w") == Mode(compiled=True, bf16_weights=True)
+    infer_bf16 = Case("mu/8", 32, 2, "bf16", "infer")
+    train_bf16 = Case("mu/8", 32, 2, "bf16", "train")
+    assert Mode.parse("fast").applies_to(infer_bf16, "vitlab")
+    assert not Mode.parse("fast").applies_to(infer_bf16, "timm")
+    assert not Mode.parse("eager+bf16w").applies_to(train_bf16, "timm")
+    with pytest.raises(ValueError, match="unknown mode 'jit'"):
+        Mode.parse("jit")
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("Ti/16:infer", "is not VARIANT:TASK:DTYPE"),
+        ("Ti/16:infer:fp64", "unknown dtype 'fp64'"),
+        ("Ti/16:predict:fp32", "unknown task 'predict'"),
+        ("Ti/16:infer:fp32:many", "batch 'many'"),
+        ("Ti/16:infer:fp32:8:jax", "unknown implementation 'jax'"),
+        ("X/16:infer:fp32", "unknown model size 'X'"),
+    ],
+)
+def test_bad_case_strings_name_the_problem(text, message):
+    with pytest.raises(ValueError, match=message):
+        CaseSpec.parse(text)
+
+
+def test_case_string_parses():
+    spec = CaseSpec.parse("B/16:train:bf16:8:vitlab,timm", image_size=384)
+    assert spec.case == Case("B/16", 384, 8, "bf16", "train")
+    assert spec.implementations == ("vitlab", "timm")
+
+
+def test_cli_runs_a_case_and_prints_the_ratio(tmp_path, capsys):
+    code = cli_main(
+        ["bench", "mu/8:infer:fp32:2", "--image-size", "32", "--impls", "vitlab,timm", "--modes", "eager",
+         "--rounds", "2", "--warmup", "1", "--no-memory", "--out", str(tmp_path)]
+    )
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "mu/8@32 infer fp32: vitlab / best peer (timm) = " in out
+    results = json.loads((tmp_path / "bench.json").read_text())
+    assert results["cases"][0]["rows"][0]["peak_memory_mib"] is None
+
+
+def test_cli_names_a_bad_case_in_one_line(tmp_path, capsys):
+    assert cli_main(["bench", "Ti/16:infer:fp64", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "unknown dtype 'fp64'" in err
+
+
+def test_gpu_script_runs_tiny_on_cpu(tmp_path, capsys):
+    flags = ["--tiny", "--device", "cpu", "--rounds", "2", "--modes", "eager,eager+bf16w", "--out", str(tmp_path)]
+    assert gpu_main(flags) == 0
+    summary = (tmp_path / "summary.txt").read_text()
+    assert "mu/16@32 infer bf16 batch 2: vitlab" in summary and "timm" in summary
+    assert "of 790 TFLOP/s" in summary and "vitlab / timm = " in summary
+    assert (tmp_path / "bench.json").exists()

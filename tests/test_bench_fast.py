@@ -1,0 +1,128 @@
+"""vitlab's fast paths compute the reference path's numbers.
+
+- the last layer computing only the class token's row (VisionTransformer.forward);
+- attention written out as matmuls + softmax (CPU bf16), with the weights recomputed in backward;
+- optimize_for_inference: a frozen, compiled copy in fp32 or bf16.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import randomise_
+
+import vitlab
+from vitlab.model.attention import matmul_attention_is_faster, softmax_attention
+
+
+def tiny_model(**overrides) -> vitlab.VisionTransformer:
+    options = dict(image_size=32, num_classes=7, dim=64, depth=3, num_heads=2, mlp_dim=128)
+    options.update(overrides)
+    return randomise_(vitlab.create_model("Ti/8", **options), std=0.05).eval()
+
+
+def reference(model: vitlab.VisionTransformer, images: torch.Tensor) -> torch.Tensor:
+    """Every layer over every token, as the paper writes it."""
+    with torch.no_grad():
+        return model.forward_head(model.forward_features(images))
+
+
+@pytest.mark.parametrize("pos_embed", ["learned", "relative"])
+def test_class_token_only_last_layer_matches_all_tokens(pos_embed):
+    model = tiny_model(pos_embed=pos_embed)
+    images = torch.randn(3, 3, 32, 32)
+    with torch.no_grad():
+        tokens, _ = model.encode(images, prefix_only=True)
+        logits = model(images)
+    assert tokens.shape == (3, 1, 64)  # the class token's row alone
+    torch.testing.assert_close(logits, reference(model, images), rtol=0, atol=1e-5)
+
+
+def test_class_token_only_last_layer_gives_the_same_gradients():
+    model = tiny_model().train()
+    images = torch.randn(2, 3, 32, 32)
+    model(images).square().sum().backward()
+    fast = {name: p.grad.clone() for name, p in model.named_parameters()}
+    model.zero_grad()
+    model.forward_head(model.forward_features(images)).square().sum().backward()
+    for name, param in model.named_parameters():
+        torch.testing.assert_close(fast[name], param.grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_gap_model_still_encodes_every_token():
+    model = tiny_model(pool="gap")
+    images = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(model(images), reference(model, images), rtol=0, atol=1e-6)
+
+
+def test_written_out_attention_equals_fused_kernel_in_fp32():
+    q, k, v = torch.randn(3, 2, 4, 17, 16).unbind(0)
+    bias = torch.randn(4, 17, 17)
+    out, weights = softmax_attention(q, k, v, 16**-0.5, bias)
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, attn_mask=bias), rtol=0, atol=1e-5)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(2, 4, 17))
+
+
+def test_matmul_attention_is_chosen_on_cpu_in_bf16_only():
+    assert matmul_attention_is_faster(torch.zeros(1, dtype=torch.bfloat16))
+    assert not matmul_attention_is_faster(torch.zeros(1))
+
+
+def test_bf16_training_recomputes_attention_with_identical_gradients(monkeypatch):
+    """Autocast training takes the matmul path under checkpoint; gradients equal the stored-weights path."""
+    model = tiny_model().train()
+    images = torch.randn(2, 3, 32, 32)
+
+    def gradients() -> dict[str, torch.Tensor]:
+        model.zero_grad()
+        with torch.autocast("cpu", torch.bfloat16):
+            loss = model(images).float().square().sum()
+        loss.backward()
+        return {name: p.grad.clone() for name, p in model.named_parameters()}
+
+    recomputed = gradients()
+    # The same math with the attention weights kept for backward instead of recomputed.
+    monkeypatch.setattr(vitlab.model.attention, "checkpoint", lambda fn, *args, **kwargs: fn(*args))
+    stored = gradients()
+    for name in stored:
+        torch.testing.assert_close(recomputed[name], stored[name], rtol=0, atol=0, msg=name)
+
+
+def test_bf16_output_is_as_close_to_fp32_as_autocast():
+    model = tiny_model()
+    images = torch.randn(4, 3, 32, 32)
+    expected = reference(model, images)
+    fast = vitlab.optimize_for_inference(model, dtype=torch.bfloat16, compile=False)(images)
+    with torch.no_grad(), torch.autocast("cpu", torch.bfloat16):
+        autocast = model(images).float()
+    scale = expected.abs().max()
+    assert fast.dtype == torch.float32
+    assert (fast - expected).abs().max() < 0.03 * scale
+    assert (fast - expected).abs().max() < 2 * (autocast - expected).abs().max() + 1e-3 * scale
+
+
+def test_optimize_for_inference_leaves_the_model_alone():
+    model = tiny_model()
+    before = copy.deepcopy(model.state_dict())
+    fast = vitlab.optimize_for_inference(model, dtype=torch.bfloat16, compile=False)
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+    with torch.no_grad():
+        model.head.weight.add_(1.0)  # later changes to the model do not reach the snapshot
+    images = torch.randn(2, 3, 32, 32)
+    model.load_state_dict(before)
+    torch.testing.assert_close(fast(images), reference(model, images), rtol=0.05, atol=0.05)
+
+
+@pytest.mark.slow
+def test_compiled_frozen_fast_path_matches_reference():
+    model = tiny_model(depth=2)
+    images = torch.randn(2, 3, 32, 32)
+    expected = reference(model, images)
+    fp32 = vitlab.optimize_for_inference(model, dtype=torch.float32)(images)
+    torch.testing.assert_close(fp32, expected, rtol=0, atol=1e-5)
+    bf16 = vitlab.optimize_for_inference(model, dtype=torch.bfloat16)(images)
+    assert (bf16 - expected).abs().max() < 0.03 * expected.abs().max()

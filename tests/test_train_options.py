@@ -1,0 +1,46 @@
+"""Run options that must not change what is learned (gradient checkpointing, torch.compile), and
+weight averaging (EMA), whose weights are the ones evaluated and saved."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from train_helpers import assert_bitwise_equal, state_of, tiny_config
+from vitlab import load
+from vitlab.train import Trainer
+
+SHORT = {"schedule": {"steps": 6}, "run": {"eval_every": 6}, "model": {"dropout": 0.1, "drop_path": 0.1}}
+
+
+def test_gradient_checkpointing_changes_no_number(tmp_path):
+    """Recomputing the blocks in the backward pass replays their dropout masks (the RNG state is kept)."""
+    plain = Trainer(tiny_config(tmp_path / "plain", **SHORT))
+    plain.fit()
+    config = tiny_config(tmp_path / "ckpt", **SHORT)
+    config.run.grad_checkpointing = True
+    recomputed = Trainer(config)
+    assert recomputed.model.grad_checkpointing
+    recomputed.fit()
+    assert_bitwise_equal(state_of(plain.model), state_of(recomputed.model))
+
+
+def test_ema_weights_are_evaluated_and_saved(tmp_path):
+    config = tiny_config(tmp_path, **SHORT)
+    config.optim.ema_decay = 0.5
+    trainer = Trainer(config)
+    result = trainer.fit()
+    assert result.summary["ema"] is True and result.model is trainer.ema.module
+    saved = state_of(load(tmp_path))
+    assert_bitwise_equal(saved, state_of(trainer.ema.module))
+    assert not torch.equal(saved["head.weight"], trainer.model.state_dict()["head.weight"])
+
+
+@pytest.mark.slow
+def test_compiled_training_runs_and_saves_the_plain_model(tmp_path):
+    config = tiny_config(tmp_path, schedule={"steps": 4}, run={"eval_every": 4, "compile": True})
+    trainer = Trainer(config)
+    result = trainer.fit()
+    assert trainer.network is not trainer.model  # the compiled module trains, the plain one is saved
+    assert set(load(tmp_path).state_dict()) == set(trainer.model.state_dict())
+    assert torch.isfinite(torch.tensor(result.summary["val_loss"]))
