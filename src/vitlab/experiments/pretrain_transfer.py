@@ -76,7 +76,8 @@ def findings(summary: list[dict[str, Any]], pretraining: dict[str, Any], steps: 
         f"Pre-training: {pretraining['steps']} steps on {pretraining['train_images']} images of "
         f"{pretraining['classes']} classes, {100 * pretraining['val_top1']:.1f}% on its held-out split.",
         f"With the same {steps} steps on the data, {winner} wins by {100 * abs(gap):.1f} points "
-        f"({100 * score[PRETRAINED]['val_top1']:.1f}% vs {100 * score[SCRATCH]['val_top1']:.1f}% from scratch).",
+        f"({100 * score[PRETRAINED]['val_top1']:.1f}% vs {100 * score[SCRATCH]['val_top1']:.1f}% from scratch)"
+        + (", less than the spread over seeds." if abs(gap) < max(e["val_top1_std"] for e in summary) else "."),
     ]
 
 
