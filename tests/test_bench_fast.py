@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from conftest import randomise_
 
 import vitlab
-from vitlab.model.attention import matmul_attention_is_faster, softmax_attention
+from vitlab.model.attention import QUERY_BLOCK, blocked_attention, matmul_attention_is_faster, softmax_attention
 
 
 def tiny_model(**overrides) -> vitlab.VisionTransformer:
@@ -65,6 +65,14 @@ def test_written_out_attention_equals_fused_kernel_in_fp32():
     out, weights = softmax_attention(q, k, v, 16**-0.5, bias)
     torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, attn_mask=bias), rtol=0, atol=1e-5)
     torch.testing.assert_close(weights.sum(-1), torch.ones(2, 4, 17))
+
+
+def test_attention_in_query_blocks_equals_the_whole():
+    tokens = QUERY_BLOCK + 37  # two blocks, the second partial
+    q, k, v = torch.randn(3, 2, 4, tokens, 16, dtype=torch.float64).unbind(0)
+    bias = torch.randn(4, tokens, tokens, dtype=torch.float64)
+    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+    torch.testing.assert_close(blocked_attention(q, k, v, 16**-0.5, bias), expected, rtol=0, atol=1e-12)
 
 
 def test_matmul_attention_is_chosen_on_cpu_in_bf16_only():

@@ -5,8 +5,10 @@
 
 Reports images/s, peak memory, and model FLOPs utilisation against both the measured bf16 GEMM peak
 and the GPU's nominal dense bf16 peak (H200: ~790 TFLOP/s, pass --nominal-tflops for another GPU).
-Needs torch and timm; vitlab runs from source. Writes bench.json and bench.md like `vitlab bench`,
-plus a summary with the MFU against the nominal peak.
+Writes bench.json and bench.md like `vitlab bench`, plus summary.txt with the MFU against the
+nominal peak. vitlab runs from source but imports its dependencies (pyproject.toml) and timm; on a
+machine without a network, install them into a folder beforehand and put it on PYTHONPATH:
+`pip install --target DIR --python-version 3.12 --only-binary=:all: timm safetensors ...`.
 """
 
 from __future__ import annotations

@@ -157,10 +157,11 @@ def prepare(case: Case, implementation: str, mode: Mode, config: BenchConfig, de
 
 
 def run_case(spec: CaseSpec, config: BenchConfig, device: torch.device, peak: dict[str, float]) -> CaseResult:
-    case = spec.case
+    case, start = spec.case, time.perf_counter()
     wanted = spec.implementations or config.implementations
     implementations = [name for name in wanted if name in config.implementations]
     log.info("%s: %s", case.label, ", ".join(implementations))
+    torch._dynamo.reset()  # each case compiles afresh, clear of the recompilation limit
     steps, contenders = {}, {}
     for implementation in implementations:
         modes = config.modes or spec.modes or ALL_MODES
@@ -197,6 +198,7 @@ def run_case(spec: CaseSpec, config: BenchConfig, device: torch.device, peak: di
         log.info("  %-12s %-14s %8.1f images/s", row.implementation, row.mode, row.images_per_s)
     if result.ratio() is not None:
         log.info("  vitlab / best peer (%s): %.2fx", result.best_peer.implementation, result.ratio())
+    log.info("  (%.0f s)", time.perf_counter() - start)
     return result
 
 

@@ -85,6 +85,7 @@ def inference_step(
         from vitlab.model.fast import optimize_for_inference
 
         fast = optimize_for_inference(model, dtype=dtype)
+        images = images.to(dtype)  # as the bf16-weights modes get them
         return lambda: fast(images)
     if mode.bf16_weights:
         model.to(dtype)

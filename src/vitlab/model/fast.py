@@ -26,10 +26,12 @@ class InferenceModel(nn.Module):
         self.model = copy.deepcopy(model).eval().to(dtype)
         for param in self.model.parameters():
             param.requires_grad_(False)
-        self.network = torch.compile(self.model, options={"freezing": True}) if compile else self.model
+        self.network = torch.compile(self.model) if compile else self.model
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
-        with torch.inference_mode():
+        # Inductor reads `freezing` when it compiles: at the first call and at any recompilation (a new
+        # batch size). Passed as torch.compile(options=...) instead, it is not applied.
+        with torch.inference_mode(), torch._inductor.config.patch(freezing=True):
             return self.network(images.to(self.dtype)).float()
 
 
