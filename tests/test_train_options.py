@@ -44,3 +44,19 @@ def test_compiled_training_runs_and_saves_the_plain_model(tmp_path):
     assert trainer.network is not trainer.model  # the compiled module trains, the plain one is saved
     assert set(load(tmp_path).state_dict()) == set(trainer.model.state_dict())
     assert torch.isfinite(torch.tensor(result.summary["val_loss"]))
+
+
+def test_vitlab_train_runs_a_recipe_and_stays_a_package(tmp_path):
+    """`vitlab.train("recipe", section=...)` is the Python twin of `vitlab train`; the name is also the
+    package, so its submodules import by dotted path."""
+    import vitlab
+    import vitlab.train.recipes as recipes
+
+    assert "demo" in recipes.RECIPES
+    result = vitlab.train("small-data", model={"variant": "mu/4", "image_size": 8},
+                          data={"source": "digits", "batch_size": 32},
+                          schedule={"steps": 4, "warmup_steps": 1}, run={"out": str(tmp_path), "threads": 1})
+    assert result.summary["steps"] == 4 and 0.0 <= result.summary["val_top1"] <= 1.0
+    assert load(tmp_path).config.patch_size == 4
+    with pytest.raises(Exception, match="schedule.stepz"):
+        vitlab.train("small-data", schedule={"stepz": 4}, run={"out": str(tmp_path / "bad")})

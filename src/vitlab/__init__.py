@@ -3,7 +3,7 @@
 from .model import ConfigError, ViTConfig, VisionTransformer, config_for, list_models
 from .model.fast import optimize_for_inference
 from .weights import CheckpointError, create_model, export_npz, list_pretrained, load, save_pretrained
-from .train import train
+from . import train  # a package that can be called: vitlab.train("demo", ...)
 
 __version__ = "0.1.0"
 

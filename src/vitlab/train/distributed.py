@@ -73,9 +73,22 @@ def start(processes: Processes, device: torch.device) -> torch.device:
         raise ConfigError(f"run.device={device.type!r}: data-parallel training runs on CPUs (gloo) or CUDA (nccl)")
     if not dist.is_initialized():
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+        _OWNED_GROUP.append(dist.group.WORLD)
     if not processes.is_main:
         log.setLevel(logging.WARNING)  # one voice: process 0 reports progress
     return device
+
+
+def stop(processes: Processes) -> None:
+    """Leave the process group that `start` joined. A process that exits with it still open aborts
+    in gloo's teardown ("terminate called without an active exception"), and torchrun then kills the
+    others, possibly mid-write."""
+    if processes.distributed and _OWNED_GROUP and dist.is_initialized():
+        _OWNED_GROUP.clear()
+        dist.destroy_process_group()
+
+
+_OWNED_GROUP: list = []  # the group `start` created, if it did (a caller's own group is left alone)
 
 
 def check_batch(micro_batch: int, processes: Processes) -> None:

@@ -330,6 +330,7 @@ class Trainer:
             torch.set_num_threads(previous_threads)
             self._restore_signal_handlers(previous_handlers)
             self._call("on_train_end", self.summary)
+            distributed.stop(self.processes)
 
     def _checkpoint_due(self, evaluated: bool, last_checkpoint_time: float) -> bool:
         """At every evaluation, every run.ckpt_every_steps / _minutes and on a stop signal; never while
@@ -387,7 +388,8 @@ class Trainer:
             rows.append(self.evaluate_and_log())
         final = rows[-1]
         model = distributed.whole_model(self.eval_model, self.processes, self.sharded)
-        if not self.processes.is_main:  # process 0 writes the model folder
+        if not self.processes.is_main:  # process 0 writes the model folder; the others wait for it
+            distributed.barrier(self.processes)
             return TrainResult(self.out, {}, model)
         summary = {
             "val_top1": final["val_top1"],
@@ -408,6 +410,7 @@ class Trainer:
         (self.out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
         plot_training_curve(rows, self.out / PLOT_FILE, title=f"{self.config.recipe} on {self.config.data.source}")
         self.summary = summary
+        distributed.barrier(self.processes)
         return TrainResult(self.out, summary, model)
 
     # -- checkpoints -------------------------------------------------------------------------------
