@@ -467,10 +467,11 @@ class Trainer:
         if self.sharded:
             path = distributed.save_sharded(self.out, self.step, self.state_dict(), self.model, self.optimizer, keep,
                                             self.processes)
-        elif self.processes.is_main:
-            path = ckpt.save_checkpoint(self.out, self.step, self.state_dict(), keep)
-        else:
-            return None  # process 0 writes the replicated model's checkpoint
+        else:  # process 0 writes the replicated model's checkpoint; none runs on (or exits) before it is in place
+            path = ckpt.save_checkpoint(self.out, self.step, self.state_dict(), keep) if self.processes.is_main else None
+            distributed.barrier(self.processes)
+            if path is None:
+                return None
         self._call("on_checkpoint", path)
         return path
 
