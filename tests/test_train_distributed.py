@@ -4,7 +4,9 @@ process on the same global batch, and their runs resume from their checkpoints."
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -28,12 +30,19 @@ FLAGS = [
 pytestmark = pytest.mark.slow
 
 
-def vitlab_train(out: Path, *extra: str, processes: int = 1) -> subprocess.CompletedProcess:
+def command_line(out: Path, *extra: str, processes: int = 1) -> list[str]:
     launcher = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}"] if processes > 1 else []
-    command = [sys.executable, *launcher, "-m", "vitlab", *FLAGS, "--out", str(out), *extra]
-    result = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
-                            timeout=600)
+    return [sys.executable, *launcher, "-m", "vitlab", *FLAGS, "--out", str(out), *extra]
+
+
+ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+
+def vitlab_train(out: Path, *extra: str, processes: int = 1) -> subprocess.CompletedProcess:
+    command = command_line(out, *extra, processes=processes)
+    result = subprocess.run(command, capture_output=True, text=True, env=ENV, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
+    assert "terminate called" not in result.stderr, result.stderr[-3000:]  # every process left the group cleanly
     return result
 
 
@@ -90,3 +99,33 @@ def test_fsdp_equals_one_process_and_resumes_on_another_process_count(single, tm
     resumed = vitlab_train(tmp_path / "resumed", "--data-parallel", "fsdp", "--resume")  # 1 process now
     assert "from step 2" in resumed.stderr
     assert_close(weights(tmp_path / "resumed"), weights(run), atol=1e-6)
+
+
+def test_sigterm_to_torchrun_checkpoints_every_process_and_resumes_exactly(tmp_path):
+    """SIGTERM to torchrun (a scheduler's pre-emption) reaches every process; they finish the step,
+    process 0 writes one checkpoint that all wait for, and a resumed run ends with the weights of the
+    run that was never stopped."""
+    longer = ["--steps", "40", "--eval-every", "40", "--ckpt-every-steps", "100", "--set", "run.log_every=1"]
+    vitlab_train(tmp_path / "whole", *longer, processes=2)
+
+    stopped = tmp_path / "stopped"
+    process = subprocess.Popen(command_line(stopped, *longer, processes=2), stderr=subprocess.PIPE,
+                               stdout=subprocess.DEVNULL, text=True, env=ENV)
+    lines = []
+    try:
+        for line in process.stderr:
+            lines.append(line)
+            if re.match(r"step 3/40 ", line) and process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        process.wait(timeout=120)
+    finally:
+        process.kill()
+    log = "".join(lines)
+    assert process.returncode != 0, log[-3000:]
+    assert "stopped by SIGTERM" in log and "terminate called" not in log, log[-3000:]
+    [checkpoint] = ckpt.list_checkpoints(stopped)  # only the one the stop wrote
+    assert 3 <= int(ckpt.NAME.fullmatch(checkpoint.name).group(1)) < 40, checkpoint.name
+
+    resumed = vitlab_train(stopped, *longer, "--resume", processes=2)
+    assert "resuming" in resumed.stderr
+    assert_close(weights(stopped), weights(tmp_path / "whole"), atol=0.0)
