@@ -19,6 +19,14 @@ class UserError(Exception):
     """A problem with what the user gave us; printed as one line, no traceback."""
 
 
+CKPT_HELP = "anything vitlab.load reads: model folder, file (.npz, .pth, .safetensors), MODEL:TAG, hf://ORG/NAME"
+
+
+def add_checkpoint_argument(parser: argparse.ArgumentParser) -> None:
+    """--ckpt, as every command that reads a model spells it."""
+    parser.add_argument("--ckpt", required=True, metavar="CKPT", help=CKPT_HELP)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from vitlab import __version__
 

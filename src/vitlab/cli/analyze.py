@@ -12,6 +12,8 @@ import logging
 
 import torch
 
+from . import add_checkpoint_argument
+
 logger = logging.getLogger("vitlab")
 
 DEFAULT_IMAGES = 128
@@ -28,7 +30,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="attention rollout, mean attention distance, position-embedding similarity, embedding filters",
         description="Write the paper's Fig. 6/7 analyses of a checkpoint: PNGs, analysis.json and report.html.",
     )
-    parser.add_argument("--ckpt", required=True, help="a checkpoint vitlab.load reads (model folder, .npz, ...)")
+    add_checkpoint_argument(parser)
     parser.add_argument("--images", nargs="+", metavar="IMG_OR_DIR",
                         help="image files or folders (default: the first 128 validation images of digits)")
     parser.add_argument("--out", required=True, help="output folder")

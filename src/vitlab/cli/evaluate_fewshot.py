@@ -6,6 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
+from . import add_checkpoint_argument
 from .analyze import add_device_argument
 
 
@@ -28,7 +29,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Fit linear classifiers on the frozen pre-logits features of the training split with "
         "k examples per class (and on all of them), and report top-1 on the validation split.",
     )
-    parser.add_argument("--ckpt", required=True, help="a checkpoint vitlab.load reads")
+    add_checkpoint_argument(parser)
     parser.add_argument("--data", required=True, help="data source: digits, an ImageFolder root, CIFAR, shards")
     parser.add_argument("--shots", type=parse_shots, default=list(SHOTS),
                         help=f"examples per class (default: {','.join(map(str, SHOTS))})")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from . import add_checkpoint_argument
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     from vitlab.export import FORMATS
@@ -15,7 +17,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Export a checkpoint and check the written file against the PyTorch model on sample "
         "inputs (onnxruntime for ONNX); prints the largest logit difference and fails above the tolerance.",
     )
-    parser.add_argument("--ckpt", required=True, help="anything vitlab.load reads: folder, file, MODEL:TAG, hf://ORG/NAME")
+    add_checkpoint_argument(parser)
     parser.add_argument("--format", required=True, choices=FORMATS, help="onnx, export (torch.export .pt2) or npz")
     parser.add_argument("--out", required=True, help="file to write")
     parser.add_argument(

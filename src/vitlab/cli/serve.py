@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
+from . import add_checkpoint_argument
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -13,7 +15,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Serve a checkpoint: a Gradio page at / and POST /predict (image bytes in, "
         '{"top": [{"label", "prob"}, ...]} out). Binds to 127.0.0.1 unless --host says otherwise.',
     )
-    parser.add_argument("--ckpt", required=True, help="anything vitlab.load reads: folder, file, MODEL:TAG, hf://ORG/NAME")
+    add_checkpoint_argument(parser)
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, this machine only)")
     parser.add_argument("--port", type=int, default=7860)
     parser.add_argument("--max-upload-mb", type=float, help="largest upload accepted (default 10)")

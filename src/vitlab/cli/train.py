@@ -13,6 +13,8 @@ import shlex
 import sys
 from pathlib import Path
 
+from . import add_checkpoint_argument
+
 log = logging.getLogger("vitlab")
 
 # Flag (argparse dest) -> TrainConfig key. Flags left out of a command line change nothing.
@@ -71,7 +73,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     finetune.set_defaults(func=run_train, default_recipe="paper-finetune")
 
     evaluate = subparsers.add_parser("eval", help="top-1 / top-5 accuracy of a checkpoint on a dataset")
-    evaluate.add_argument("--ckpt", required=True, metavar="CKPT", help="anything vitlab.load accepts")
+    add_checkpoint_argument(evaluate)
     evaluate.add_argument("--data", required=True, metavar="SRC", help="data source, e.g. digits or an ImageFolder")
     evaluate.add_argument("--out", metavar="FILE", help="also write the result as JSON to FILE")
     evaluate.add_argument("--split", choices=("val", "train"), default="val")
@@ -84,7 +86,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     evaluate.set_defaults(func=run_eval)
 
     predict = subparsers.add_parser("predict", help="class probabilities for image files")
-    predict.add_argument("--ckpt", required=True, metavar="CKPT", help="anything vitlab.load accepts")
+    add_checkpoint_argument(predict)
     predict.add_argument("images", nargs="+", metavar="IMAGE_OR_DIR", help="image files or folders of them")
     predict.add_argument("--topk", type=int, default=5, metavar="K", help="classes shown per image (default 5)")
     predict.add_argument("--json", action="store_true", help="print JSON instead of text")
