@@ -386,11 +386,14 @@ class Trainer:
         rows = read_metrics(self.out / METRICS_FILE)
         if not rows or rows[-1]["step"] != self.step:  # a resumed run that had already finished
             rows.append(self.evaluate_and_log())
-        final = rows[-1]
         model = distributed.whole_model(self.eval_model, self.processes, self.sharded)
-        if not self.processes.is_main:  # process 0 writes the model folder; the others wait for it
-            distributed.barrier(self.processes)
-            return TrainResult(self.out, {}, model)
+        if self.processes.is_main:  # process 0 writes the model folder; the others wait for it
+            self.summary = self._write_model_folder(model, rows)
+        distributed.barrier(self.processes)
+        return TrainResult(self.out, self.summary or {}, model)
+
+    def _write_model_folder(self, model: torch.nn.Module, rows: list[dict[str, Any]]) -> dict[str, Any]:
+        final = rows[-1]
         summary = {
             "val_top1": final["val_top1"],
             "val_top5": final["val_top5"],
@@ -409,9 +412,7 @@ class Trainer:
         save_pretrained(model, self.out, training=summary)
         (self.out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
         plot_training_curve(rows, self.out / PLOT_FILE, title=f"{self.config.recipe} on {self.config.data.source}")
-        self.summary = summary
-        distributed.barrier(self.processes)
-        return TrainResult(self.out, summary, model)
+        return summary
 
     # -- checkpoints -------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
