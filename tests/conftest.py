@@ -8,7 +8,7 @@ import pytest
 import torch
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-SHARED_FIXTURES = REPO_ROOT.parent / "shared" / "fixtures"
+TEST_DATA = REPO_ROOT / "tests" / "data"  # fixtures kept in the repository (see each folder's README)
 
 
 @pytest.fixture(autouse=True)
@@ -24,3 +24,42 @@ def randomise_(module: torch.nn.Module, std: float = 0.2) -> torch.nn.Module:
         for param in module.parameters():
             param.copy_(torch.randn(param.shape, generator=generator) * std)
     return module
+
+
+# The fault and bad-input corpus: tests marked `@pytest.mark.fault("category", kinds=N)` each try N kinds
+# of one fault category; the end of the run prints, per category, how many kinds were tried and held.
+_fault_tally: dict[str, list[int]] = {}
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "fault(category, kinds=1): a test of the fault and bad-input corpus")
+
+
+def pytest_runtest_logreport(report):
+    if report.when != "call" and not (report.when == "setup" and report.outcome != "passed"):
+        return
+    marker = next((m for m in getattr(report, "fault_markers", [])), None)
+    if marker is None:
+        return
+    category, kinds = marker
+    tried_held = _fault_tally.setdefault(category, [0, 0])
+    tried_held[0] += kinds
+    if report.passed:
+        tried_held[1] += kinds
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    report.fault_markers = [
+        (m.args[0], int(m.kwargs.get("kinds", 1))) for m in item.iter_markers(name="fault")
+    ][:1]
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _fault_tally:
+        return
+    terminalreporter.section("fault and bad-input corpus")
+    for category, (tried, held) in sorted(_fault_tally.items()):
+        terminalreporter.write_line(f"{category}: {held} of {tried} kinds held")

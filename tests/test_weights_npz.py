@@ -14,11 +14,13 @@ from vitlab.weights import CheckpointError
 from vitlab.weights.npz import CURRENT, RELEASED
 from weights_helpers import TOLERANCE, VIT_JAX_FIXTURE, images, random_eval
 
-needs_fixture = pytest.mark.skipif(
-    not (VIT_JAX_FIXTURE / "vit_ti16_token.params.npz").is_file(),
-    reason=f"official-code fixture not found at {VIT_JAX_FIXTURE} (the checkout's parent holds shared/)",
-)
 TINY = dict(image_size=32, patch_size=8, dim=32, depth=2, num_heads=4, mlp_dim=64, num_classes=6, act="gelu_tanh")
+
+
+def test_official_fixture_is_in_the_repository():
+    """The parity tests below must run on every clone: a missing fixture fails here instead of skipping."""
+    for name in ("vit_ti16_token.params.npz", "vit_ti16_token.io.npz"):
+        assert (VIT_JAX_FIXTURE / name).is_file(), f"official-code fixture {name} missing from {VIT_JAX_FIXTURE}"
 
 
 def fixture_io() -> tuple[torch.Tensor, torch.Tensor]:
@@ -26,7 +28,6 @@ def fixture_io() -> tuple[torch.Tensor, torch.Tensor]:
     return torch.from_numpy(io["x_nhwc"].transpose(0, 3, 1, 2).copy()), torch.from_numpy(io["logits"])
 
 
-@needs_fixture
 def test_official_fixture_loads_with_inferred_architecture_and_gives_its_logits():
     model = vitlab.load(VIT_JAX_FIXTURE / "vit_ti16_token.params.npz")
     config = model.config
@@ -39,7 +40,6 @@ def test_official_fixture_loads_with_inferred_architecture_and_gives_its_logits(
         torch.testing.assert_close(model(x), logits, **TOLERANCE)
 
 
-@needs_fixture
 def test_official_fixture_numerics_matter():
     """Exact GELU (timm's and HF's) misses the official logits by far more than the tolerance."""
     model = vitlab.load(VIT_JAX_FIXTURE / "vit_ti16_token.params.npz", act="gelu")
@@ -60,7 +60,6 @@ def renumbered(path, names_from, names_to, out):
     return out
 
 
-@needs_fixture
 def test_current_flax_module_numbering_loads_the_same(tmp_path):
     current = renumbered(VIT_JAX_FIXTURE / "vit_ti16_token.params.npz", RELEASED, CURRENT, tmp_path / "current.npz")
     assert any("MlpBlock_0" in key for key in np.load(current).files)
@@ -69,7 +68,6 @@ def test_current_flax_module_numbering_loads_the_same(tmp_path):
         torch.testing.assert_close(vitlab.load(current)(x), logits, **TOLERANCE)
 
 
-@needs_fixture
 def test_big_vision_layout_loads_the_same(tmp_path):
     """big_vision: params/ prefix, top-level pos_embedding, layers stacked on a leading axis."""
     arrays = dict(np.load(renumbered(VIT_JAX_FIXTURE / "vit_ti16_token.params.npz", RELEASED, CURRENT, tmp_path / "c.npz")))

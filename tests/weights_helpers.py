@@ -7,9 +7,9 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from conftest import SHARED_FIXTURES, randomise_
+from conftest import TEST_DATA, randomise_
 
-VIT_JAX_FIXTURE = SHARED_FIXTURES / "vit_jax"
+VIT_JAX_FIXTURE = TEST_DATA / "vit_jax"
 TOLERANCE = dict(rtol=1e-5, atol=1e-5)  # the bar for fp32 logits
 
 
