@@ -107,7 +107,7 @@ def test_assignment_without_equals_sign():
     "name, message",
     [
         ("paper-train", "unknown recipe 'paper-train'; recipes: paper-pretrain, paper-finetune"),
-        ("paper-finetune:mnist", "has no row 'mnist'; rows: imagenet, cifar10, cifar100, pets, flowers, vtab"),
+        ("paper-finetune:mnist", "has no row 'mnist'; rows: imagenet, cifar100, cifar10, pets, flowers, vtab"),
         ("small-data:cifar10", "recipe 'small-data' has no dataset rows"),
     ],
 )

@@ -45,8 +45,9 @@ def cosine(progress: float) -> float:
         # Table 4 CIFAR-10: 10k steps, 500 warm-up, cosine, SGD momentum 0.9, no decay.
         ("paper-finetune", torch.optim.SGD, {"momentum": 0.9}, 0.0,
          [0, 499, 5_250, 10_000], [0.03 / 500, 0.03, 0.015, 0.0]),
+        # Pets: 500 steps, BiT-HyperRule's 100 warm-up steps, then cosine to the end.
         ("paper-finetune:pets", torch.optim.SGD, {"momentum": 0.9}, 0.0,
-         [0, 499, 500, 999], [0.03 / 500, 0.03, 0.03, 0.0]),
+         [0, 99, 300, 499], [0.03 / 100, 0.03, 0.03 * cosine(200 / 400), 0.03 * cosine(399 / 400)]),
         ("paper-finetune:vtab", torch.optim.SGD, {"momentum": 0.9}, 0.0, [499, 1_500], [0.01, 0.005]),
         # small-data: 5 warm-up epochs (500 steps), cosine over 200 epochs (20k steps).
         ("small-data", torch.optim.AdamW, {"betas": (0.9, 0.999)}, 0.05,

@@ -155,7 +155,10 @@ def build_config(args: argparse.Namespace):
 
     document = read_yaml(args.config) if args.config else {}
     recipe = args.recipe or document.get("recipe") or args.default_recipe
-    config = get_recipe(str(recipe))
+    recipe = str(recipe)
+    # Table 3's learning rate depends on the model: paper-pretrain takes --model as its row.
+    pick_model = getattr(args, "model", None) and recipe.partition(":")[0] == "paper-pretrain"
+    config = get_recipe(recipe, **({"model": args.model} if pick_model else {}))
     apply_mapping(config, document, str(args.config))
     # Where each key was last set, so that an out-of-range value names its file or flag.
     origins = {f"{section}.{name}": str(args.config) for section, values in document.items()

@@ -7,6 +7,7 @@ The schedule is a linear warm-up to the peak learning rate, then linear or cosin
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass
 
@@ -14,6 +15,8 @@ import torch
 from torch import nn
 
 from .config import OptimSpec, ScheduleSpec
+
+log = logging.getLogger("vitlab")
 
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
@@ -80,9 +83,14 @@ def total_steps(spec: ScheduleSpec, steps_per_epoch: int) -> int:
 def build_schedule(
     optimizer: torch.optim.Optimizer, spec: ScheduleSpec, steps_per_epoch: int
 ) -> torch.optim.lr_scheduler.LambdaLR:
+    total, warmup = total_steps(spec, steps_per_epoch), warmup_steps(spec, steps_per_epoch)
+    if warmup >= total:
+        log.warning("the learning-rate warm-up (%d steps) is at least as long as the run (%d steps): the rate "
+                    "rises for the whole run and never decays; shorten schedule.warmup_steps or "
+                    "schedule.warmup_epochs", warmup, total)
     factor = WarmupDecay(
-        total_steps=total_steps(spec, steps_per_epoch),
-        warmup_steps=warmup_steps(spec, steps_per_epoch),
+        total_steps=total,
+        warmup_steps=warmup,
         decay=spec.decay,
         end_ratio=spec.end_lr_ratio,
     )

@@ -2,7 +2,7 @@
 
 Each recipe is a function returning a TrainConfig; its docstring says what it reproduces and what it
 should reach. A name may carry a dataset after a colon to pick that dataset's row of the paper's
-tables: `paper-pretrain:imagenet21k`, `paper-finetune:pets`.
+tables (vitlab.train.paper_tables): `paper-pretrain:imagenet21k:L/16`, `paper-finetune:pets`.
 
     vitlab train --recipe small-data --data cifar10:DATA --model Ti/4 --image-size 32 --out runs/c10
     vitlab finetune --recipe paper-finetune:cifar10 --init B16.npz --data cifar10:DATA --out runs/ft
@@ -10,72 +10,114 @@ tables: `paper-pretrain:imagenet21k`, `paper-finetune:pets`.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 from vitlab.model.config import ConfigError
 
+from . import paper_tables as tables
 from .config import AugmentSpec, DataSpec, ModelSpec, OptimSpec, RunSpec, ScheduleSpec, TrainConfig
 
-# Paper Table 3 (pre-training): epochs, base learning rate (ViT-B), decay, weight decay, dropout.
-PRETRAIN_TABLE_3: dict[str, dict] = {
-    "jft": dict(epochs=7, lr=8e-4, decay="linear", weight_decay=0.1, dropout=0.0),
-    "imagenet21k": dict(epochs=90, lr=1e-3, decay="linear", weight_decay=0.03, dropout=0.1),
-    "imagenet": dict(epochs=300, lr=3e-3, decay="cosine", weight_decay=0.3, dropout=0.1),
-}
+log = logging.getLogger("vitlab")
 
-# Paper Table 4 (fine-tuning): total steps per dataset; learning rate from the sweep
-# {0.001, 0.003, 0.01, 0.03}, 0.03 being vit_jax's default and 0.01 the VTAB setting (Appendix B.1.1).
-FINETUNE_TABLE_4: dict[str, dict] = {
-    "imagenet": dict(steps=20_000, lr=0.03, ema_decay=0.9999),  # Polyak averaging for ImageNet
-    "cifar10": dict(steps=10_000, lr=0.03),
-    "cifar100": dict(steps=10_000, lr=0.03),
-    "pets": dict(steps=500, lr=0.03),
-    "flowers": dict(steps=500, lr=0.03),
-    "vtab": dict(steps=2_500, lr=0.01),
-}
+def paper_pretrain(dataset: str = "jft", model: str = "B/16", epochs: int | None = None) -> TrainConfig:
+    """Pre-training as in Sec. 4.1 and Table 3 of the paper: the row of `model` on `dataset`.
 
-
-def paper_pretrain(dataset: str = "jft") -> TrainConfig:
-    """Pre-training as in Sec. 4.1 and Table 3 of the paper (default row: JFT-300M).
-
-    Adam (0.9, 0.999) with weight decay 0.1 (the reference code's Adam decays weights decoupled
-    from the gradient, scaled by the learning rate: torch's AdamW), batch 4096 reached by gradient
-    accumulation, linear warm-up of 10k steps then linear decay, global-norm clipping at 1, dropout
-    as Table 3 lists it (0 on JFT, 0.1 on ImageNet-21k and ImageNet). Rows: jft, imagenet21k,
-    imagenet. Reaches: ViT-B/16 pre-trained on ImageNet-21k and fine-tuned gives 84.0% on ImageNet
-    (Table 5, 384 px); on ImageNet alone (row imagenet, 300 epochs) ViT-B/16 gets about 77.9%.
+    Names: `paper-pretrain[:DATASET[:MODEL]]`, DATASET one of jft (default), imagenet21k, imagenet;
+    MODEL any model with a Table 3 row on it (default B/16; on imagenet any ViT). Per row: epochs, base
+    learning rate, linear or cosine decay, weight decay and dropout as Table 3 lists them; for all,
+    batch 4096 (reached by gradient accumulation) and 10k linear warm-up steps, and gradient clipping
+    at global norm 1 on ImageNet only (the caption). Adam (0.9, 0.999) with weight decay decoupled
+    from the gradient and scaled by the learning rate, as the reference code's (torch's AdamW). Where
+    the table gives two epoch counts (L/16 on JFT 7/14, L/{16,32} on ImageNet-21k 30/90) the first
+    is the default and `epochs` picks the other. Reaches: ViT-B/16 pre-trained on ImageNet-21k and
+    fine-tuned gives 84.0% on ImageNet (Table 5, 384 px); on ImageNet alone ViT-B/16 gets about 77.9%.
     """
-    row = _row(PRETRAIN_TABLE_3, dataset, "paper-pretrain")
+    row = tables.pretrain_row(model, dataset)
+    if row is None:
+        known = ", ".join(tables.pretrain_datasets())
+        raise ConfigError(f"recipe 'paper-pretrain': Table 3 has no row for {model!r} on {dataset!r} "
+                          f"(datasets {known}; see vitlab.train.paper_tables.TABLE_3)")
+    if tables.ANY_VIT in row.models:
+        _check_vit_name(model)
+    if epochs is None:
+        epochs = row.epochs[0]
+    elif epochs not in row.epochs:
+        raise ConfigError(f"recipe 'paper-pretrain': Table 3 gives {model} on {dataset} "
+                          f"{'/'.join(map(str, row.epochs))} epochs, not {epochs}")
+    if len(row.epochs) > 1:
+        log.info("Table 3 lists %s epochs for %s on %s; using %d", "/".join(map(str, row.epochs)), model,
+                 dataset, epochs)
+    is_bit = model.startswith("BiT-")
     return TrainConfig(
-        recipe=f"paper-pretrain:{dataset}",
-        model=ModelSpec(variant="B/16", image_size=224, dropout=row["dropout"]),
-        data=DataSpec(batch_size=4096),
+        recipe=f"paper-pretrain:{dataset}:{model}",
+        # Dropout (Appendix B.1) is a ViT's; the BiT ResNets have none (Table 3 gives them 0.0).
+        model=ModelSpec(variant=model, image_size=tables.TABLE_3_IMAGE_SIZE,
+                        dropout=None if is_bit else row.dropout),
+        data=DataSpec(batch_size=tables.TABLE_3_BATCH_SIZE),
         augment=AugmentSpec(crop_scale=(0.05, 1.0), hflip=True),
-        optim=OptimSpec(name="adamw", lr=row["lr"], weight_decay=row["weight_decay"], betas=(0.9, 0.999),
-                        grad_clip=1.0, grad_accum=32),
-        schedule=ScheduleSpec(epochs=row["epochs"], warmup_steps=10_000, decay=row["decay"]),
+        optim=OptimSpec(name="adamw", lr=row.lr, weight_decay=row.weight_decay, betas=(0.9, 0.999),
+                        grad_clip=tables.TABLE_3_GRAD_CLIP.get(dataset), grad_accum=32),
+        schedule=ScheduleSpec(epochs=epochs, warmup_steps=tables.TABLE_3_WARMUP_STEPS, decay=row.decay),
     )
 
 
-def paper_finetune(dataset: str = "cifar10") -> TrainConfig:
+# Warm-up before the cosine decay: Table 4 gives none. Runs of 2,500 steps and more take vit_jax's
+# 500 (vit_jax/configs/common.py, warmup_steps); the 500-step runs (Pets, Flowers) take BiT-HyperRule's
+# 100 for its 500-step schedule (Kolesnikov et al. 2020, big_transfer/bit_hyperrule.py), so that the
+# schedule reaches its decay.
+FINETUNE_WARMUP_STEPS = {500: 100}
+VIT_JAX_WARMUP_STEPS = 500
+VIT_JAX_BASE_LR = 0.03  # vit_jax/configs/common.py, base_lr; in every Table 4 grid but VTAB's
+
+
+def paper_finetune(dataset: str = "cifar10", lr: float | None = None) -> TrainConfig:
     """Fine-tuning as in Sec. 3.2, Appendix B.1.1 and Table 4 of the paper (default row: CIFAR-10).
 
-    SGD with momentum 0.9, no weight decay, global-norm clipping at 1, batch 512, cosine decay after
-    500 warm-up steps, 384 px (E_pos resampled), the pre-training head replaced by a zero-initialised
-    one; Table 4's step count for the dataset; Polyak averaging (0.9999) on ImageNet. Rows: imagenet,
-    cifar10, cifar100, pets, flowers, vtab. Reaches: ViT-B/16 (ImageNet-21k) on CIFAR-10 98.59%
-    after 500 steps and 99.02% after 10k (vit_jax README); ViT-L/16 (JFT) 99.42% (Table 2).
+    Per row, Table 4's step count and base-LR grid: imagenet 20k steps {0.003, 0.01, 0.03, 0.06};
+    cifar10, cifar100 10k, pets, flowers 500, each {0.001, 0.003, 0.01, 0.03}; vtab 2.5k at 0.01.
+    `lr` picks a grid value (default 0.03, vit_jax's base_lr; VTAB's 0.01); `vitlab experiment
+    lr-sweep` picks it on a development split as Appendix B.1.1 does. For all (the caption): SGD with
+    momentum 0.9, cosine decay, batch 512, no weight decay, gradient clipping at global norm 1, 384 px
+    (E_pos resampled), the pre-training head replaced by a zero-initialised one; Polyak averaging
+    (0.9999) on ImageNet. Warm-up (not in the table): 500 steps as vit_jax, 100 for the 500-step
+    Pets and Flowers runs as BiT-HyperRule, so that every schedule decays. Reaches: ViT-B/16
+    (ImageNet-21k) on CIFAR-10 98.59% after 500 steps and 99.02% after 10k (vit_jax README); ViT-L/16
+    (JFT) 99.42% (Table 2).
     """
-    row = _row(FINETUNE_TABLE_4, dataset, "paper-finetune")
+    if dataset not in tables.TABLE_4:
+        raise ConfigError(f"recipe 'paper-finetune' has no row {dataset!r}; rows: {', '.join(tables.TABLE_4)}")
+    row = tables.TABLE_4[dataset]
+    if lr is None:
+        lr = VIT_JAX_BASE_LR if VIT_JAX_BASE_LR in row.lrs else row.lrs[0]
+    elif lr not in row.lrs:
+        raise ConfigError(f"recipe 'paper-finetune:{dataset}': lr {lr:g} is not in Table 4's grid "
+                          f"{{{', '.join(f'{v:g}' for v in row.lrs)}}}")
     return TrainConfig(
         recipe=f"paper-finetune:{dataset}",
-        model=ModelSpec(image_size=384, dropout=0.0, attn_dropout=0.0, drop_path=0.0),
-        data=DataSpec(batch_size=512),
+        model=ModelSpec(image_size=tables.TABLE_4_IMAGE_SIZE, dropout=0.0, attn_dropout=0.0, drop_path=0.0),
+        data=DataSpec(batch_size=tables.TABLE_4_BATCH_SIZE),
         augment=AugmentSpec(crop_scale=(0.05, 1.0), hflip=True),  # vit_jax: inception crop + flip
-        optim=OptimSpec(name="sgd", lr=row["lr"], momentum=0.9, weight_decay=0.0, grad_clip=1.0,
-                        ema_decay=row.get("ema_decay")),
-        schedule=ScheduleSpec(steps=row["steps"], warmup_steps=500, decay="cosine"),
+        optim=OptimSpec(name="sgd", lr=lr, momentum=0.9, weight_decay=tables.TABLE_4_WEIGHT_DECAY,
+                        grad_clip=tables.TABLE_4_GRAD_CLIP, ema_decay=0.9999 if dataset == "imagenet" else None),
+        schedule=ScheduleSpec(steps=row.steps, warmup_steps=FINETUNE_WARMUP_STEPS.get(row.steps, VIT_JAX_WARMUP_STEPS),
+                              decay=tables.TABLE_4_DECAY),
     )
+
+
+def finetune_lr_grid(dataset: str) -> tuple[float, ...]:
+    """Table 4's base-LR grid for `dataset`."""
+    paper_finetune(dataset)  # refuses an unknown row
+    return tables.TABLE_4[dataset].lrs
+
+
+def _check_vit_name(model: str) -> None:
+    from vitlab.model.variants import parse_variant
+
+    try:
+        parse_variant(model)
+    except (ConfigError, ValueError):
+        raise ConfigError(f"recipe 'paper-pretrain': Table 3's ImageNet row is for ViTs (ViT-*), not {model!r}") from None
 
 
 def small_data() -> TrainConfig:
@@ -153,22 +195,23 @@ RECIPES: dict[str, Callable[..., TrainConfig]] = {
     "keras-example": keras_example,
     "demo": demo,
 }
-TABLES = {"paper-pretrain": PRETRAIN_TABLE_3, "paper-finetune": FINETUNE_TABLE_4}
+# Recipes whose name carries parts after a colon: paper-pretrain:DATASET[:MODEL], paper-finetune:DATASET.
+NAME_PARTS = {"paper-pretrain": 2, "paper-finetune": 1}
 
 
-def get_recipe(name: str) -> TrainConfig:
-    """The TrainConfig of a recipe name, with an optional ':dataset' row (`paper-finetune:pets`)."""
-    base, sep, dataset = name.partition(":")
+def get_recipe(name: str, **choices) -> TrainConfig:
+    """The TrainConfig of a recipe name with its optional parts (`paper-finetune:pets`,
+    `paper-pretrain:jft:L/16`); `choices` go to the recipe function (model=, epochs=, lr=)."""
+    base, sep, rest = name.partition(":")
     if base not in RECIPES:
         raise ConfigError(f"unknown recipe {name!r}; recipes: {', '.join(RECIPES)}")
-    if not sep:
-        return RECIPES[base]()
-    if base not in TABLES:
-        raise ConfigError(f"recipe {base!r} has no dataset rows; use it without ':{dataset}'")
-    return RECIPES[base](dataset)
-
-
-def _row(table: dict[str, dict], dataset: str, recipe: str) -> dict:
-    if dataset not in table:
-        raise ConfigError(f"recipe {recipe!r} has no row {dataset!r}; rows: {', '.join(table)}")
-    return table[dataset]
+    parts = rest.split(":", NAME_PARTS.get(base, 0) - 1) if sep else []
+    if sep and base not in NAME_PARTS:
+        raise ConfigError(f"recipe {base!r} has no dataset rows; use it without ':{rest}'")
+    if len(parts) > NAME_PARTS.get(base, 0) or not all(parts):
+        raise ConfigError(f"recipe name {name!r}: expected {base}:DATASET" + (":MODEL" if base == "paper-pretrain" else ""))
+    if base == "paper-pretrain" and len(parts) == 2:
+        if choices.get("model", parts[1]) != parts[1]:
+            raise ConfigError(f"recipe {name!r} names model {parts[1]!r}, but model {choices['model']!r} was asked for")
+        choices["model"] = parts[1]
+    return RECIPES[base](*parts[:1], **choices)
