@@ -1,7 +1,7 @@
 """Image -> tensor pipelines from torchvision.transforms.v2, as the paper's reference code builds them.
 
 Training: inception-style random resized crop (area 5-100%, vit_jax's default) and a horizontal flip,
-optionally RandAugment (AugReg / DeiT). Evaluation: resize to `size / crop_pct`, centre crop `size`
+optionally RandAugment as timm defines it (AugReg / DeiT; randaugment.py). Evaluation: resize to `size / crop_pct`, centre crop `size`
 (timm's convention). Both end in the checkpoint's mean/std normalisation; vit_jax uses 0.5/0.5, i.e.
 pixels in [-1, 1].
 """
@@ -12,14 +12,19 @@ import math
 from collections.abc import Sequence
 
 import torch
+from PIL import Image
 from torchvision.transforms import InterpolationMode
 from torchvision.transforms import v2
+
+from .randaugment import RandAugment
 
 INTERPOLATIONS = {
     "bicubic": InterpolationMode.BICUBIC,
     "bilinear": InterpolationMode.BILINEAR,
     "nearest": InterpolationMode.NEAREST,
 }
+PIL_INTERPOLATIONS = {"bicubic": Image.Resampling.BICUBIC, "bilinear": Image.Resampling.BILINEAR,
+                      "nearest": Image.Resampling.NEAREST}
 
 
 def _size_pair(image_size: int | Sequence[int]) -> tuple[int, int]:
@@ -47,7 +52,8 @@ def build_transforms(
 ) -> v2.Compose:
     """The transform for one split: an RGB PIL image -> normalised float tensor (3, H, W).
 
-    `randaugment` is (number of ops, magnitude), e.g. (2, 10) as in AugReg. Tiny images such as the
+    `randaugment` is (number of ops, magnitude out of 10), e.g. (2, 10) as in AugReg: timm's
+    `rand-m10-n2` (see randaugment.py). Tiny images such as the
     8x8 digits want `crop_pct=1.0` and a gentle `scale` such as (0.6, 1.0): the default area range
     would crop single strokes.
     """
@@ -70,7 +76,7 @@ def build_transforms(
             steps.append(v2.RandomHorizontalFlip())
         if randaugment is not None:
             num_ops, magnitude = randaugment
-            steps.append(v2.RandAugment(num_ops=num_ops, magnitude=magnitude, interpolation=mode))
+            steps.append(RandAugment(num_ops, magnitude, interpolation=PIL_INTERPOLATIONS[interpolation]))
     else:
         if height == width:  # resize the shorter side, keep the aspect ratio
             resize: int | list[int] = math.floor(height / crop_pct)
