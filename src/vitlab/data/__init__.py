@@ -3,7 +3,7 @@
 from .datasets import TooManyBadImagesError
 from .images import BadImageError, read_image
 from .sources import load_datasets, parse_source
-from .splits import DataSplits, take_fraction
+from .splits import DataSplits, hold_out, take_fraction
 from .transforms import build_transforms
 
 __all__ = [
@@ -11,6 +11,7 @@ __all__ = [
     "DataSplits",
     "TooManyBadImagesError",
     "build_transforms",
+    "hold_out",
     "load_datasets",
     "parse_source",
     "read_image",

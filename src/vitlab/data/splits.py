@@ -59,3 +59,25 @@ def take_fraction(dataset: torch.utils.data.Dataset, fraction: float, seed: int)
         members = order[labels[order] == label]
         keep.append(members[:max(1, round(fraction * len(members)))])
     return dataset.subset(np.sort(np.concatenate(keep)), dataset.transform)
+
+
+def hold_out(dataset: torch.utils.data.Dataset, fraction: float, seed: int, how: str = "stratified",
+             transform=None) -> tuple[torch.utils.data.Dataset, torch.utils.data.Dataset]:
+    """(rest, held out): a development split carved from a training split with `labels` and `subset`.
+
+    "stratified": a seeded class-balanced `fraction` (the paper's Appendix B.1.1 sub-splits).
+    "last": the last images in their stored order, as Keras' `validation_split` takes them
+    (the first floor(n * (1 - fraction)) are kept for training). The held-out part gets `transform`.
+    """
+    if not 0.0 < fraction < 1.0:
+        raise ValueError(f"dev fraction must be in (0, 1), got {fraction}")
+    if how == "last":
+        split_at = int(np.floor(len(dataset) * (1.0 - fraction)))
+        rest, held = np.arange(split_at), np.arange(split_at, len(dataset))
+    elif how == "stratified":
+        rest, held = split_indices(dataset.labels, fraction, seed)
+    else:
+        raise ValueError(f"unknown hold-out {how!r}; choose 'stratified' or 'last'")
+    if len(rest) == 0 or len(held) == 0:
+        raise ValueError(f"a dev fraction of {fraction} of {len(dataset)} images leaves an empty split")
+    return dataset.subset(rest, dataset.transform), dataset.subset(held, transform)

@@ -69,6 +69,12 @@ class DataSpec:
     eval_batch_size: int | None = None  # None: twice the micro-batch
     val_fraction: float = 0.2  # held out when the source has no validation split
     train_fraction: float = 1.0  # train on this class-balanced share of the training split (seeded by run.seed)
+    # A development split held out of the training split: the run validates on it, and the source's
+    # own validation split becomes the test split, evaluated once at the end (summary test_top1).
+    # "stratified": seeded and class-balanced (paper Appendix B.1.1); "last": the last images, as
+    # Keras' validation_split.
+    dev_fraction: float | None = None
+    dev_split: Literal["stratified", "last"] = "stratified"
     workers: int = 0
     download: bool = False
     max_bad_fraction: float = 0.01
@@ -135,6 +141,7 @@ class RunSpec:
     resume: bool = False
     compile: bool = False
     grad_checkpointing: bool = False
+    keep_best: bool = False  # end with the weights of the evaluation with the best val top-1 (Keras' save_best_only)
     data_parallel: Literal["ddp", "fsdp"] = "ddp"  # under torchrun: replicate the model, or shard it (L, H)
     threads: int | None = None  # torch.set_num_threads during fit; None keeps torch's (one per core)
 
@@ -201,6 +208,7 @@ def _range_checks(config: TrainConfig) -> list[tuple[str, bool, str]]:
         ("data.eval_batch_size", d.eval_batch_size is None or d.eval_batch_size > 0, positive),
         ("data.val_fraction", 0.0 < d.val_fraction < 1.0, "must be in (0, 1)"),
         ("data.train_fraction", 0.0 < d.train_fraction <= 1.0, "must be in (0, 1]"),
+        ("data.dev_fraction", d.dev_fraction is None or 0.0 < d.dev_fraction < 1.0, "must be in (0, 1) or null"),
         ("data.workers", d.workers >= 0, "must be >= 0"),
         ("data.max_bad_fraction", 0.0 <= d.max_bad_fraction < 1.0, fraction),
         ("data.std", d.std is None or min(d.std) > 0, "must be positive"),

@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 from torchvision.transforms import v2
 
-from vitlab.data import load_datasets, take_fraction
+from vitlab.data import hold_out, load_datasets, take_fraction
 from vitlab.evaluate import evaluate
 from vitlab.evaluate.predict import eval_transform
 from vitlab.model import BiTConfig, ConfigError, Preprocessing, ViTConfig, VisionTransformer, config_for, create_model
@@ -45,6 +45,7 @@ from .optim import build_optimizer, build_schedule, total_steps
 from .plots import PLOT_FILE, plot_training_curve
 from .precision import resolve_device, resolve_precision
 from .recipes import get_recipe
+from .selection import BestWeights
 
 log = logging.getLogger("vitlab")
 
@@ -97,6 +98,8 @@ class Trainer:
         self.sharded = config.run.data_parallel == "fsdp"
         if self.sharded and config.optim.ema_decay:
             raise ConfigError("optim.ema_decay: weight averaging needs the whole model, not run.data_parallel=fsdp")
+        if self.sharded and config.run.keep_best:
+            raise ConfigError("run.keep_best: keeping the best weights needs the whole model, not run.data_parallel=fsdp")
         # Process 0 alone reports and writes the metrics (all processes see the same numbers).
         self.callbacks: list[Callback] = (
             [ProgressBar(), MetricsFile(self.out), *callbacks] if self.processes.is_main else []
@@ -117,7 +120,12 @@ class Trainer:
         self.total_steps = total_steps(config.schedule, self.steps_per_epoch)
         pin = self.device.type == "cuda"
         self.train_loader = train_loader(splits.train, micro, config.run.seed, config.data.workers, pin, self.processes)
-        self.val_loader = eval_loader(splits.val, config.data.eval_batch_size or 2 * micro, config.data.workers, pin)
+        eval_batch = config.data.eval_batch_size or 2 * micro
+        self.val_loader = eval_loader(splits.val, eval_batch, config.data.workers, pin)
+        # With a development split (data.dev_fraction), the source's validation split is the test split.
+        self.test_loader = (eval_loader(self.test_set, eval_batch, config.data.workers, pin)
+                            if self.test_set is not None else None)
+        self.best = BestWeights() if config.run.keep_best else None
         self.mixing = batch_mixing(config.augment.mixup, config.augment.cutmix, len(self.class_names))
 
         self.model.to(self.device)
@@ -194,6 +202,11 @@ class Trainer:
             val_fraction=config.data.val_fraction, seed=config.run.seed, download=config.data.download,
             max_bad_fraction=config.data.max_bad_fraction,
         )
+        self.test_set = None
+        if config.data.dev_fraction:  # paper Appendix B.1.1 / Keras validation_split: validate on a dev split
+            self.test_set = splits.val
+            splits.train, splits.val = hold_out(splits.train, config.data.dev_fraction, config.run.seed,
+                                                config.data.dev_split, splits.val.transform)
         if config.data.train_fraction < 1.0:  # data-scaling runs (paper Fig. 3): a nested class-balanced subset
             splits.train = take_fraction(splits.train, config.data.train_fraction, config.run.seed)
         names = list(splits.class_names)
@@ -374,6 +387,8 @@ class Trainer:
         }
         self.loss_sum, self.loss_count = 0.0, 0
         self.window_images, self.window_seconds = 0, 0.0
+        if self.best is not None and self.best.update(self.step, result.top1, self.eval_model):
+            log.info("step %d: best val top-1 so far (%.4f); weights kept", self.step, result.top1)
         self._call("on_evaluate", row)
         return row
 
@@ -386,6 +401,8 @@ class Trainer:
         rows = read_metrics(self.out / METRICS_FILE)
         if not rows or rows[-1]["step"] != self.step:  # a resumed run that had already finished
             rows.append(self.evaluate_and_log())
+        if self.best is not None:
+            self.best.restore(self.eval_model)
         model = distributed.whole_model(self.eval_model, self.processes, self.sharded)
         if self.processes.is_main:  # process 0 writes the model folder; the others wait for it
             self.summary = self._write_model_folder(model, rows)
@@ -394,6 +411,8 @@ class Trainer:
 
     def _write_model_folder(self, model: torch.nn.Module, rows: list[dict[str, Any]]) -> dict[str, Any]:
         final = rows[-1]
+        if self.best is not None:  # the kept weights' evaluation
+            final = next(row for row in rows if row["step"] == self.best.step)
         summary = {
             "val_top1": final["val_top1"],
             "val_top5": final["val_top5"],
@@ -409,6 +428,13 @@ class Trainer:
             "ema": self.ema is not None,
             "skipped_steps": self.bad_steps,
         }
+        if self.best is not None:
+            summary["best_step"] = self.best.step
+        if self.test_loader is not None:
+            test = evaluate(model, self.test_loader, device=self.device, autocast=self.precision.autocast)
+            summary.update(test_top1=test.top1, test_top5=test.top5, test_loss=test.loss, test_images=test.count,
+                           dev_images=len(self.val_loader.dataset))
+            log.info("test top-1 %.4f, top-5 %.4f (%d images)", test.top1, test.top5, test.count)
         save_pretrained(model, self.out, training=summary)
         (self.out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
         plot_training_curve(rows, self.out / PLOT_FILE, title=f"{self.config.recipe} on {self.config.data.source}")
@@ -424,6 +450,7 @@ class Trainer:
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "ema": self.ema.state_dict() if self.ema is not None else None,
+            "best": self.best.state_dict() if self.best is not None else None,
             "scaler": self.scaler.state_dict() if self.scaler is not None else None,
             "rng": ckpt.capture_rng(),
             "loss_sum": self.loss_sum,
@@ -443,6 +470,8 @@ class Trainer:
         self.scheduler.load_state_dict(state["scheduler"])
         if self.ema is not None:
             self.ema.load_state_dict(state["ema"])
+        if self.best is not None:
+            self.best.load_state_dict(state.get("best"))
         if self.scaler is not None and state["scaler"] is not None:
             self.scaler.load_state_dict(state["scaler"])
         ckpt.restore_rng(state["rng"])
