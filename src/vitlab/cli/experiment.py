@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-NAMES = ("data-scaling", "posemb", "pooling", "pretrain-transfer")
+NAMES = ("data-scaling", "posemb", "pooling", "pretrain-transfer", "lr-sweep")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -12,7 +12,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "experiment", help="rerun one of the paper's comparisons on your data and budget",
         description="data-scaling: ViT vs BiT ResNet vs hybrid on growing data fractions (Fig. 3); posemb: "
                     "position embeddings (Table 8); pooling: class token vs GAP over learning rates (Fig. 9); "
-                    "pretrain-transfer: FractalDB pre-training vs training from scratch. Writes DIR/NAME.md, "
+                    "pretrain-transfer: FractalDB pre-training vs training from scratch; lr-sweep: the fine-tuning "
+                    "learning rate picked from Table 4's grid on a dev split of the training set, then trained on "
+                    "all of it and tested (Appendix B.1.1). Writes DIR/NAME.md, "
                     ".json and .png; budgets are optimiser steps, so results do not depend on the machine.")
     parser.add_argument("name", choices=NAMES, metavar="NAME", help=", ".join(NAMES))
     parser.add_argument("--data", required=True, help="data source: digits, an ImageFolder root, CIFAR, shards")
@@ -23,7 +25,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch threads per run (default 1)")
     parser.add_argument("--fractions", type=float, nargs="+", help="data-scaling: training-set fractions "
                         "(default 0.1 0.25 0.5 1)")
-    parser.add_argument("--lrs", type=float, nargs="+", help="pooling: learning rates (default 3e-4 1e-3 3e-3 1e-2)")
+    parser.add_argument("--lrs", type=float, nargs="+", help="pooling: learning rates (default 3e-4 1e-3 3e-3 1e-2); "
+                        "lr-sweep: the grid (default Table 4's for --row)")
+    parser.add_argument("--row", default="pets", help="lr-sweep: the Table 4 row whose steps, grid and dev fraction "
+                        "it uses: imagenet, cifar100, cifar10, pets, flowers, vtab (default pets)")
+    parser.add_argument("--init", metavar="CKPT", help="lr-sweep: fine-tune this checkpoint (default: the small ViT "
+                        "from scratch)")
     parser.add_argument("--pretrain-data", help="pretrain-transfer: a source to pre-train on (default: FractalDB "
                         "generated into DIR/fractaldb)")
     parser.add_argument("--pretrain-steps", type=int, help="pretrain-transfer: pre-training steps (default 1000)")
@@ -41,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
         seeds=tuple(args.seeds) if args.seeds else None, image_size=args.image_size, threads=args.threads,
         fractions=tuple(args.fractions) if args.fractions else None, lrs=tuple(args.lrs) if args.lrs else None,
         pretrain_data=args.pretrain_data, pretrain_steps=args.pretrain_steps, fractal_classes=args.fractal_classes,
-        fractal_per_class=args.fractal_per_class, fractal_size=args.fractal_size,
+        fractal_per_class=args.fractal_per_class, fractal_size=args.fractal_size, row=args.row, init=args.init,
     )
     _, paths = run_experiment(args.name, settings)
     print(paths["md"].read_text())

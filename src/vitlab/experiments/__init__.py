@@ -4,6 +4,7 @@
     vitlab experiment posemb            --data digits --out runs/exp   # Table 8: position embeddings
     vitlab experiment pooling           --data digits --out runs/exp   # Fig. 9: class token vs GAP
     vitlab experiment pretrain-transfer --data digits --out runs/exp   # FractalDB pre-training
+    vitlab experiment lr-sweep          --data digits --out runs/exp   # App. B.1.1: fine-tuning LR on a dev split
 
 Budgets are optimiser steps (--budget-steps), so results do not depend on the machine. Each writes
 DIR/NAME.md, NAME.json and NAME.png, and keeps every run's model folder in DIR/runs/.
@@ -17,14 +18,14 @@ from pathlib import Path
 
 import torch
 
-from . import data_scaling, pooling, posemb, pretrain_transfer
+from . import data_scaling, lr_sweep, pooling, posemb, pretrain_transfer
 from .report import write_report
 from .runner import Experiment, Results, Settings
 
 log = logging.getLogger("vitlab")
 
 EXPERIMENTS: dict[str, Experiment] = {
-    module.EXPERIMENT.name: module.EXPERIMENT for module in (data_scaling, posemb, pooling, pretrain_transfer)
+    module.EXPERIMENT.name: module.EXPERIMENT for module in (data_scaling, posemb, pooling, pretrain_transfer, lr_sweep)
 }
 
 

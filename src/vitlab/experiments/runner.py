@@ -25,6 +25,7 @@ from vitlab.model.resnet import bit_resnet_config
 from vitlab.train import Trainer, TrainResult, get_recipe
 from vitlab.train.checkpoint import latest_checkpoint
 from vitlab.train.config import ModelSpec
+from vitlab.train.paper_tables import TABLE_4
 
 log = logging.getLogger("vitlab")
 
@@ -43,7 +44,9 @@ class Settings:
     image_size: int = 16  # pixels; 16 suits `digits` (8 px upsampled), 32 suits CIFAR
     threads: int = 1  # torch threads per run: one is as fast as two for these small models
     fractions: tuple[float, ...] | None = None  # data-scaling
-    lrs: tuple[float, ...] | None = None  # pooling
+    lrs: tuple[float, ...] | None = None  # pooling, lr-sweep (default there: Table 4's grid for the row)
+    row: str = "pets"  # lr-sweep: the Table 4 row whose steps, LR grid and dev fraction it uses
+    init: str | None = None  # lr-sweep: the checkpoint to fine-tune; None trains the experiments' ViT from scratch
     pretrain_data: str | None = None  # pretrain-transfer; None: FractalDB generated into DIR/fractaldb
     pretrain_steps: int | None = None
     fractal_classes: int = 100
@@ -65,6 +68,7 @@ class Settings:
             ("--fractal-classes", self.fractal_classes > 1, "must be at least 2"),
             ("--fractal-per-class", self.fractal_per_class > 0, positive),
             ("--fractal-size", self.fractal_size > 0, positive),
+            ("--row", self.row in TABLE_4, f"must be a Table 4 row: {', '.join(TABLE_4)}"),
         ]
         for option, ok, requirement in checks:
             if not ok:
