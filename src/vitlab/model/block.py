@@ -68,10 +68,11 @@ class EncoderBlock(nn.Module):
         act: str = "gelu",
         norm_eps: float = 1e-6,
         mlp_out_act: bool = False,
+        proj_dropout: bool = True,
     ) -> None:
         super().__init__()
         self.norm1 = nn.LayerNorm(dim, eps=norm_eps)
-        self.attn = Attention(dim, num_heads, head_dim, qkv_bias, attn_dropout, dropout)
+        self.attn = Attention(dim, num_heads, head_dim, qkv_bias, attn_dropout, dropout if proj_dropout else 0.0)
         self.norm2 = nn.LayerNorm(dim, eps=norm_eps)
         self.mlp = Mlp(dim, mlp_dim, act, dropout, mlp_out_act)
         self.drop_path = DropPath(drop_path)

@@ -91,6 +91,10 @@ class ViTConfig:
     attn_dropout: float = 0.0
     drop_path: float = 0.0
     head_dropout: float = 0.0
+    # `dropout` acts after every dense layer but qkv, and right after adding E_pos (Appendix B.1); the
+    # Keras example drops neither after E_pos nor after the attention's output projection.
+    embed_dropout: bool = True
+    proj_dropout: bool = True
     qkv_bias: bool = True
     # Numerics that differ between the reference implementations.
     act: Activation = "gelu"

@@ -52,7 +52,7 @@ class VisionTransformer(nn.Module):
         )
         self.cls_token = nn.Parameter(torch.zeros(1, 1, dim)) if config.class_token else None
         self.pos_embed = build_position_embedding(config)
-        self.pos_drop = nn.Dropout(config.dropout)  # "right after adding E_pos" (Appendix B.1)
+        self.pos_drop = nn.Dropout(config.dropout if config.embed_dropout else 0.0)  # "right after adding E_pos" (B.1)
         self.relative_bias = (
             nn.ModuleList(
                 RelativePositionBias(
@@ -69,7 +69,7 @@ class VisionTransformer(nn.Module):
         self.blocks = nn.ModuleList(
             EncoderBlock(
                 dim, config.num_heads, config.mlp_dim, config.head_dim, config.qkv_bias, config.dropout,
-                config.attn_dropout, rate, config.act, config.norm_eps, config.mlp_out_act,
+                config.attn_dropout, rate, config.act, config.norm_eps, config.mlp_out_act, config.proj_dropout,
             )
             for rate in drop_rates
         )

@@ -49,8 +49,11 @@ class ModelSpec:
     attn_dropout: float | None = None
     drop_path: float | None = None
     head_dropout: float | None = None
+    embed_dropout: bool | None = None  # dropout after adding E_pos
+    proj_dropout: bool | None = None  # dropout after the attention's output projection
 
-    REGULARISATION: typing.ClassVar[tuple[str, ...]] = ("dropout", "attn_dropout", "drop_path", "head_dropout")
+    REGULARISATION: typing.ClassVar[tuple[str, ...]] = ("dropout", "attn_dropout", "drop_path", "head_dropout",
+                                                        "embed_dropout", "proj_dropout")
 
     def options(self) -> dict[str, Any]:
         """The ViTConfig fields this spec sets (everything but variant, init and image_size)."""
@@ -92,8 +95,10 @@ class AugmentSpec:
     crop_ratio: tuple[float, float] = (3 / 4, 4 / 3)
     hflip: bool = True
     randaugment: tuple[int, int] | None = None  # (number of ops, magnitude), e.g. (2, 10)
-    rotation: float = 0.0  # degrees either way
-    zoom: float = 0.0  # scale factor range 1 +- zoom
+    # Keras' RandomRotation and RandomZoom (data/keras_augment.py), after the crop, flip and normalisation.
+    rotation: float = 0.0  # degrees either way (Keras' factor x 360)
+    zoom: float = 0.0  # a zoom per axis, each uniform in 1 +- zoom
+    fill_mode: Literal["reflect", "constant"] = "reflect"  # what rotation and zoom show beyond the border
     mixup: float = 0.0  # Beta(alpha, alpha); 0 turns it off
     cutmix: float = 0.0
     label_smoothing: float = 0.0
@@ -101,9 +106,9 @@ class AugmentSpec:
 
 @dataclass
 class OptimSpec:
-    name: Literal["sgd", "adam", "adamw"] = "adamw"
+    name: Literal["sgd", "adam", "adamw", "tfa_adamw"] = "adamw"  # tfa_adamw: TensorFlow Addons' (optim.py)
     lr: float = 1e-3
-    weight_decay: float = 0.0  # never on norms, biases, tokens or position embeddings
+    weight_decay: float = 0.0  # never on norms, biases, tokens or position embeddings (but with tfa_adamw)
     betas: tuple[float, float] = (0.9, 0.999)
     eps: float = 1e-8
     momentum: float = 0.9  # SGD only

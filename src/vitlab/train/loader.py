@@ -21,6 +21,7 @@ from torch.utils.data import BatchSampler, DataLoader, Dataset, Sampler
 from torchvision.transforms import v2
 
 from vitlab.data import build_transforms
+from vitlab.data.keras_augment import RandomRotation, RandomZoom
 from vitlab.model import Preprocessing
 
 from .config import AugmentSpec
@@ -28,16 +29,18 @@ from .distributed import Processes, RankSlices, check_batch
 
 
 def train_transform(image_size: tuple[int, int], preprocessing: Preprocessing, augment: AugmentSpec) -> v2.Compose:
-    """Random crop + flip (+ RandAugment), and the Keras example's rotation/zoom when asked."""
+    """Random crop + flip (+ RandAugment), then the Keras example's rotation and zoom when asked."""
     transform = build_transforms(
         image_size, mean=preprocessing.mean, std=preprocessing.std, train=True,
         interpolation=preprocessing.interpolation, scale=augment.crop_scale, ratio=augment.crop_ratio,
         hflip=augment.hflip, randaugment=augment.randaugment,
     )
-    if augment.rotation or augment.zoom:
-        zoom = (1.0 - augment.zoom, 1.0 + augment.zoom)
-        transform = v2.Compose([v2.RandomAffine(degrees=augment.rotation, scale=zoom), transform])
-    return transform
+    keras_layers = []  # in the Keras example's order: resize, flip, rotation, zoom
+    if augment.rotation:
+        keras_layers.append(RandomRotation(augment.rotation / 360, augment.fill_mode))
+    if augment.zoom:
+        keras_layers.append(RandomZoom(augment.zoom, augment.zoom, augment.fill_mode))
+    return v2.Compose([transform, *keras_layers]) if keras_layers else transform
 
 
 def mix(*numbers: int) -> int:

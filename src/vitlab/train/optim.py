@@ -36,7 +36,49 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     return [group for group in groups if group["params"]]
 
 
+class TfaAdamW(torch.optim.Optimizer):
+    """TensorFlow Addons' AdamW (`tfa.optimizers.AdamW`), which the Keras ViT example trains with.
+
+    Each step every variable first shrinks by `weight_decay` times itself, not scaled by the learning
+    rate (tfa's DecoupledWeightDecayExtension: `var.assign_sub(wd * var)`, before the update), then
+    takes Keras' Adam step: lr * sqrt(1 - beta2^t) / (1 - beta1^t) * m / (sqrt(v) + eps), epsilon
+    added to the uncorrected sqrt(v) (torch's Adam adds it to the corrected one).
+    """
+
+    def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-7,
+                 weight_decay: float = 0.0) -> None:
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            beta1, beta2 = group["betas"]
+            for param in group["params"]:
+                if param.grad is None:
+                    continue
+                state = self.state[param]
+                if not state:
+                    state["step"] = torch.zeros((), dtype=torch.float64)
+                    state["exp_avg"] = torch.zeros_like(param)
+                    state["exp_avg_sq"] = torch.zeros_like(param)
+                state["step"] += 1
+                t = float(state["step"])
+                param.mul_(1.0 - group["weight_decay"])
+                state["exp_avg"].lerp_(param.grad, 1.0 - beta1)
+                state["exp_avg_sq"].mul_(beta2).addcmul_(param.grad, param.grad, value=1.0 - beta2)
+                step_size = group["lr"] * math.sqrt(1.0 - beta2 ** t) / (1.0 - beta1 ** t)
+                param.addcdiv_(state["exp_avg"], state["exp_avg_sq"].sqrt().add_(group["eps"]), value=-step_size)
+        return loss
+
+
 def build_optimizer(model: nn.Module, spec: OptimSpec) -> torch.optim.Optimizer:
+    if spec.name == "tfa_adamw":  # decays every variable, norms and biases too, as tfa does
+        return TfaAdamW(model.parameters(), lr=spec.lr, betas=spec.betas, eps=spec.eps,
+                        weight_decay=spec.weight_decay)
     groups = param_groups(model, spec.weight_decay)
     if spec.name == "sgd":
         return torch.optim.SGD(groups, lr=spec.lr, momentum=spec.momentum)
