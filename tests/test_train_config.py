@@ -52,7 +52,7 @@ def test_run_yaml_round_trips(tmp_path):
         ("optim.lr", "fast", "optim.lr: expected a number, got str 'fast'"),
         ("optim.grad_accum", 2.5, "optim.grad_accum: expected an integer, got 2.5"),
         ("run.resume", "yes", "run.resume: expected true/false, got str 'yes'"),
-        ("optim.name", "lamb", "optim.name: expected one of 'sgd', 'adam', 'adamw', got str 'lamb'"),
+        ("optim.name", "lamb", "optim.name: expected one of 'sgd', 'adam', 'adamw', 'tfa_adamw', got str 'lamb'"),
         ("augment.crop_scale", [0.5], "augment.crop_scale: expected a list of 2 (a number, a number)"),
         ("model.pool", "max", "model.pool: expected one of 'token', 'gap', 'flatten' or null"),
     ],
