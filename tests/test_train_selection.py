@@ -72,3 +72,12 @@ def test_a_run_validates_on_the_dev_split_keeps_the_best_and_reports_the_test_sp
     vals = [row["val_top1"] for row in rows]
     assert summary["val_top1"] == max(vals) and summary["best_step"] == rows[vals.index(max(vals))]["step"]
     assert summary["test_images"] == 360 and summary["dev_images"] == 144 and 0.0 < summary["test_top1"] <= 1.0
+
+
+def test_best_weights_survive_a_checkpoint_round_trip():
+    best, model = BestWeights(), torch.nn.Linear(2, 1)
+    best.update(7, 0.9, model)
+    restored = BestWeights()
+    restored.load_state_dict(best.state_dict())
+    assert (restored.step, restored.top1) == (7, 0.9) and not restored.update(8, 0.9, model)
+    torch.testing.assert_close(restored.weights["weight"], model.weight.detach())
