@@ -36,21 +36,19 @@ def test_representation_layer(tmp_path):
         torch.testing.assert_close(model(x), peer(x), **TOLERANCE)
 
 
-def test_head_count_defaults_to_width_over_64(tmp_path):
+def test_head_count_comes_from_torchvision_architectures_or_num_heads(tmp_path):
+    """A width torchvision defines no ViT of has no head count to read: the load asks for it."""
     peer = torchvision_model(hidden_dim=128, num_heads=2)
-    model = vitlab.load(save_state_dict(peer, tmp_path / "vit.pth"))
-    assert model.config.num_heads == 2
+    path = save_state_dict(peer, tmp_path / "vit.pth")
+    with pytest.raises(CheckpointError, match=r"vit\.pth: .*no torchvision architecture .*width 128.*pass num_heads="):
+        vitlab.load(path)
+    model = vitlab.load(path, num_heads=2)
     x = images()
     with torch.no_grad():
         torch.testing.assert_close(model(x), peer(x), **TOLERANCE)
     # A wrong head count loads (the shapes do not record it) but computes other numbers.
-    wrong = vitlab.load(tmp_path / "vit.pth", num_heads=4)
+    wrong = vitlab.load(path, num_heads=4)
     with torch.no_grad():
         assert (wrong(x) - peer(x)).abs().max() > 1e-3
-
-
-def test_width_not_divisible_by_64_needs_num_heads(tmp_path):
-    path = save_state_dict(torchvision_model(hidden_dim=96, num_heads=3), tmp_path / "vit.pth")
-    with pytest.raises(CheckpointError, match=r"width 96 .* pass num_heads="):
-        vitlab.load(path)
-    assert vitlab.load(path, num_heads=3).config.attn_head_dim == 32
+    assert vitlab.load(save_state_dict(torchvision_model(hidden_dim=96, num_heads=3), tmp_path / "w.pth"),
+                       num_heads=3).config.attn_head_dim == 32

@@ -9,6 +9,7 @@ serves it from there offline (HF_HUB_OFFLINE=1, or VITLAB_OFFLINE=1).
 from __future__ import annotations
 
 import json
+import logging
 import re
 from pathlib import Path
 from typing import Any
@@ -20,8 +21,11 @@ from vitlab.model import Preprocessing, VisionTransformer
 
 from .errors import CheckpointError
 from .fetch import is_offline
+from .heads import heads_of_model
 from .hf import PICKLE
 from .load import load_file
+
+log = logging.getLogger("vitlab")
 
 PREFIX = "hf://"
 REFERENCE = re.compile(r"^hf://(?P<repo>[\w.-]+/[\w.-]+)(?:@(?P<revision>[\w./-]+))?$")
@@ -75,11 +79,21 @@ def timm_preprocessing(folder: Path) -> Preprocessing | None:
     )
 
 
+def timm_num_heads(folder: Path) -> int | None:
+    """The head count of a timm repository: its config.json's model_args, else its architecture's."""
+    document = json.loads((folder / "config.json").read_text())
+    args = document.get("model_args") or {}
+    return args.get("num_heads") or heads_of_model(document["architecture"].split(".")[0])
+
+
 def load_hub(source: str, **overrides: Any) -> VisionTransformer:
     """A model from the Hub; overrides as in `vitlab.load`."""
     folder = download_repo(source)
     preprocessing = timm_preprocessing(folder)
     if preprocessing is not None:  # timm: a plain state dict beside timm's own config
         overrides.setdefault("preprocessing", preprocessing)
+        if "num_heads" not in overrides and (num_heads := timm_num_heads(folder)) is not None:
+            overrides["num_heads"] = num_heads
+            log.info("%s: %d heads, from the timm config.json of the repository", source, num_heads)
         return load_file(folder / "model.safetensors", **overrides)
     return load_file(folder, **overrides)

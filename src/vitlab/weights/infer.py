@@ -1,15 +1,12 @@
-"""What a checkpoint leaves unsaid: the patch grid of a flat E_pos table and the head count."""
+"""What a checkpoint leaves unsaid: the patch grid of a flat E_pos table (the head count: heads.py)."""
 
 from __future__ import annotations
 
 import math
 
-from vitlab.model import SIZES
 from vitlab.model.config import as_pair
 
 from .errors import CheckpointError
-
-PAPER_HEAD_DIM = 64  # every size of Table 1 but Huge (80)
 
 
 def infer_image_size(
@@ -31,16 +28,3 @@ def infer_image_size(
             f"pass image_size=(height, width) of the size the weights were trained at"
         )
     return (side * patch_size, side * patch_size)
-
-
-def default_num_heads(width: int, source: str) -> int:
-    """The paper's head count for a width: the size table's (H/14: 16 heads of 80), else width / 64."""
-    for size in SIZES.values():
-        if size.dim == width:
-            return size.num_heads
-    if width % PAPER_HEAD_DIM:
-        raise CheckpointError(
-            f"{source}: width {width} is not divisible by the head size {PAPER_HEAD_DIM} and the "
-            f"checkpoint does not record the head count; pass num_heads="
-        )
-    return width // PAPER_HEAD_DIM

@@ -3,7 +3,8 @@
 timm's key names are vitlab's (its layering Attention -> Block -> VisionTransformer is the one
 vitlab follows), except E_pos (`pos_embed`, a bare parameter) and the old representation layer
 (`pre_logits.fc`). Numerics: exact-erf GELU, LayerNorm epsilon 1e-6, E_pos resampled bicubic
-with antialiasing (timm's resample_abs_pos_embed). The head count is not in the weights.
+with antialiasing (timm's resample_abs_pos_embed). The head count is not in the weights: it comes
+from num_heads= or from the table of timm's architectures (heads.py).
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ import torch
 from vitlab.model import Preprocessing, ViTConfig
 
 from .errors import CheckpointError
-from .infer import default_num_heads, infer_image_size
-from .keys import count_blocks, patch_conv_sizes, rename_keys, require
+from .heads import Signature, architecture, read_signature, refuse_unholdable
+from .infer import infer_image_size
+from .keys import rename_keys
 
 RULES = [
     (r"^pos_embed$", "pos_embed.weight"),
@@ -47,35 +49,42 @@ def position_layout(
     return infer_image_size(table_length, patch_size, hint, source), False
 
 
-def convert_timm(
-    state: Mapping[str, torch.Tensor], source: str, overrides: dict[str, Any]
-) -> tuple[ViTConfig, dict[str, torch.Tensor]]:
-    """timm state dict -> (vitlab config, vitlab state dict); consumes the num_heads override."""
-    dim, channels, patch = patch_conv_sizes(require(state, "patch_embed.proj.weight", source), source)
-    class_token = "cls_token" in state
-    fc_norm = "fc_norm.weight" in state
-    if class_token and fc_norm:
+def timm_signature(state: Mapping[str, torch.Tensor], source: str) -> Signature:
+    """What the shapes show of the architecture; refuses what vitlab's ViT cannot hold."""
+    refuse_unholdable(state, source)
+    if "cls_token" in state and "fc_norm.weight" in state:
         raise CheckpointError(
             f"{source}: average pooling beside a class token (fc_norm with cls_token) is not a vitlab model"
         )
+    return read_signature(rename_keys(state, RULES), "timm", source)
+
+
+def convert_timm(
+    state: Mapping[str, torch.Tensor], source: str, overrides: dict[str, Any]
+) -> tuple[ViTConfig, dict[str, torch.Tensor]]:
+    """timm state dict -> (vitlab config, vitlab state dict); consumes the num_heads override.
+
+    Without num_heads= the head count and activation come from the table of timm's architectures.
+    """
+    signature = timm_signature(state, source)
+    num_heads, act = overrides.pop("num_heads", None), "gelu"
+    if num_heads is None:
+        behaviour = architecture(signature, source)
+        num_heads, act = behaviour.num_heads, behaviour.act
     image_size, class_slot = position_layout(
-        state["pos_embed"].shape[1], class_token, patch, overrides.get("image_size"), source
+        state["pos_embed"].shape[1], signature.class_token, signature.patch_size, overrides.get("image_size"), source
     )
     state = rename_keys(state, RULES)
-    if class_token and not class_slot:
+    if signature.class_token and not class_slot:
         pos = state["pos_embed.weight"]
         state["pos_embed.weight"] = torch.cat([pos.new_zeros(1, 1, pos.shape[-1]), pos], dim=1)
-    representation = state["pre_logits.0.weight"].shape[0] if "pre_logits.0.weight" in state else None
     config = ViTConfig(
-        image_size=image_size, patch_size=patch, in_channels=channels,
+        image_size=image_size, patch_size=signature.patch_size, in_channels=state["patch_embed.proj.weight"].shape[1],
         num_classes=state["head.weight"].shape[0] if "head.weight" in state else 0,
-        dim=dim, depth=count_blocks(state, r"blocks\.(\d+)\.", source),
-        num_heads=overrides.pop("num_heads", None) or default_num_heads(dim, source),
-        mlp_dim=require(state, "blocks.0.mlp.fc1.weight", source).shape[0],
-        pool="token" if class_token else "gap", gap_norm="after_pool" if fc_norm else "before_pool",
-        representation_size=representation, qkv_bias="blocks.0.attn.qkv.bias" in state,
-        act="gelu", norm_eps=1e-6, pos_resample="bicubic", pos_resample_antialias=True,
+        dim=signature.dim, depth=signature.depth, num_heads=num_heads, mlp_dim=signature.mlp_dim,
+        pool="token" if signature.class_token else "gap", gap_norm="after_pool" if signature.fc_norm else "before_pool",
+        representation_size=signature.representation_size, qkv_bias=signature.qkv_bias,
+        act=act, norm_eps=1e-6, pos_resample="bicubic", pos_resample_antialias=True,
         preprocessing=dataclasses.replace(TIMM_PREPROCESSING), name=Path(source).stem,
     )
     return config, state
-

@@ -2,7 +2,8 @@
 
 Numerics: exact-erf GELU, LayerNorm epsilon 1e-6, class token only, square images. Its attention
 is nn.MultiheadAttention, whose in_proj_weight stacks q, k, v head-major as vitlab's qkv does.
-The head count is not in the weights.
+The head count is not in the weights: it comes from num_heads= or from the table of torchvision's
+architectures (heads.py).
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ import torch
 
 from vitlab.model import Preprocessing, ViTConfig
 
-from .infer import default_num_heads, infer_image_size
-from .keys import count_blocks, patch_conv_sizes, rename_keys, require
+from .heads import Signature, architecture, read_signature
+from .infer import infer_image_size
+from .keys import rename_keys, require
 
 LAYER = r"^encoder\.layers\.encoder_layer_(\d+)\."
 RULES = [
@@ -43,22 +45,26 @@ def is_torchvision_state_dict(state: Mapping[str, torch.Tensor]) -> bool:
     return "conv_proj.weight" in state and "encoder.pos_embedding" in state
 
 
+def torchvision_signature(state: Mapping[str, torch.Tensor], source: str) -> Signature:
+    return read_signature(rename_keys(state, RULES), "torchvision", source)
+
+
 def convert_torchvision(
     state: Mapping[str, torch.Tensor], source: str, overrides: dict[str, Any]
 ) -> tuple[ViTConfig, dict[str, torch.Tensor]]:
     """torchvision state dict -> (vitlab config, vitlab state dict); consumes the num_heads override."""
     state = rename_keys(state, RULES)
-    dim, channels, patch = patch_conv_sizes(require(state, "patch_embed.proj.weight", source), source)
+    signature = read_signature(state, "torchvision", source)
+    num_heads = overrides.pop("num_heads", None) or architecture(signature, source).num_heads
     num_positions = require(state, "pos_embed.weight", source).shape[1]
-    representation = state["pre_logits.0.weight"].shape[0] if "pre_logits.0.weight" in state else None
+    patch = signature.patch_size
     config = ViTConfig(
         image_size=infer_image_size(num_positions - 1, patch, overrides.get("image_size"), source),
-        patch_size=patch, in_channels=channels,
+        patch_size=patch, in_channels=state["patch_embed.proj.weight"].shape[1],
         num_classes=state["head.weight"].shape[0] if "head.weight" in state else 0,
-        dim=dim, depth=count_blocks(state, r"blocks\.(\d+)\.", source),
-        num_heads=overrides.pop("num_heads", None) or default_num_heads(dim, source),
-        mlp_dim=require(state, "blocks.0.mlp.fc1.weight", source).shape[0],
-        pool="token", representation_size=representation, qkv_bias="blocks.0.attn.qkv.bias" in state,
+        dim=signature.dim, depth=signature.depth,
+        num_heads=num_heads, mlp_dim=signature.mlp_dim,
+        pool="token", representation_size=signature.representation_size, qkv_bias=signature.qkv_bias,
         act="gelu", norm_eps=1e-6, pos_resample="bicubic", pos_resample_antialias=True,
         preprocessing=dataclasses.replace(TORCHVISION_PREPROCESSING), name=Path(source).stem,
     )
