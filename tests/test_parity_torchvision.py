@@ -52,3 +52,23 @@ def test_head_count_comes_from_torchvision_architectures_or_num_heads(tmp_path):
         assert (wrong(x) - peer(x)).abs().max() > 1e-3
     assert vitlab.load(save_state_dict(torchvision_model(hidden_dim=96, num_heads=3), tmp_path / "w.pth"),
                        num_heads=3).config.attn_head_dim == 32
+
+
+@pytest.mark.parametrize("new_size", [48, 64])
+def test_resampling_at_load_matches_torchvision_interpolate_embeddings(tmp_path, new_size):
+    """torchvision's own interpolate_embeddings (bicubic, align_corners=True) is the default for its files."""
+    from torchvision.models.vision_transformer import interpolate_embeddings
+
+    peer = torchvision_model(32, 8)
+    path = save_state_dict(peer, tmp_path / "vit.pth")
+    model = vitlab.load(path, num_heads=4, image_size=new_size)
+    assert model.config.pos_resample == "bicubic_aligned"
+    expected = interpolate_embeddings(new_size, 8, peer.state_dict())
+    torch.testing.assert_close(model.pos_embed.weight, expected["encoder.pos_embedding"], rtol=0, atol=1e-5)
+    resized = torchvision_model(new_size, 8)
+    resized.load_state_dict(expected)
+    x = images(new_size)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), resized(x), **TOLERANCE)
+    timm_style = vitlab.load(path, num_heads=4, image_size=new_size, pos_resample="bicubic")
+    assert (timm_style.pos_embed.weight - expected["encoder.pos_embedding"]).abs().max() > 1e-4

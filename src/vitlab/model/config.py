@@ -18,13 +18,13 @@ Pooling = Literal["token", "gap", "flatten"]
 PositionEmbeddingKind = Literal["learned", "none", "2d", "sincos", "relative"]
 Activation = Literal["gelu", "gelu_tanh"]
 GapNorm = Literal["before_pool", "after_pool"]
-ResampleMode = Literal["bicubic", "bilinear", "linear_zoom"]
+ResampleMode = Literal["bicubic", "bilinear", "linear_zoom", "bicubic_aligned"]
 
 POOLINGS = ("token", "gap", "flatten")
 POSITION_EMBEDDINGS = ("learned", "none", "2d", "sincos", "relative")
 ACTIVATIONS = ("gelu", "gelu_tanh")
 GAP_NORMS = ("before_pool", "after_pool")
-RESAMPLE_MODES = ("bicubic", "bilinear", "linear_zoom")
+RESAMPLE_MODES = ("bicubic", "bilinear", "linear_zoom", "bicubic_aligned")
 
 
 class ConfigError(ValueError):

@@ -24,7 +24,8 @@ def resample_grid(
 
     bicubic / bilinear follow timm's resample_abs_pos_embed (align_corners=False, antialias as
     given); linear_zoom is vit_jax's scipy.ndimage.zoom(order=1), i.e. bilinear with the corner
-    samples aligned and no antialiasing.
+    samples aligned and no antialiasing; bicubic_aligned is torchvision's interpolate_embeddings
+    (bicubic, align_corners=True, no antialiasing).
     """
     squeeze = grid.dim() == 3
     if squeeze:
@@ -35,6 +36,8 @@ def resample_grid(
         if mode == "linear_zoom":
             # scipy's zoom interpolates in float64; so does this, to give vit_jax's table exactly.
             grid = F.interpolate(grid.double(), size=new_size, mode="bilinear", align_corners=True)
+        elif mode == "bicubic_aligned":
+            grid = F.interpolate(grid, size=new_size, mode="bicubic", align_corners=True)
         elif mode in ("bicubic", "bilinear"):
             grid = F.interpolate(grid, size=new_size, mode=mode, antialias=antialias, align_corners=False)
         else:

@@ -1,6 +1,7 @@
 """torchvision `vit_*` state dicts (torchvision.models.VisionTransformer).
 
-Numerics: exact-erf GELU, LayerNorm epsilon 1e-6, class token only, square images. Its attention
+Numerics: exact-erf GELU, LayerNorm epsilon 1e-6, class token only, square images; E_pos
+resampled as torchvision's interpolate_embeddings does (bicubic, align_corners=True). Its attention
 is nn.MultiheadAttention, whose in_proj_weight stacks q, k, v head-major as vitlab's qkv does.
 The head count is not in the weights: it comes from num_heads= or from the table of torchvision's
 architectures (heads.py).
@@ -65,7 +66,7 @@ def convert_torchvision(
         dim=signature.dim, depth=signature.depth,
         num_heads=num_heads, mlp_dim=signature.mlp_dim,
         pool="token", representation_size=signature.representation_size, qkv_bias=signature.qkv_bias,
-        act="gelu", norm_eps=1e-6, pos_resample="bicubic", pos_resample_antialias=True,
+        act="gelu", norm_eps=1e-6, pos_resample="bicubic_aligned", pos_resample_antialias=False,
         preprocessing=dataclasses.replace(TORCHVISION_PREPROCESSING), name=Path(source).stem,
     )
     return config, state
