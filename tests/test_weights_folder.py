@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 
 import pytest
 import torch
@@ -68,23 +69,59 @@ def test_config_json_is_versioned_and_grouped(tmp_path):
     assert read_config(tmp_path)[1] == {"epoch": 3}
 
 
+def version_1_document(config: ViTConfig) -> dict:
+    """A version-1 config.json (every field flat beside "format"), as that version was defined."""
+    return {"format": "vitlab", "format_version": 1, **config.to_dict()}
+
+
 def test_format_version_1_flat_file_still_loads(tmp_path):
-    """A version-1 folder (flat fields, no sections; written by hand as that release wrote it)."""
-    reference = randomise(create_model(ViTConfig(**TINY, pool="gap", act="gelu_tanh")))
+    reference = randomise(create_model(ViTConfig(**TINY, pool="gap", act="gelu_tanh", name="tiny")))
     save_file({k: v.contiguous() for k, v in reference.state_dict().items()}, str(tmp_path / "model.safetensors"))
-    version_1 = {
-        "format": "vitlab", "format_version": 1,
-        "image_size": [32, 32], "patch_size": 8, "in_channels": 3, "num_classes": 5, "dim": 32, "depth": 2,
-        "num_heads": 4, "mlp_dim": 64, "pool": "gap", "act": "gelu_tanh", "norm_eps": 1e-6,
-        "preprocessing": {"mean": [0.5, 0.5, 0.5], "std": [0.5, 0.5, 0.5], "crop_pct": 0.875,
-                          "interpolation": "bicubic"},
-        "class_names": None, "name": "tiny",
-    }
-    (tmp_path / "config.json").write_text(json.dumps(version_1))
+    (tmp_path / "config.json").write_text(json.dumps(version_1_document(reference.config)))
     loaded = vitlab.load(tmp_path)
-    assert loaded.config.pool == "gap" and loaded.config.act == "gelu_tanh" and loaded.config.name == "tiny"
+    assert loaded.config == reference.config
     x = images()
     assert torch.equal(loaded(x), reference(x))
+
+
+@pytest.mark.fault("checkpoint", kinds=7)
+def test_a_missing_field_is_refused_by_name_never_filled_with_a_default(tmp_path):
+    """Today's default for a missing field would compute other numbers than the model was trained with."""
+    from vitlab.model import BiTConfig, ResNetConfig
+    from vitlab.model.resnet import bit_resnet_config
+
+    vit = create_model(ViTConfig(**TINY, act="gelu_tanh"))
+    vit.save_pretrained(tmp_path / "vit")
+    resnet = dict(layers=(1,), width=8, num_groups=8, stem="small")
+    vitlab.save_pretrained(create_model(BiTConfig(resnet=bit_resnet_config(**resnet), num_classes=3)), tmp_path / "bit")
+    hybrid = create_model(ViTConfig(**{**TINY, "patch_size": 2}, backbone=ResNetConfig(**resnet)))
+    vitlab.save_pretrained(hybrid, tmp_path / "hybrid")
+    cases = [
+        ("vit", ["numerics", "act"], "'numerics.act'"),
+        ("vit", ["numerics", "norm_eps"], "'numerics.norm_eps'"),
+        ("vit", ["architecture", "mlp_out_act"], "'architecture.mlp_out_act'"),
+        ("vit", ["preprocessing", "mean"], "'preprocessing.mean'"),
+        ("hybrid", ["architecture", "backbone", "weight_std"], "'architecture.backbone.weight_std'"),
+        ("bit", ["bit", "resnet", "norm_eps"], "'bit.resnet.norm_eps'"),
+    ]
+    for folder, path, named in cases:
+        document = json.loads((tmp_path / folder / "config.json").read_text())
+        part = document
+        for step in path[:-1]:
+            part = part[step]
+        del part[path[-1]]
+        with pytest.raises(CheckpointError, match=rf"config\.json: format_version 2 holds {re.escape(named)}, which is missing"):
+            read_config_document(document, tmp_path / "case")
+    flat = version_1_document(vit.config)
+    del flat["gap_norm"]
+    with pytest.raises(CheckpointError, match=r"format_version 1 holds 'gap_norm', which is missing"):
+        read_config_document(flat, tmp_path / "v1")
+
+
+def read_config_document(document: dict, folder) -> None:
+    folder.mkdir(exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(document))
+    read_config(folder)
 
 
 def test_newer_format_version_is_refused(tmp_path):

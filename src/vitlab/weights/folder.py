@@ -10,6 +10,10 @@ Version 1 wrote the same fields flat beside "format"; every older version is mig
 step to the current one on reading, so folders written by any vitlab release keep loading.
 A BiT ResNet (the paper's baseline) is written as {"format", "format_version", "bit": {BiTConfig
 fields}, "extra"}: the ViT sections do not describe it.
+
+What each version holds is frozen below (VERSION_FIELDS). A file lacking one of its version's
+fields is refused, naming it: filling it with today's default would compute other numbers than the
+model was trained with (a token model's logits move by ~5e-4 with another GELU).
 """
 
 from __future__ import annotations
@@ -32,7 +36,8 @@ FORMAT_VERSION = 2
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 
-# Version 2's sections. A ViTConfig field listed nowhere is written to "architecture".
+# Version 2's sections. A ViTConfig field listed nowhere is written to "architecture" (as
+# "backbone" and "mlp_out_act" were); a field added to ViTConfig belongs in a new version.
 SECTIONS: dict[str, tuple[str, ...]] = {
     "architecture": (
         "image_size", "patch_size", "in_channels", "num_classes", "dim", "depth", "num_heads", "mlp_dim",
@@ -42,6 +47,32 @@ SECTIONS: dict[str, tuple[str, ...]] = {
     "regularisation": ("dropout", "attn_dropout", "drop_path", "head_dropout"),
 }
 TOP_LEVEL = ("preprocessing", "class_names", "name")
+
+# -- what each format_version holds, frozen --------------------------------------------------------
+# {path: fields}: every field must be present; a path of "" is the document's top level. A version
+# that changes only values (a renamed option) holds the fields of the version before it.
+PREPROCESSING_FIELDS = ("mean", "std", "crop_pct", "interpolation")
+RESNET_FIELDS = ("layers", "width", "preact", "stem", "padding", "num_groups", "norm_eps", "weight_std", "weight_std_eps")
+BIT_FIELDS = ("resnet", "image_size", "in_channels", "num_classes", "head_dropout", "preprocessing", "class_names", "name")
+VERSION_2_VIT: dict[str, tuple[str, ...]] = {
+    "architecture": SECTIONS["architecture"] + ("backbone", "mlp_out_act"),
+    "numerics": SECTIONS["numerics"],
+    "regularisation": SECTIONS["regularisation"],
+    "": TOP_LEVEL,
+    "preprocessing": PREPROCESSING_FIELDS,
+    "architecture.backbone": RESNET_FIELDS,  # when not null (a hybrid)
+}
+VERSION_2_BIT: dict[str, tuple[str, ...]] = {
+    "bit": BIT_FIELDS, "bit.resnet": RESNET_FIELDS, "bit.preprocessing": PREPROCESSING_FIELDS,
+}
+VERSION_1_VIT: dict[str, tuple[str, ...]] = {  # version 1: version 2's fields, flat
+    "": sum((VERSION_2_VIT[section] for section in (*SECTIONS, "")), ()),
+    "preprocessing": PREPROCESSING_FIELDS, "backbone": RESNET_FIELDS,
+}
+VERSION_FIELDS: dict[int, tuple[dict[str, tuple[str, ...]], dict[str, tuple[str, ...]]]] = {
+    1: (VERSION_1_VIT, VERSION_2_BIT),  # (a ViT's, a BiT ResNet's)
+    2: (VERSION_2_VIT, VERSION_2_BIT),
+}
 
 
 def config_to_json(config: ViTConfig | BiTConfig, extra: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -61,11 +92,31 @@ def config_to_json(config: ViTConfig | BiTConfig, extra: dict[str, Any] | None =
 def _v1_to_v2(document: dict[str, Any]) -> dict[str, Any]:
     """Version 1 held the ViTConfig fields flat; version 2 groups them into sections."""
     flat = {k: v for k, v in document.items() if k not in ("format", "format_version", "extra")}
-    config = ViTConfig.from_dict(flat)  # fills fields version 1 did not know with today's defaults
+    config = ViTConfig.from_dict(flat)  # every field present: require_fields checked it
     return config_to_json(config, document.get("extra"))
 
 
 MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2}
+
+
+def require_fields(document: dict[str, Any], version: int, source: str) -> None:
+    """Refuse a document that lacks a field its format_version holds, naming the first missing."""
+    vit, bit = VERSION_FIELDS[max(v for v in VERSION_FIELDS if v <= version)]
+    for path, names in (bit if "bit" in document else vit).items():
+        part: Any = document
+        for step in filter(None, path.split(".")):
+            part = part.get(step) if isinstance(part, dict) else None
+        if part is None and path.endswith("backbone"):
+            continue  # not a hybrid
+        if not isinstance(part, dict):
+            raise CheckpointError(f"{source}: format_version {version} holds a {path!r} object; it is missing")
+        missing = [name for name in names if name not in part]
+        if missing:
+            where = f"{path}.{missing[0]}" if path else missing[0]
+            raise CheckpointError(
+                f"{source}: format_version {version} holds {where!r}, which is missing; vitlab does not fill in "
+                f"how the model computes (add the value it was trained with)"
+            )
 
 
 def migrate(document: dict[str, Any], source: str = CONFIG_FILE) -> dict[str, Any]:
@@ -77,6 +128,7 @@ def migrate(document: dict[str, Any], source: str = CONFIG_FILE) -> dict[str, An
         raise CheckpointError(
             f"{source}: format_version {version} is newer than this vitlab reads ({FORMAT_VERSION}); upgrade vitlab"
         )
+    require_fields(document, version, source)
     while version < FORMAT_VERSION:
         document = MIGRATIONS[version](document)
         version = document["format_version"]
@@ -138,10 +190,10 @@ def save_pretrained(model: VisionTransformer | BiTResNet, directory: str | Path,
 def load_folder(directory: str | Path, **overrides: Any) -> VisionTransformer | BiTResNet:
     """Read a folder written by save_pretrained (any format_version)."""
     directory = Path(directory)
-    config, _ = read_config(directory)
     weights = directory / WEIGHTS_FILE
     if not weights.is_file():
         raise CheckpointError(f"{weights}: missing; a vitlab folder holds {CONFIG_FILE} and {WEIGHTS_FILE}")
+    config, _ = read_config(directory)
     state_dict: dict[str, torch.Tensor] = load_file(str(weights))
     return build_model(config, state_dict, str(directory), overrides)
 
