@@ -4,6 +4,7 @@
     folder with config.json "model_type": "vit"  -> Hugging Face transformers ViT (hf.py)
     *.npz                                        -> official vit_jax / AugReg / big_vision (npz.py)
     *.safetensors, *.pth, *.pt, *.bin            -> timm or torchvision state dict, told apart by key names
+                                                    (timm ResNetV2 / BiT as a BiTResNet: bit.py)
     "MODEL:TAG", e.g. "B/16:augreg-in21k"        -> the pretrained-weights catalogue (pretrained.py)
     "hf://org/name[@revision]"                   -> a Hugging Face Hub repository (hub.py)
 """
@@ -13,8 +14,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from vitlab.model import VisionTransformer
+from vitlab.model import BiTResNet, VisionTransformer
 
+from .bit import convert_timm_resnetv2, is_timm_resnetv2_state_dict
 from .build import build_model
 from .catalogue import is_catalogue_name
 from .errors import CheckpointError
@@ -27,7 +29,7 @@ from .timm import convert_timm, is_timm_state_dict
 from .torchvision import convert_torchvision, is_torchvision_state_dict
 
 
-def load(source: str | Path, **overrides: Any) -> VisionTransformer:
+def load(source: str | Path, **overrides: Any) -> VisionTransformer | BiTResNet:
     """Load a checkpoint as a VisionTransformer (in eval mode): a file, a folder, a catalogue name
     or a Hub repository. Overrides as in `load_file`."""
     # Imported here: both modules end by reading a local file with load_file below.
@@ -42,7 +44,7 @@ def load(source: str | Path, **overrides: Any) -> VisionTransformer:
     return load_file(source, **overrides)
 
 
-def load_file(source: str | Path, **overrides: Any) -> VisionTransformer:
+def load_file(source: str | Path, **overrides: Any) -> VisionTransformer | BiTResNet:
     """Load a local checkpoint file or folder as a VisionTransformer (in eval mode).
 
     Overrides: any ViTConfig field the weights do not decide (dropout, drop_path, act, norm_eps,
@@ -70,9 +72,11 @@ def load_file(source: str | Path, **overrides: Any) -> VisionTransformer:
         config, state = with_timm_backbone(config, state, source_name)  # hybrids: vit_*_r50_s16_*
     elif is_torchvision_state_dict(state):
         config, state = convert_torchvision(state, source_name, overrides)
+    elif is_timm_resnetv2_state_dict(state):
+        config, state = convert_timm_resnetv2(state, source_name, overrides)
     elif "pos_embed.weight" in state:
         raise CheckpointError(f"{path}: vitlab weights without their config; load the folder save_pretrained wrote")
     else:
         keys = ", ".join(sorted(state)[:6])
-        raise CheckpointError(f"{path}: unknown checkpoint format: neither timm nor torchvision ViT keys ({keys}, ...)")
+        raise CheckpointError(f"{path}: unknown checkpoint format: neither timm nor torchvision ViT keys nor timm ResNetV2 ones ({keys}, ...)")
     return build_model(config, state, source_name, overrides)
