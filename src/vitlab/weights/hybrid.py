@@ -132,7 +132,7 @@ def load_hybrid_npz(path: str | Path, **overrides: Any) -> VisionTransformer:
         backbone=backbone, in_channels=in_channels,
         image_size=tuple(side * backbone.stride for side in on_features.image_size),
     )
-    state = to_state_dict(params, names, config.depth)
+    state = to_state_dict(params, names, config.depth, on_features.num_patches)
     state.update(backbone_state_from_npz(arrays, prefix, backbone, source))
     return build_model(config, state, source, overrides)
 

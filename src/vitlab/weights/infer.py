@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 import math
+from typing import Any
 
 from vitlab.model.config import as_pair
 
 from .errors import CheckpointError
+
+log = logging.getLogger("vitlab")
 
 
 def infer_image_size(
@@ -28,3 +32,26 @@ def infer_image_size(
             f"pass image_size=(height, width) of the size the weights were trained at"
         )
     return (side * patch_size, side * patch_size)
+
+
+def position_layout(
+    table_length: int, class_token: bool, patch_size: int, hint: Any, source: str
+) -> tuple[tuple[int, int], bool]:
+    """(native image size, whether E_pos has a class-token slot) for a (1, T, D) table.
+
+    timm's `no_embed_class` models and big_vision's `pool_type="tok"` add E_pos to the patches only
+    and the class token afterwards; it then has no position vector, which is the same as a zero one
+    in vitlab's table. A table of h*w + 1 (a square and one) holds a slot for the class token.
+    """
+    if class_token:
+        try:
+            return infer_image_size(table_length - 1, patch_size, hint, source), True
+        except CheckpointError:
+            size = infer_image_size(table_length, patch_size, hint, source)
+            log.info(
+                "%s: %d position embeddings and a class token: read as a %dx%d grid with no position vector for "
+                "the class token (big_vision's pool_type 'tok', timm's no_embed_class); pass image_size= if not",
+                source, table_length, size[0] // patch_size, size[1] // patch_size,
+            )
+            return size, False
+    return infer_image_size(table_length, patch_size, hint, source), False

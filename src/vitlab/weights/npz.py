@@ -7,6 +7,11 @@ heads as an axis: query/key/value kernels (D, heads, head_dim), out kernel (head
 Numerics of the reference code (models_vit.py): Flax's nn.gelu is the tanh approximation,
 LayerNorm epsilon is 1e-6, a GAP model has no `cls` and normalises every token before the mean,
 and E_pos is resampled with scipy.ndimage.zoom(order=1) ("linear_zoom").
+
+big_vision (models/vit.py) writes the same modules under `params/`, with E_pos as a top-level
+`pos_embedding` added to the patches before its pool_type "tok" prepends the class token (so the
+class token has no position vector), no `cls` for "gap", and, with scan=True, all blocks as one
+`Transformer/encoderblock` whose arrays carry a leading depth axis.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from vitlab.model import Preprocessing, ViTConfig, VisionTransformer
 
 from .build import build_model
 from .errors import CheckpointError
-from .infer import infer_image_size
+from .infer import infer_image_size, position_layout
 from .keys import count_blocks
 
 log = logging.getLogger("vitlab")
@@ -178,8 +183,12 @@ def infer_config(params: FlaxParams, names: BlockNames, image_size_hint: Any, na
     num_positions = params.arrays[params.prefix + params.pos_embed_key()].shape[-2]
     representation = params.arrays[params.prefix + "pre_logits/kernel"].shape[1] if params.has("pre_logits/kernel") else None
     num_classes = params.arrays[params.prefix + "head/kernel"].shape[1] if params.has("head/kernel") else 0
+    if params.pos_embed_key() == POS_EMBED_KEYS[0]:  # vit_jax adds E_pos after the class token: always a slot
+        image_size = infer_image_size(num_positions - int(class_token), patch, image_size_hint, params.source)
+    else:
+        image_size, _ = position_layout(num_positions, class_token, patch, image_size_hint, params.source)
     return ViTConfig(
-        image_size=infer_image_size(num_positions - int(class_token), patch, image_size_hint, params.source),
+        image_size=image_size,
         patch_size=patch, in_channels=channels, num_classes=num_classes, dim=dim, depth=params.depth(),
         num_heads=num_heads, mlp_dim=mlp_dim, head_dim=None if num_heads * head_dim == dim else head_dim,
         pool="token" if class_token else "gap", gap_norm="before_pool", representation_size=representation,
@@ -189,12 +198,17 @@ def infer_config(params: FlaxParams, names: BlockNames, image_size_hint: Any, na
     )
 
 
-def to_state_dict(params: FlaxParams, names: BlockNames, depth: int) -> dict[str, torch.Tensor]:
+def to_state_dict(params: FlaxParams, names: BlockNames, depth: int, num_patches: int) -> dict[str, torch.Tensor]:
     state: dict[str, np.ndarray] = {}
     for flax_key, torch_key, (to_torch, _) in TOP_LEVEL:
         if params.has(flax_key):
             state[torch_key] = to_torch(params.take(flax_key))
-    state["pos_embed.weight"] = params.take(params.pos_embed_key()).reshape(1, -1, state["norm.weight"].shape[0])
+    pos = params.take(params.pos_embed_key()).reshape(1, -1, state["norm.weight"].shape[0])
+    if "cls_token" in state and pos.shape[1] == num_patches:
+        # big_vision's pool_type "tok": E_pos over the patches, the class token added after it
+        # with none of its own, i.e. a zero slot in vitlab's table.
+        pos = np.concatenate([np.zeros_like(pos[:, :1]), pos], axis=1)
+    state["pos_embed.weight"] = pos
     for index in range(depth):
         prefix = f"blocks.{index}."
         for flax_key, torch_key, (to_torch, _) in block_table(names):
@@ -216,7 +230,7 @@ def load_npz(path: str | Path, **overrides: Any) -> VisionTransformer:
     params = FlaxParams(read_arrays(path), str(path))
     names = params.block_names()
     config = infer_config(params, names, overrides.get("image_size"), path.stem)
-    state_dict = to_state_dict(params, names, config.depth)
+    state_dict = to_state_dict(params, names, config.depth, config.num_patches)
     return build_model(config, state_dict, str(path), overrides)
 
 

@@ -19,7 +19,7 @@ from vitlab.model import Preprocessing, ViTConfig
 
 from .errors import CheckpointError
 from .heads import Signature, architecture, read_signature, refuse_unholdable
-from .infer import infer_image_size
+from .infer import position_layout
 from .keys import rename_keys
 
 RULES = [
@@ -31,22 +31,6 @@ TIMM_PREPROCESSING = Preprocessing(mean=(0.5,) * 3, std=(0.5,) * 3, crop_pct=0.9
 
 def is_timm_state_dict(state: Mapping[str, torch.Tensor]) -> bool:
     return "patch_embed.proj.weight" in state and "pos_embed" in state
-
-
-def position_layout(
-    table_length: int, class_token: bool, patch_size: int, hint: Any, source: str
-) -> tuple[tuple[int, int], bool]:
-    """(native image size, whether E_pos has a class-token slot) for a (1, T, D) table.
-
-    timm's `no_embed_class` models add E_pos to the patches only; the class token then has no
-    position vector, which is the same as a zero one in vitlab's table.
-    """
-    if class_token:
-        try:
-            return infer_image_size(table_length - 1, patch_size, hint, source), True
-        except CheckpointError:
-            return infer_image_size(table_length, patch_size, hint, source), False
-    return infer_image_size(table_length, patch_size, hint, source), False
 
 
 def timm_signature(state: Mapping[str, torch.Tensor], source: str) -> Signature:
