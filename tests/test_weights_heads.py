@@ -10,7 +10,7 @@ import torch
 
 import vitlab
 from vitlab.weights import CheckpointError
-from vitlab.weights.head_table import TORCHVISION_MODELS, timm_names
+from vitlab.weights.head_table import ACTIVATIONS, TORCHVISION_MODELS, timm_names
 from vitlab.weights.timm import convert_timm
 from vitlab.weights.torchvision import convert_torchvision
 from weights_helpers import TOLERANCE, images, random_eval, save_state_dict
@@ -21,8 +21,8 @@ timm_vit = pytest.importorskip("timm.models.vision_transformer")
 REFUSAL = r"pass num_heads=|cannot hold|has no place for|not a vitlab model|does not compute"
 
 
-def read_heads(library: str, model: torch.nn.Module, name: str) -> int | None:
-    """The head count vitlab reads off the (meta) state dict's shapes; None where it refuses."""
+def read_heads(library: str, model: torch.nn.Module, name: str) -> tuple[int, str] | None:
+    """(head count, activation) vitlab reads off the (meta) state dict's shapes; None where it refuses."""
     state = model.state_dict()
     try:
         if library == "timm":
@@ -34,7 +34,7 @@ def read_heads(library: str, model: torch.nn.Module, name: str) -> int | None:
         assert error.args[0].startswith(f"{name}: ") and "\n" not in error.args[0]
         assert re.search(REFUSAL, error.args[0]), error.args[0]
         return None
-    return config.num_heads
+    return config.num_heads, config.act
 
 
 @pytest.mark.slow
@@ -47,20 +47,22 @@ def test_every_timm_and_torchvision_vit_gets_its_head_count_or_is_refused():
         with torch.device("meta"):
             model = timm.create_model(name, weight_init="skip")  # the shapes only
         heads = read_heads("timm", model, name)
-        expected = model.blocks[0].attn.num_heads if hasattr(model.blocks[0], "attn") else None
+        block = model.blocks[0]
+        expected = (block.attn.num_heads, ACTIVATIONS.get(type(block.mlp.act).__name__)) if heads else None
         (refused.append(name) if heads is None else read.__setitem__(name, (heads, expected)))
     for name in TORCHVISION_MODELS:
         with torch.device("meta"):
             model = getattr(torchvision.models, name)()
         heads = read_heads("torchvision", model, name)
-        expected = model.encoder.layers[0].self_attention.num_heads
+        expected = (model.encoder.layers[0].self_attention.num_heads, "gelu")
         (refused.append(name) if heads is None else read.__setitem__(name, (heads, expected)))
     wrong = {name: pair for name, pair in read.items() if pair[0] != pair[1]}
-    assert not wrong, f"wrong head counts (read, defined): {wrong}"
+    assert not wrong, f"wrong (head count, activation) (read, defined): {wrong}"
     assert len(read) >= 55 and len(refused) >= 130, (len(read), len(refused))
     # The cases of the shapes-alone trap: width / 64 would give 22 heads; 12 and 16 share shapes.
-    assert read["vit_giant_patch14_224"] == (16, 16)
-    assert read["vit_huge_patch14_224"] == (16, 16) and read["vit_h_14"] == (16, 16)
+    assert read["vit_giant_patch14_224"][0] == (16, "gelu")
+    assert read["vit_huge_patch14_224"][0] == (16, "gelu") and read["vit_h_14"][0] == (16, "gelu")
+    assert read["vit_so400m_patch16_siglip_gap_256"][0] == (16, "gelu_tanh")
     assert "vit_base_patch16_gap_224" in refused
     assert {"vit_b_16", "vit_b_32", "vit_l_16", "vit_l_32", "vit_h_14"} <= set(read)
 
@@ -84,7 +86,7 @@ def test_small_timm_architectures_load_without_num_heads(tmp_path, name, options
     assert expected.abs().max() > 1e-2
 
 
-@pytest.mark.fault("checkpoint", kinds=2)
+@pytest.mark.fault("checkpoint", kinds=4)
 def test_shapes_shared_by_several_head_counts_ask_for_num_heads(tmp_path):
     """vit_base_patch16_gap_224 (16 heads) has the shapes of timm's SigLIP base models (12)."""
     with torch.device("meta"):
@@ -92,6 +94,13 @@ def test_shapes_shared_by_several_head_counts_ask_for_num_heads(tmp_path):
     with pytest.raises(CheckpointError, match=r"^gap: .* in 2 ways \(12 heads.*16 heads.*\); pass num_heads=$"):
         convert_timm(gap.state_dict(), "gap", {})
     assert convert_timm(gap.state_dict(), "gap", {"num_heads": 16})[0].num_heads == 16
+    with torch.device("meta"):  # the same shapes with tanh-GELU (vit_large_patch16_siglip_gap_512) or exact
+        large = timm.create_model("vit_large_patch16_siglip_gap_512", weight_init="skip").state_dict()
+    with pytest.raises(CheckpointError, match=r"in 2 ways .*16 heads, gelu,.*16 heads, gelu_tanh.*num_heads= and act=$"):
+        convert_timm(large, "large", {"image_size": 512})
+    with pytest.raises(CheckpointError, match=r"^large: .* 16 heads and each of gelu, gelu_tanh; pass act=$"):
+        convert_timm(large, "large", {"image_size": 512, "num_heads": 16})
+    assert convert_timm(large, "large", {"image_size": 512, "num_heads": 16, "act": "gelu_tanh"})[0].act == "gelu_tanh"
     tiny = save_state_dict(random_eval(timm_vit.VisionTransformer(img_size=32, patch_size=8, embed_dim=64, depth=2,
                                                                   num_heads=4)), tmp_path / "tiny.pth")
     with pytest.raises(CheckpointError, match=r"tiny\.pth: .* no timm architecture has their signature .*pass num_heads="):

@@ -87,6 +87,18 @@ def head_table() -> dict[Signature, dict[Behaviour, list[str]]]:
     return table
 
 
+def activation_for(signature: Signature, num_heads: int, source: str) -> str | None:
+    """The activation of the table's architectures of this signature and head count (None if there
+    are none); architectures that differ in it ask for act=."""
+    acts = sorted({b.act for b in head_table().get(signature, {}) if b.num_heads == num_heads})
+    if len(acts) > 1:
+        raise CheckpointError(
+            f"{source}: {signature.library} defines {signature.describe()} with {num_heads} heads and "
+            f"each of {', '.join(acts)}; pass act="
+        )
+    return acts[0] if acts else None
+
+
 def heads_of_model(name: str) -> int | None:
     """The head count of a named architecture in the table (e.g. timm's "vit_base_patch16_224")."""
     for behaviours in head_table().values():
@@ -114,9 +126,10 @@ def architecture(signature: Signature, source: str) -> Behaviour:
             f"{b.num_heads} heads, {b.act}, {b.block}, pool {b.global_pool} in {_names(models)}"
             for b, models in sorted(found.items(), key=lambda item: item[0].num_heads)
         )
+        acts = " and act=" if len({b.act for b in found}) > 1 else ""
         raise CheckpointError(
             f"{source}: the weights do not record the head count and {signature.library} defines "
-            f"{signature.describe()} in {len(found)} ways ({choices}); pass num_heads="
+            f"{signature.describe()} in {len(found)} ways ({choices}); pass num_heads={acts}"
         )
     (behaviour, models), = found.items()
     expected_pool = "token" if signature.class_token else "avg"

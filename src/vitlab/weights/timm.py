@@ -18,7 +18,7 @@ import torch
 from vitlab.model import Preprocessing, ViTConfig
 
 from .errors import CheckpointError
-from .heads import Signature, architecture, read_signature, refuse_unholdable
+from .heads import Signature, activation_for, architecture, read_signature, refuse_unholdable
 from .infer import position_layout
 from .keys import rename_keys
 
@@ -48,13 +48,19 @@ def convert_timm(
 ) -> tuple[ViTConfig, dict[str, torch.Tensor]]:
     """timm state dict -> (vitlab config, vitlab state dict); consumes the num_heads override.
 
-    Without num_heads= the head count and activation come from the table of timm's architectures.
+    Without num_heads= the head count and activation come from the table of timm's architectures;
+    with it, the activation of the table's architectures of that signature and head count, else
+    timm's default (exact GELU).
     """
     signature = timm_signature(state, source)
-    num_heads, act = overrides.pop("num_heads", None), "gelu"
+    num_heads = overrides.pop("num_heads", None)
     if num_heads is None:
         behaviour = architecture(signature, source)
         num_heads, act = behaviour.num_heads, behaviour.act
+    elif "act" in overrides:
+        act = overrides["act"]
+    else:
+        act = activation_for(signature, num_heads, source) or "gelu"
     image_size, class_slot = position_layout(
         state["pos_embed"].shape[1], signature.class_token, signature.patch_size, overrides.get("image_size"), source
     )
