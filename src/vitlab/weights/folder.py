@@ -52,8 +52,12 @@ TOP_LEVEL = ("preprocessing", "class_names", "name")
 # {path: fields}: every field must be present; a path of "" is the document's top level. A version
 # that changes only values (a renamed option) holds the fields of the version before it.
 PREPROCESSING_FIELDS = ("mean", "std", "crop_pct", "interpolation")
-RESNET_FIELDS = ("layers", "width", "preact", "stem", "padding", "num_groups", "norm_eps", "weight_std", "weight_std_eps")
-BIT_FIELDS = ("resnet", "image_size", "in_channels", "num_classes", "head_dropout", "preprocessing", "class_names", "name")
+RESNET_FIELDS = (
+    "layers", "width", "preact", "stem", "padding", "num_groups", "norm_eps", "weight_std", "weight_std_eps",
+)
+BIT_FIELDS = (
+    "resnet", "image_size", "in_channels", "num_classes", "head_dropout", "preprocessing", "class_names", "name",
+)
 VERSION_2_VIT: dict[str, tuple[str, ...]] = {
     "architecture": SECTIONS["architecture"] + ("backbone", "mlp_out_act"),
     "numerics": SECTIONS["numerics"],

@@ -78,5 +78,7 @@ def load_file(source: str | Path, **overrides: Any) -> VisionTransformer | BiTRe
         raise CheckpointError(f"{path}: vitlab weights without their config; load the folder save_pretrained wrote")
     else:
         keys = ", ".join(sorted(state)[:6])
-        raise CheckpointError(f"{path}: unknown checkpoint format: neither timm nor torchvision ViT keys nor timm ResNetV2 ones ({keys}, ...)")
+        raise CheckpointError(
+            f"{path}: unknown checkpoint format: neither timm nor torchvision ViT keys nor timm ResNetV2 ones ({keys}, ...)"
+        )
     return build_model(config, state, source_name, overrides)
