@@ -10,16 +10,16 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 import yaml
 
 from vitlab.model.config import ConfigError, Pooling, PositionEmbeddingKind
+from vitlab.model.fields import coerce, describe, show
 
 Interpolation = Literal["bilinear", "bicubic", "nearest"]
 
@@ -324,74 +324,8 @@ def parse_assignment(text: str) -> tuple[str, Any]:
     return key.strip(), value
 
 
-# -- type checking ----------------------------------------------------------------------------------
-def coerce(value: Any, annotation: Any, where: str) -> Any:
-    """`value` as the type `annotation` describes, or ConfigError naming `where`."""
-    origin = typing.get_origin(annotation)
-    if origin in (Union, types.UnionType):
-        options = typing.get_args(annotation)
-        if value is None and type(None) in options:
-            return None
-        for option in options:
-            if option is type(None):
-                continue
-            try:
-                return coerce(value, option, where)
-            except ConfigError:
-                continue
-    elif origin is Literal:
-        if value in typing.get_args(annotation):
-            return value
-    elif origin is tuple:
-        args = typing.get_args(annotation)
-        if isinstance(value, (list, tuple)):
-            if len(args) == 2 and args[1] is Ellipsis:
-                return tuple(coerce(item, args[0], where) for item in value)
-            if len(value) == len(args):
-                return tuple(coerce(item, arg, where) for item, arg in zip(value, args))
-    elif annotation is bool:
-        if isinstance(value, bool):
-            return value
-    elif annotation is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        if isinstance(value, str):  # "12" from a flag; int() also refuses "²" and "+-5", which isdigit() lets by
-            try:
-                return int(value)
-            except ValueError:
-                pass
-    elif annotation is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):  # YAML 1.1 reads "1e-3" as a string
-            try:
-                return float(value)
-            except ValueError:
-                pass
-    elif annotation is str:
-        if isinstance(value, str):
-            return value
-    else:
-        raise TypeError(f"unsupported config annotation {annotation!r}")
-    raise ConfigError(f"{where}: expected {describe(annotation)}, got {_show(value)}")
-
-
-def describe(annotation: Any) -> str:
-    origin = typing.get_origin(annotation)
-    if origin in (Union, types.UnionType):
-        return " or ".join("null" if a is type(None) else describe(a) for a in typing.get_args(annotation))
-    if origin is Literal:
-        return "one of " + ", ".join(repr(a) for a in typing.get_args(annotation))
-    if origin is tuple:
-        args = typing.get_args(annotation)
-        if len(args) == 2 and args[1] is Ellipsis:
-            return f"a list of {describe(args[0])}"
-        return f"a list of {len(args)} ({', '.join(describe(a) for a in args)})"
-    return {bool: "true/false", int: "an integer", float: "a number", str: "a string"}.get(annotation, str(annotation))
-
-
-def _show(value: Any) -> str:
-    return f"{type(value).__name__} {value!r}" if not isinstance(value, (int, float)) or isinstance(value, bool) else repr(value)
+# -- type checking: one function for every typed config (vitlab.model.fields) ------------------------
+_show = show
 
 
 def _suggest(key: str) -> str:
