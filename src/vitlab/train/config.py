@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 import yaml
 
+from vitlab import textfiles
 from vitlab.model.config import ConfigError, Pooling, PositionEmbeddingKind
 from vitlab.model.fields import coerce, describe, show
 
@@ -300,13 +301,14 @@ def apply_mapping(config: TrainConfig, mapping: Any, origin: str) -> TrainConfig
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
+    """A YAML config file, bounded in size, without aliases (textfiles.py says why)."""
     path = Path(path)
     try:
-        content = yaml.safe_load(path.read_text())
+        content = textfiles.read_yaml(path)
     except FileNotFoundError:
         raise FileNotFoundError(f"config file {str(path)!r} does not exist") from None
-    except yaml.YAMLError as error:
-        raise ConfigError(f"{path}: not valid YAML ({error})".replace("\n", " ")) from None
+    except textfiles.TextFileError as error:
+        raise ConfigError(str(error)) from None
     if content is not None and not isinstance(content, dict):
         raise ConfigError(f"{path}: expected a mapping of sections, got {_show(content)}")
     return content or {}
@@ -318,8 +320,8 @@ def parse_assignment(text: str) -> tuple[str, Any]:
     if not sep or not key.strip():
         raise ConfigError(f"--set {text!r}: expected KEY=VALUE, e.g. optim.lr=0.001")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
+        value = textfiles.load_yaml(raw, "--set") if raw.strip() else ""
+    except textfiles.TextFileError:
         value = raw
     return key.strip(), value
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from vitlab.model import VisionTransformer
+from vitlab.textfiles import TextFileError, read_json
 
 from .build import build_model
 from .catalogue import is_catalogue_name
@@ -58,6 +59,12 @@ def load_file(source: str | Path, **overrides: Any) -> VisionTransformer:
             return load_folder(path, **overrides)
         if is_hf_vit_folder(path):
             return load_hf(path, **overrides)
+        try:  # a config.json that cannot be read says why
+            read_json(path / CONFIG_FILE)
+        except FileNotFoundError:
+            pass
+        except TextFileError as error:
+            raise CheckpointError(str(error)) from None
         raise CheckpointError(
             f"{path}: unknown checkpoint format (a folder needs a {CONFIG_FILE} of vitlab or of an HF ViT)"
         )
