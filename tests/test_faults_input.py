@@ -112,8 +112,8 @@ def test_bad_checkpoint_files_are_refused_by_every_command(sources, tmp_path, ca
 @pytest.mark.parametrize("command, expected", [
     ("train --resume", r"--resume: .* was trained with other settings \(model\.dim: checkpoint None, now 48\)"),
     ("finetune --init", r"model\.dim cannot change the architecture of model\.init="),
-    ("eval --ckpt", r"run: checkpoint does not fit the model; shape mismatches: blocks\.0\.attn\.proj\.bias"),
-    ("predict --ckpt", r"run: checkpoint does not fit the model; shape mismatches"),
+    ("eval --ckpt", r"run/model\.safetensors: checkpoint does not fit the model; shape mismatches: blocks\.0\.attn\.proj\.bias"),
+    ("predict --ckpt", r"run/model\.safetensors: checkpoint does not fit the model; shape mismatches"),
 ])
 def test_checkpoints_of_another_architecture_are_refused(sources, tmp_path, capsys, command, expected):
     argv = {"train --resume": ["train", *TINY_FLAGS, "--steps", "3", "--out", str(sources / "run"), "--resume",

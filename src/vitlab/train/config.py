@@ -150,6 +150,7 @@ class RunSpec:
     keep_best: bool = False  # end with the weights of the evaluation with the best val top-1 (Keras' save_best_only)
     data_parallel: Literal["ddp", "fsdp"] = "ddp"  # under torchrun: replicate the model, or shard it (L, H)
     threads: int | None = None  # torch.set_num_threads during fit; None keeps torch's (one per core)
+    memory_limit: float | None = None  # GiB the model and a batch may take; None: half the memory available
 
 
 @dataclass
@@ -253,6 +254,7 @@ def _range_checks(config: TrainConfig) -> list[tuple[str, bool, str]]:
         ("run.keep_ckpts", r.keep_ckpts >= 1, "must be >= 1"),
         ("run.max_bad_steps", r.max_bad_steps >= 1, "must be >= 1"),
         ("run.threads", r.threads is None or r.threads >= 1, "must be >= 1 or null"),
+        ("run.memory_limit", r.memory_limit is None or r.memory_limit > 0, "must be > 0 GiB or null"),
     ]
 
 
