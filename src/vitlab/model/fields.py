@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 import types
 import typing
 from typing import Any, Literal, Union
@@ -64,8 +65,8 @@ def coerce(value: Any, annotation: Any, where: str, *, strict: bool = False) -> 
         if isinstance(value, bool):
             return value
     elif annotation is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
+        if isinstance(value, numbers.Integral) and not isinstance(value, bool):  # numpy's integers too
+            return int(value)
         if isinstance(value, str) and not strict:  # "12" from a flag; int() also refuses "²" and "+-5"
             try:
                 return int(value)
@@ -73,7 +74,7 @@ def coerce(value: Any, annotation: Any, where: str, *, strict: bool = False) -> 
                 pass
     elif annotation is float:
         number: float | None = None
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if isinstance(value, numbers.Real) and not isinstance(value, bool):
             number = float(value)
         elif isinstance(value, str) and not strict:  # YAML 1.1 reads "1e-3" as a string
             try:
