@@ -27,7 +27,8 @@ def randomise_(module: torch.nn.Module, std: float = 0.2) -> torch.nn.Module:
 
 
 # The fault and bad-input corpus: tests marked `@pytest.mark.fault("category", kinds=N)` each try N kinds
-# of one fault category; the end of the run prints, per category, how many kinds were tried and held.
+# of one fault category (a parametrised test: N per parameter); the end of the run prints, per
+# category, how many kinds were tried and held.
 _fault_tally: dict[str, list[int]] = {}
 
 
@@ -36,16 +37,16 @@ def pytest_configure(config):
 
 
 def pytest_runtest_logreport(report):
-    if report.when != "call" and not (report.when == "setup" and report.outcome != "passed"):
-        return
     marker = next((m for m in getattr(report, "fault_markers", [])), None)
     if marker is None:
         return
     category, kinds = marker
     tried_held = _fault_tally.setdefault(category, [0, 0])
-    tried_held[0] += kinds
-    if report.passed:
-        tried_held[1] += kinds
+    if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
+        tried_held[0] += kinds
+        tried_held[1] += kinds if report.passed else 0
+    elif report.when == "teardown" and report.failed and getattr(report, "fault_call_passed", False):
+        tried_held[1] -= kinds  # a fixture that fails after the test did not hold either
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -55,6 +56,11 @@ def pytest_runtest_makereport(item, call):
     report.fault_markers = [
         (m.args[0], int(m.kwargs.get("kinds", 1))) for m in item.iter_markers(name="fault")
     ][:1]
+    if any(kinds < 1 for _, kinds in report.fault_markers):
+        raise pytest.UsageError(f"{item.nodeid}: fault(kinds=N) needs N >= 1")
+    if call.when == "call":
+        item.fault_call_passed = report.passed
+    report.fault_call_passed = getattr(item, "fault_call_passed", False)
 
 
 def pytest_terminal_summary(terminalreporter):

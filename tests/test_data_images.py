@@ -104,6 +104,7 @@ BAD_IMAGES = {
 }
 
 
+@pytest.mark.fault("images")
 @pytest.mark.parametrize("name", sorted(ODD_IMAGES))
 def test_odd_but_valid_images_become_rgb(name):
     image = read_image(ODD_IMAGES[name](), name=name)
@@ -122,6 +123,7 @@ def test_conversions_keep_what_the_image_shows():
     assert np.asarray(read_image(ODD_IMAGES["cmyk.jpg"]()))[0, 0].tolist() == [255, 255, 255]
 
 
+@pytest.mark.fault("images")
 @pytest.mark.parametrize("name", sorted(BAD_IMAGES))
 def test_undecodable_images_raise_bad_image_error(tmp_path, name):
     data, reason = BAD_IMAGES[name]
@@ -140,6 +142,7 @@ def test_bomb_sizes_straddle_the_limit():
     assert Image.MAX_IMAGE_PIXELS == MAX_IMAGE_PIXELS
 
 
+@pytest.mark.fault("images")
 def test_header_check_is_fooled_only_by_a_truncated_jpeg(tmp_path):
     check_image(truncated(encode(noise((32, 32)), "JPEG", quality=95)), decode=False)  # passes headers
     for name in ("empty.jpg", "truncated.png", "text_not_image.png", "bomb.png", "mild_bomb.png"):
@@ -147,6 +150,7 @@ def test_header_check_is_fooled_only_by_a_truncated_jpeg(tmp_path):
             check_image(BAD_IMAGES[name][0](), decode=False)
 
 
+@pytest.mark.fault("images", kinds=2)
 def test_missing_file_and_folder_are_bad_images(tmp_path):
     with pytest.raises(BadImageError, match="cannot read"):
         read_image(tmp_path / "nope.jpg")
@@ -175,6 +179,7 @@ def mangled_images(draw):
     return bytes(data[:cut]) + draw(st.binary(max_size=16))
 
 
+@pytest.mark.fault("images")
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.one_of(st.binary(max_size=512), mangled_images()))
 def test_arbitrary_bytes_give_rgb_or_bad_image_error(data):

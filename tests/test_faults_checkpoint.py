@@ -45,6 +45,7 @@ class FullDisk:
         self.file.close()
 
 
+@pytest.mark.fault("disk")
 def test_a_full_disk_is_one_clear_error_and_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
     ckpt.save_checkpoint(tmp_path, 1, state(1), keep=3)
     monkeypatch.setattr(ckpt, "open", lambda path, mode: FullDisk(open(path, mode), room=2000), raising=False)
@@ -55,6 +56,7 @@ def test_a_full_disk_is_one_clear_error_and_keeps_the_previous_checkpoint(tmp_pa
     assert sorted(p.name for p in (tmp_path / ckpt.FOLDER).iterdir()) == ["latest", "step-00000001.pt"]
 
 
+@pytest.mark.fault("disk")
 def test_a_real_full_disk(tmp_path):
     """The same on a 256 KiB tmpfs, where torch.save meets a real ENOSPC (needs root to mount)."""
     disk = tmp_path / "disk"
@@ -73,6 +75,7 @@ def test_a_real_full_disk(tmp_path):
         subprocess.run(["umount", str(disk)], check=True)
 
 
+@pytest.mark.fault("kill")
 def test_an_interrupted_write_leaves_latest_on_the_previous_checkpoint(tmp_path, monkeypatch):
     ckpt.save_checkpoint(tmp_path, 3, state(3), keep=3)
 
@@ -87,6 +90,7 @@ def test_an_interrupted_write_leaves_latest_on_the_previous_checkpoint(tmp_path,
     assert not (tmp_path / ckpt.FOLDER / ckpt.checkpoint_name(6)).exists()
 
 
+@pytest.mark.fault("kill", kinds=2)
 def test_leftovers_of_killed_writers_are_removed_and_only_the_newest_k_kept(tmp_path):
     folder = tmp_path / ckpt.FOLDER
     for step in (1, 2, 3):
@@ -98,6 +102,7 @@ def test_leftovers_of_killed_writers_are_removed_and_only_the_newest_k_kept(tmp_
     assert saved_step(tmp_path) == 4
 
 
+@pytest.mark.fault("kill")
 def test_sharded_checkpoint_folders_are_renamed_into_place_whole(tmp_path):
     folder = ckpt.checkpoint_dir(tmp_path)
     target = folder / "step-00000010"

@@ -72,6 +72,7 @@ def train(out: Path, *, stop_after: int | None = None, signum: int = signal.SIGK
     return Session(process.returncode, "".join(lines), last_step)
 
 
+@pytest.mark.fault("kill", kinds=3)
 @pytest.mark.slow
 def test_sigkill_anywhere_then_resume_gives_bitwise_the_same_weights(tmp_path):
     seed = int(os.environ.get("VITLAB_FAULT_SEED", random.randrange(10**6)))

@@ -56,6 +56,7 @@ def equal(a: dict, b: dict) -> bool:
     return all(torch.equal(a[k], b[k]) for k in a) and a.keys() == b.keys()
 
 
+@pytest.mark.fault("numeric")
 @pytest.mark.parametrize("kind", ["loss", "grad"])
 def test_non_finite_steps_are_skipped_counted_and_named(tmp_path, caplog, kind):
     snapshots = Snapshots()
@@ -77,6 +78,7 @@ def test_non_finite_steps_are_skipped_counted_and_named(tmp_path, caplog, kind):
     assert math.isfinite(result.summary["val_loss"])
 
 
+@pytest.mark.fault("numeric")
 def test_too_many_bad_steps_in_a_row_stop_the_run_and_keep_the_last_good_checkpoint(tmp_path):
     trainer = Trainer(tiny_config(tmp_path, run={"ckpt_every_steps": 2, "keep_ckpts": 1, "max_bad_steps": 3}))
     trainer.network = Poisoned(trainer, set(range(6, 41)), "loss")
@@ -88,6 +90,7 @@ def test_too_many_bad_steps_in_a_row_stop_the_run_and_keep_the_last_good_checkpo
     assert good["step"] == 4 and all(torch.isfinite(t).all() for t in good["model"].values())
 
 
+@pytest.mark.fault("numeric")
 def test_a_diverging_command_line_run_stops_with_one_line(tmp_path, capsys):
     # A learning rate of 1e30 sends the weights to infinity at once: from then on every loss is NaN.
     status = main(["train", *TINY_FLAGS, "--out", str(tmp_path), "--lr", "1e30", "--max-bad-steps", "2"])

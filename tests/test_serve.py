@@ -55,6 +55,7 @@ def test_classify_gives_top5_of_the_models_own_probabilities_and_an_overlay(pool
     assert result.as_json()["top"][0] == {"label": result.top[0][0], "prob": round(result.top[0][1], 6)}
 
 
+@pytest.mark.fault("bad-input", kinds=3)
 def test_limits_refuse_large_uploads_and_huge_images_before_decoding():
     classifier = ImageClassifier(tiny_model(), Limits(max_bytes=2000, max_pixels=100 * 100))
     with pytest.raises(BadImageError, match=r"big.png: .* MiB is above the upload limit"):
@@ -68,6 +69,7 @@ def test_limits_refuse_large_uploads_and_huge_images_before_decoding():
     assert classifier.classify(png(40, 30)).top  # within both limits
 
 
+@pytest.mark.fault("bad-input")
 def test_a_model_without_head_is_refused():
     with pytest.raises(ValueError, match="no classifier head"):
         ImageClassifier(vitlab.create_model(ViTConfig(image_size=32, patch_size=8, dim=32, depth=1, num_heads=2,
@@ -91,6 +93,7 @@ def test_json_endpoint_returns_top5(client):
     assert probs == sorted(probs, reverse=True) and 0 < sum(probs) <= 1.0 + 1e-6
 
 
+@pytest.mark.fault("bad-input")
 @pytest.mark.parametrize(
     "body, status, message",
     [
@@ -116,6 +119,7 @@ def test_only_loopback_addresses_count_as_local():
     assert not is_loopback("0.0.0.0") and not is_loopback("192.168.1.4")
 
 
+@pytest.mark.fault("bad-input")
 @pytest.mark.parametrize(
     "arguments, message",
     [

@@ -26,6 +26,7 @@ class MarkerPayload:
         return (open, (self.marker, "w"))
 
 
+@pytest.mark.fault("pickles")
 def test_malicious_pickle_is_never_executed(tmp_path):
     marker = tmp_path / "pwned"
     path = tmp_path / "evil.pth"
@@ -38,6 +39,7 @@ def test_malicious_pickle_is_never_executed(tmp_path):
     assert marker.exists()
 
 
+@pytest.mark.fault("bad-checkpoint", kinds=5)
 def test_unknown_formats_name_the_file(tmp_path):
     (tmp_path / "weights.txt").write_text("hello")
     with pytest.raises(CheckpointError, match=r"weights\.txt: unknown checkpoint format"):
@@ -56,6 +58,7 @@ def test_unknown_formats_name_the_file(tmp_path):
         vitlab.load(tmp_path / "folder")
 
 
+@pytest.mark.fault("bad-checkpoint")
 def test_bare_vitlab_weights_ask_for_their_folder(tmp_path):
     model = create_model(ViTConfig(image_size=32, patch_size=8, dim=32, depth=1, num_heads=2, mlp_dim=64))
     model.save_pretrained(tmp_path)
@@ -63,6 +66,7 @@ def test_bare_vitlab_weights_ask_for_their_folder(tmp_path):
         vitlab.load(tmp_path / "model.safetensors")
 
 
+@pytest.mark.fault("bad-checkpoint")
 def test_overrides_may_not_contradict_the_weights(tmp_path):
     model = create_model(ViTConfig(image_size=32, patch_size=8, dim=32, depth=2, num_heads=4, mlp_dim=64))
     model.save_pretrained(tmp_path)
@@ -86,6 +90,7 @@ def test_training_checkpoint_wrappers_are_unwrapped(tmp_path):
         torch.testing.assert_close(model(x), peer(x), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.fault("bad-checkpoint")
 def test_timm_models_vitlab_cannot_express_are_refused_with_their_keys(tmp_path):
     avg_with_token = save_state_dict(timm_tiny(global_pool="avg", class_token=True), tmp_path / "avg.pth")
     with pytest.raises(CheckpointError, match="fc_norm with cls_token"):
@@ -95,6 +100,7 @@ def test_timm_models_vitlab_cannot_express_are_refused_with_their_keys(tmp_path)
         vitlab.load(layer_scale, num_heads=4)
 
 
+@pytest.mark.fault("bad-checkpoint", kinds=2)
 def test_hf_folders_without_weights_or_with_other_activations(tmp_path):
     transformers = pytest.importorskip("transformers")
     config = transformers.ViTConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,

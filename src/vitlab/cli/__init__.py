@@ -9,7 +9,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
+import tempfile
+from pathlib import Path
 
 # Modules of vitlab.cli, each registering one or more subcommands.
 COMMAND_MODULES = ["models", "analyze", "evaluate_fewshot", "data", "bench", "export", "serve", "weights", "train", "experiment"]
@@ -23,8 +26,53 @@ CKPT_HELP = "anything vitlab.load reads: model folder, file (.npz, .pth, .safete
 
 
 def add_checkpoint_argument(parser: argparse.ArgumentParser) -> None:
-    """--ckpt, as every command that reads a model spells it."""
+    """--ckpt, as every command that reads a model spells it, and the memory the model may take."""
     parser.add_argument("--ckpt", required=True, metavar="CKPT", help=CKPT_HELP)
+    add_memory_argument(parser)
+
+
+def add_memory_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--memory-limit", type=float, metavar="GIB",
+                        help="largest model + batch accepted, in GiB (default: half the memory available)")
+
+
+def memory_limit(args: argparse.Namespace) -> int | None:
+    """--memory-limit in bytes, or None for the default (vitlab.model.budget)."""
+    gib = getattr(args, "memory_limit", None)
+    if gib is not None and not gib > 0:
+        raise UserError(f"--memory-limit must be a positive number of GiB, got {gib}")
+    return None if gib is None else int(gib * 2**30)
+
+
+def load_checkpoint(args: argparse.Namespace, **overrides):
+    """vitlab.load(--ckpt) within --memory-limit."""
+    from vitlab.weights import load
+
+    return load(args.ckpt, memory_limit=memory_limit(args), **overrides)
+
+
+def writable_folder(path: str | os.PathLike, flag: str = "--out") -> Path:
+    """Create the output folder now, so that a file in its place or a read-only parent is one line
+    before any work is done, not a traceback after it."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise UserError(f"{flag} {path}: is a file, not a folder")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as error:
+        raise UserError(f"{flag} {path}: cannot write there ({error.strerror or error})") from None
+    return path
+
+
+def writable_file(path: str | os.PathLike, flag: str = "--out") -> Path:
+    """As writable_folder, for an output file: its folder is created and must take a file."""
+    path = Path(path)
+    if path.is_dir():
+        raise UserError(f"{flag} {path}: is a folder, not a file")
+    writable_folder(path.parent, flag=f"{flag} {path}: its folder")
+    return path
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -72,14 +72,14 @@ def run(args: argparse.Namespace) -> int:
     from vitlab.analysis import analyze, parse_what
     from vitlab.evaluate.predict import eval_transform
     from vitlab.train.precision import resolve_device
-    from vitlab.weights import load
+    from vitlab.cli import load_checkpoint
 
     what = parse_what(args.what)  # a bad --what fails before the model is loaded
     if args.show < 1 or args.max_images < 1:
         raise ValueError(f"--show and --max-images must be positive, got {args.show} and {args.max_images}")
     device = resolve_device(args.device)
     overrides = {"image_size": args.image_size} if args.image_size else {}
-    model = load(args.ckpt, **overrides).to(device).eval()
+    model = load_checkpoint(args, **overrides).to(device).eval()
     images = load_images(args.images, eval_transform(model.config), args.max_images)
     result = analyze(model, images, args.out, what=what, layer=args.layer, head=args.head, show=args.show)
     for note in result.notes:

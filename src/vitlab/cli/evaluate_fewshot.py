@@ -49,11 +49,11 @@ def run(args: argparse.Namespace) -> int:
     from vitlab.evaluate import evaluate_representation
     from vitlab.evaluate.predict import eval_transform
     from vitlab.train.precision import resolve_device
-    from vitlab.weights import load
+    from vitlab.cli import load_checkpoint
 
     if args.seeds < 1:
         raise ValueError(f"--seeds must be at least 1, got {args.seeds}")
-    model = load(args.ckpt).to(resolve_device(args.device)).eval()
+    model = load_checkpoint(args).to(resolve_device(args.device)).eval()
     # Frozen features: both splits get the evaluation transform, as in big_vision.
     transform = eval_transform(model.config)
     splits = load_datasets(args.data, transform, transform)

@@ -37,14 +37,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from vitlab.cli import UserError
     from vitlab.export import TracePlan, export_model
-    from vitlab.weights import load
+    from vitlab.cli import load_checkpoint
 
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be at least 1, got {args.batch_size}")
     if args.speed is not None and (args.format != "onnx" or args.speed < 1):
         raise ValueError("--speed BATCH needs --format onnx and a batch of at least 1")
     overrides = {"image_size": args.image_size} if args.image_size else {}
-    model = load(args.ckpt, **overrides)
+    model = load_checkpoint(args, **overrides)
     try:
         plan = TracePlan(args.dynamic_batch, args.batch_size)
         path, check = export_model(model, args.format, args.out, plan, args.tolerance)

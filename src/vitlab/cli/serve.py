@@ -27,7 +27,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from vitlab.cli import UserError
     from vitlab.serve import ImageClassifier, Limits
-    from vitlab.weights import load
+    from vitlab.cli import load_checkpoint
 
     try:
         from vitlab.serve.app import serve
@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
         limits = dataclasses.replace(limits, max_pixels=int(args.max_megapixels * 1e6))
     if limits.max_bytes <= 0 or limits.max_pixels <= 0:
         raise ValueError("--max-upload-mb and --max-megapixels must be positive")
-    model = load(args.ckpt)
+    model = load_checkpoint(args)
     title = args.title or f"vitlab: {model.config.name or args.ckpt}"
     serve(ImageClassifier(model, limits), title, host=args.host, port=args.port)
     return 0

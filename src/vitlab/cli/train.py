@@ -13,7 +13,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from . import add_checkpoint_argument
+from . import add_checkpoint_argument, add_memory_argument
 
 log = logging.getLogger("vitlab")
 
@@ -43,6 +43,7 @@ FLAG_KEYS = {
     "ema": "optim.ema_decay",
     "compile": "run.compile",
     "grad_ckpt": "run.grad_checkpointing",
+    "memory_limit": "run.memory_limit",
     "data_parallel": "run.data_parallel",
     "download": "data.download",
 }
@@ -136,6 +137,7 @@ def _add_training_flags(parser: argparse.ArgumentParser) -> None:
                         help="average the weights (Polyak/EMA; default decay 0.9999)")
     parser.add_argument("--compile", action="store_true", default=None, help="torch.compile the model")
     parser.add_argument("--grad-ckpt", action="store_true", default=None, help="gradient checkpointing")
+    add_memory_argument(parser)
     parser.add_argument("--data-parallel", choices=("ddp", "fsdp"),
                         help="under torchrun: ddp copies the model to every process, fsdp shards it (default ddp)")
     parser.add_argument("--download", action="store_true", default=None, help="fetch CIFAR-10/100 if missing")
@@ -180,7 +182,11 @@ def build_config(args: argparse.Namespace):
 def run_train(args: argparse.Namespace) -> int:
     from vitlab.train import Diverged, Interrupted, Trainer
 
+    from vitlab.cli import writable_folder
+
     config = build_config(args)
+    if config.run.out:
+        writable_folder(config.run.out)
     trainer = Trainer(config)
     try:
         result = trainer.fit()
@@ -203,13 +209,15 @@ def run_train(args: argparse.Namespace) -> int:
 
 # -- eval ----------------------------------------------------------------------------------------------
 def _load_for_inference(args: argparse.Namespace, **overrides):
+    from vitlab.cli import load_checkpoint, memory_limit
+    from vitlab.model.budget import check_memory
     from vitlab.train.precision import resolve_device, resolve_precision
-    from vitlab.weights import load
 
     device = resolve_device(args.device)
     precision = resolve_precision(args.precision, device)
-    model = load(args.ckpt, **overrides).to(device).eval()
-    return model, device, precision
+    model = load_checkpoint(args, **overrides)
+    check_memory(model.config, args.batch_size, limit=memory_limit(args), source=str(args.ckpt))  # this command's batch
+    return model.to(device).eval(), device, precision
 
 
 def run_eval(args: argparse.Namespace) -> int:
@@ -218,6 +226,10 @@ def run_eval(args: argparse.Namespace) -> int:
     from vitlab.evaluate.predict import eval_transform
     from vitlab.train.loader import eval_loader
 
+    from vitlab.cli import writable_file
+
+    if args.out:
+        writable_file(args.out)
     overrides = {"image_size": args.image_size} if args.image_size else {}
     model, device, precision = _load_for_inference(args, **overrides)
     transform = eval_transform(model.config)

@@ -24,6 +24,12 @@ from PIL import Image, ImageOps
 MAX_IMAGE_PIXELS = 89_478_485
 Image.MAX_IMAGE_PIXELS = MAX_IMAGE_PIXELS
 
+# The evaluation resize keeps the aspect ratio (shorter side to the model's size): a 2 KB PNG of
+# 2,000,000 x 1 pixels passes the pixel limit and then asks that resize for gigabytes, one per
+# megapixel of width. Panoramas reach about 10:1; beyond 100:1 a picture is no photograph, and the
+# resized image stays below 100 x the model's input.
+MAX_ASPECT_RATIO = 100
+
 FORMATS = (
     "JPEG", "PNG", "GIF", "BMP", "DIB", "TIFF", "WEBP", "PPM", "ICO", "TGA",
     "JPEG2000", "PCX", "SGI", "PSD", "QOI", "AVIF",
@@ -124,12 +130,23 @@ def read_image(source: Source, *, name: str | None = None) -> Image.Image:
     """
     name = _name(source, name)
     with _decoding(name), _open(source, name) as image:
-        if image.width * image.height > MAX_IMAGE_PIXELS:  # in case PIL's own limit was raised
-            raise BadImageError(name, f"{image.width} x {image.height} pixels is above the "
-                                      f"decompression-bomb limit of {MAX_IMAGE_PIXELS}")
+        check_size(image.width, image.height, name)
         image.seek(0)  # animated GIF/WebP/APNG, multi-page TIFF: the first frame
         image.load()
         return _to_rgb(ImageOps.exif_transpose(image))
+
+
+def check_size(width: int, height: int, name: str) -> None:
+    """Refuse, from the header's size alone, an image whose decoding or resizing would take far more
+    memory than the model needs: too many pixels, or too extreme an aspect ratio."""
+    if width * height > MAX_IMAGE_PIXELS:  # in case PIL's own limit was raised
+        raise BadImageError(name, f"{width} x {height} pixels is above the decompression-bomb limit of {MAX_IMAGE_PIXELS}")
+    if width <= 0 or height <= 0:
+        raise BadImageError(name, f"{width} x {height} pixels: an empty image")
+    if max(width, height) > MAX_ASPECT_RATIO * min(width, height):
+        ratio = max(width, height) / min(width, height)
+        raise BadImageError(name, f"{width} x {height} pixels: aspect ratio {ratio:,.0f}:1 is above {MAX_ASPECT_RATIO}:1 "
+                                  "(resizing its shorter side to the model's size would take gigabytes)")
 
 
 def check_image(source: Source, *, name: str | None = None, decode: bool = True) -> None:
@@ -143,6 +160,7 @@ def check_image(source: Source, *, name: str | None = None, decode: bool = True)
         return
     name = _name(source, name)
     with _decoding(name), _open(source, name) as image:
+        check_size(image.width, image.height, name)
         image.verify()
 
 

@@ -8,8 +8,13 @@ from any source computes the numbers that source computes.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import numbers
+import typing
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
+
+from .fields import ConfigError, check_fields
 
 if TYPE_CHECKING:
     from .resnet import ResNetConfig
@@ -27,17 +32,22 @@ GAP_NORMS = ("before_pool", "after_pool")
 RESAMPLE_MODES = ("bicubic", "bilinear", "linear_zoom", "bicubic_aligned")
 
 
-class ConfigError(ValueError):
-    """A configuration value that cannot describe a working model."""
-
-
 def as_pair(value: int | tuple[int, int] | list[int]) -> tuple[int, int]:
-    if isinstance(value, int):
-        return (value, value)
-    pair = tuple(int(v) for v in value)
-    if len(pair) != 2:
-        raise ConfigError(f"expected an int or (height, width), got {value!r}")
-    return pair  # type: ignore[return-value]
+    def whole(v: Any) -> bool:
+        return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+
+    if whole(value):
+        return (int(value), int(value))  # type: ignore[arg-type]
+    if not isinstance(value, (list, tuple)) or len(value) != 2 or not all(whole(v) for v in value):
+        raise ConfigError(f"image_size: expected an int or (height, width), got {value!r}")
+    return (int(value[0]), int(value[1]))
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    from .resnet import ResNetConfig  # resnet.py imports this module
+
+    return typing.get_type_hints(cls, localns={"ResNetConfig": ResNetConfig})
 
 
 @dataclass
@@ -50,10 +60,10 @@ class Preprocessing:
     interpolation: Literal["bilinear", "bicubic", "nearest"] = "bicubic"
 
     def __post_init__(self) -> None:
-        self.mean = tuple(float(m) for m in self.mean)  # type: ignore[assignment]
-        self.std = tuple(float(s) for s in self.std)  # type: ignore[assignment]
-        if len(self.mean) != len(self.std):
-            raise ConfigError(f"mean {self.mean} and std {self.std} differ in length")
+        try:
+            check_fields(self, _hints(Preprocessing))
+        except ConfigError as error:
+            raise ConfigError(f"preprocessing.{error}") from None
         if any(s <= 0 for s in self.std):
             raise ConfigError(f"std must be positive, got {self.std}")
         if not 0.0 < self.crop_pct <= 1.0:
@@ -108,13 +118,9 @@ class ViTConfig:
 
     def __post_init__(self) -> None:
         self.image_size = as_pair(self.image_size)
-        self.head_hidden = tuple(int(h) for h in self.head_hidden)
-        if isinstance(self.preprocessing, dict):
-            self.preprocessing = Preprocessing(**self.preprocessing)
-        if isinstance(self.backbone, dict):
-            from .resnet import ResNetConfig  # resnet.py imports this module
-
-            self.backbone = ResNetConfig.from_dict(self.backbone)
+        if isinstance(self.head_hidden, list):
+            self.head_hidden = tuple(self.head_hidden)
+        check_fields(self, _hints(ViTConfig))  # types first: the checks below compare numbers
         self.validate()
 
     # -- derived sizes -------------------------------------------------------------------------
@@ -173,6 +179,12 @@ class ViTConfig:
             value = getattr(self, name)
             check(isinstance(value, int) and value > 0, f"{name} must be a positive int, got {value!r}")
         check(self.num_classes >= 0, f"num_classes must be >= 0, got {self.num_classes}")
+        check(self.head_dim is None or self.head_dim > 0, f"head_dim must be positive or null, got {self.head_dim}")
+        check(all(h > 0 for h in self.head_hidden), f"head_hidden widths must be positive, got {list(self.head_hidden)}")
+        check(
+            self.class_names is None or len(self.class_names) == self.num_classes,
+            f"class_names lists {len(self.class_names or [])} names for num_classes={self.num_classes}",
+        )
         if self.head_dim is None:
             check(
                 self.dim % self.num_heads == 0,
@@ -219,13 +231,12 @@ class ViTConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "ViTConfig":
+        if not isinstance(data, dict):
+            raise ConfigError(f"expected a mapping of ViT config fields, got {type(data).__name__}")
         known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
+        unknown = sorted(str(key) for key in set(data) - known)
         if unknown:
             raise ConfigError(f"unknown ViT config keys: {', '.join(unknown)}")
-        data = dict(data)
-        if isinstance(data.get("preprocessing"), dict):
-            data["preprocessing"] = Preprocessing(**data["preprocessing"])
         return cls(**data)
 
     def replace(self, **changes: Any) -> "ViTConfig":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .budget import check_memory
 from .config import ConfigError, ViTConfig
 from .hybrid import HYBRIDS, hybrid_variant, is_hybrid_name
 from .resnet import BIT_MODELS, BiTConfig, BiTResNet, bit_config, is_bit_name
@@ -55,9 +56,14 @@ def config_for(name: str, **overrides: Any) -> ViTConfig | BiTConfig:
         raise ConfigError(f"bad option for {name!r}: {error}") from None
 
 
-def create_model(name: str | ViTConfig | BiTConfig = "B/16", **overrides: Any) -> VisionTransformer | BiTResNet:
+def create_model(
+    name: str | ViTConfig | BiTConfig = "B/16", *, memory_limit: int | None = None, **overrides: Any
+) -> VisionTransformer | BiTResNet:
     """Build a freshly initialised model from a registered name or a config (a BiTConfig gives
     the BiT ResNet, a ViTConfig with a backbone the hybrid).
+
+    Nothing is allocated before the parameter count is checked against `memory_limit` bytes
+    (default: budget.DEFAULT_FRACTION of the memory available; budget.py).
 
     >>> model = create_model("Ti/4", image_size=32, num_classes=10)
     """
@@ -65,6 +71,7 @@ def create_model(name: str | ViTConfig | BiTConfig = "B/16", **overrides: Any) -
         config = name.replace(**overrides) if overrides else name
     else:
         config = config_for(name, **overrides)
+    check_memory(config, limit=memory_limit, source=config.name)
     return BiTResNet(config) if isinstance(config, BiTConfig) else VisionTransformer(config)
 
 

@@ -18,6 +18,7 @@ import dataclasses
 import json
 import math
 import re
+import typing
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -28,9 +29,10 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from .config import ConfigError, Preprocessing, as_pair
+from .fields import check_fields
 
 Padding = Literal["same", "symmetric"]
-Stem = Literal["standard", "small"]
+Stem = StemKind = Literal["standard", "small"]  # `Stem` is also the stem module below
 WeightStd = Literal["vit_jax", "timm"]
 
 PADDINGS = ("same", "symmetric")
@@ -47,7 +49,7 @@ class ResNetConfig:
     preact: bool = False  # BiT's pre-activation units; the hybrid's backbone has none
     # "standard": 7x7/2 conv + 3x3/2 max-pool (stride 4). "small": one 3x3/1 conv, no pool, for
     # 16-32 px images (the CIFAR ResNets of He et al. 2016).
-    stem: Stem = "standard"
+    stem: StemKind = "standard"
     # "same": TensorFlow SAME padding of convolutions and max-pool (vit_jax, BiT's TF code);
     # "symmetric": PyTorch padding k // 2, the max-pool input zero-padded by 1 (BiT's PyTorch code).
     padding: Padding = "same"
@@ -58,7 +60,10 @@ class ResNetConfig:
     weight_std_eps: float = 1e-5
 
     def __post_init__(self) -> None:
-        self.layers = tuple(int(n) for n in self.layers)
+        try:
+            check_fields(self, typing.get_type_hints(ResNetConfig))
+        except ConfigError as error:
+            raise ConfigError(f"resnet {error}") from None
         self.validate()
 
     @property
@@ -299,10 +304,9 @@ class BiTConfig:
 
     def __post_init__(self) -> None:
         self.image_size = as_pair(self.image_size)
-        if isinstance(self.resnet, dict):
-            self.resnet = ResNetConfig.from_dict(self.resnet)
-        if isinstance(self.preprocessing, dict):
-            self.preprocessing = Preprocessing(**self.preprocessing)
+        check_fields(self, typing.get_type_hints(BiTConfig))
+        if self.class_names is not None and len(self.class_names) != self.num_classes:
+            raise ConfigError(f"class_names lists {len(self.class_names)} names for num_classes={self.num_classes}")
         if self.in_channels <= 0:
             raise ConfigError(f"in_channels must be positive, got {self.in_channels}")
         if self.num_classes < 0:

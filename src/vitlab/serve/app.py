@@ -1,6 +1,7 @@
 """The web demo's server: a FastAPI app with `POST /predict` for programs and the Gradio page at /.
 
-    POST /predict   body: the image file's bytes (any Content-Type)
+    POST /predict   body: the image file's bytes (any Content-Type), or a multipart form with one file
+                    (`curl -F file=@x.png`)
                     200 {"top": [{"label": "cat", "prob": 0.93}, ...]}   (5 classes, most likely first)
                     400 {"error": "..."} not an image / unreadable; 413 {"error": "..."} above the upload limit
 
@@ -20,6 +21,10 @@ import gradio as gr  # noqa: E402
 from fastapi import FastAPI, Request  # noqa: E402
 from fastapi.responses import JSONResponse  # noqa: E402
 from starlette.concurrency import run_in_threadpool  # noqa: E402
+from starlette.datastructures import UploadFile  # noqa: E402
+from starlette.exceptions import HTTPException  # noqa: E402
+from starlette.formparsers import MultiPartException  # noqa: E402
+from starlette.requests import ClientDisconnect  # noqa: E402
 
 from vitlab.data import BadImageError  # noqa: E402
 
@@ -38,6 +43,24 @@ def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)
 
 
+async def form_upload(request: Request, body: bytes) -> tuple[bytes, str]:
+    """The one file of a multipart form (`curl -F file=@x.png`), parsed by Starlette from the body
+    already read within the upload limit; ValueError says what is wrong with the form."""
+
+    async def replay() -> dict:
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    try:
+        form = await Request(request.scope, replay).form(max_files=1, max_fields=10)
+    except (HTTPException, MultiPartException) as error:
+        raise ValueError(f"not a readable multipart form ({getattr(error, 'detail', None) or getattr(error, 'message', error)})") from None
+    files = [(key, value) for key, value in form.multi_items() if isinstance(value, UploadFile)]
+    if len(files) != 1:
+        raise ValueError(f"a multipart form needs exactly one file field (e.g. curl -F file=@x.png), got {len(files)}")
+    key, upload = files[0]
+    return await upload.read(), f"form field {key!r} ({upload.filename or 'unnamed'})"
+
+
 def build_app(classifier: ImageClassifier, title: str) -> FastAPI:
     limit = classifier.limits.max_bytes
     app = FastAPI(title=title, docs_url=None, redoc_url=None)  # the docs pages load their scripts from a CDN
@@ -49,14 +72,24 @@ def build_app(classifier: ImageClassifier, title: str) -> FastAPI:
         if declared.isdigit() and int(declared) > limit:
             return _error(413, too_large)
         body = bytearray()
-        async for chunk in request.stream():  # counted as it arrives: a missing Content-Length is no way round
-            body.extend(chunk)
-            if len(body) > limit:
-                return _error(413, too_large)
+        try:
+            async for chunk in request.stream():  # counted as it arrives: a missing Content-Length is no way round
+                body.extend(chunk)
+                if len(body) > limit:
+                    return _error(413, too_large)
+        except ClientDisconnect:  # nobody to answer; one line instead of the ASGI server's traceback
+            log.info("POST /predict: the client disconnected after %d bytes of the upload", len(body))
+            return _error(400, "client disconnected")
         if not body:
             return _error(400, "empty request body; send the image file's bytes")
+        data, name = bytes(body), "request body"
+        if request.headers.get("content-type", "").lower().startswith("multipart/form-data"):
+            try:
+                data, name = await form_upload(request, data)
+            except ValueError as error:
+                return _error(400, str(error))
         try:
-            prediction = await run_in_threadpool(classifier.classify, bytes(body), "request body", False)
+            prediction = await run_in_threadpool(classifier.classify, data, name, False)
         except BadImageError as error:
             return _error(400, str(error))
         return JSONResponse(prediction.as_json())

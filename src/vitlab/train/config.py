@@ -10,16 +10,17 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 import yaml
 
+from vitlab import textfiles
 from vitlab.model.config import ConfigError, Pooling, PositionEmbeddingKind
+from vitlab.model.fields import coerce, describe, show
 
 Interpolation = Literal["bilinear", "bicubic", "nearest"]
 
@@ -149,6 +150,7 @@ class RunSpec:
     keep_best: bool = False  # end with the weights of the evaluation with the best val top-1 (Keras' save_best_only)
     data_parallel: Literal["ddp", "fsdp"] = "ddp"  # under torchrun: replicate the model, or shard it (L, H)
     threads: int | None = None  # torch.set_num_threads during fit; None keeps torch's (one per core)
+    memory_limit: float | None = None  # GiB the model and a batch may take; None: half the memory available
 
 
 @dataclass
@@ -252,6 +254,7 @@ def _range_checks(config: TrainConfig) -> list[tuple[str, bool, str]]:
         ("run.keep_ckpts", r.keep_ckpts >= 1, "must be >= 1"),
         ("run.max_bad_steps", r.max_bad_steps >= 1, "must be >= 1"),
         ("run.threads", r.threads is None or r.threads >= 1, "must be >= 1 or null"),
+        ("run.memory_limit", r.memory_limit is None or r.memory_limit > 0, "must be > 0 GiB or null"),
     ]
 
 
@@ -300,13 +303,14 @@ def apply_mapping(config: TrainConfig, mapping: Any, origin: str) -> TrainConfig
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
+    """A YAML config file, bounded in size, without aliases (textfiles.py says why)."""
     path = Path(path)
     try:
-        content = yaml.safe_load(path.read_text())
+        content = textfiles.read_yaml(path)
     except FileNotFoundError:
         raise FileNotFoundError(f"config file {str(path)!r} does not exist") from None
-    except yaml.YAMLError as error:
-        raise ConfigError(f"{path}: not valid YAML ({error})".replace("\n", " ")) from None
+    except textfiles.TextFileError as error:
+        raise ConfigError(str(error)) from None
     if content is not None and not isinstance(content, dict):
         raise ConfigError(f"{path}: expected a mapping of sections, got {_show(content)}")
     return content or {}
@@ -318,80 +322,14 @@ def parse_assignment(text: str) -> tuple[str, Any]:
     if not sep or not key.strip():
         raise ConfigError(f"--set {text!r}: expected KEY=VALUE, e.g. optim.lr=0.001")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
+        value = textfiles.load_yaml(raw, "--set") if raw.strip() else ""
+    except textfiles.TextFileError:
         value = raw
     return key.strip(), value
 
 
-# -- type checking ----------------------------------------------------------------------------------
-def coerce(value: Any, annotation: Any, where: str) -> Any:
-    """`value` as the type `annotation` describes, or ConfigError naming `where`."""
-    origin = typing.get_origin(annotation)
-    if origin in (Union, types.UnionType):
-        options = typing.get_args(annotation)
-        if value is None and type(None) in options:
-            return None
-        for option in options:
-            if option is type(None):
-                continue
-            try:
-                return coerce(value, option, where)
-            except ConfigError:
-                continue
-    elif origin is Literal:
-        if value in typing.get_args(annotation):
-            return value
-    elif origin is tuple:
-        args = typing.get_args(annotation)
-        if isinstance(value, (list, tuple)):
-            if len(args) == 2 and args[1] is Ellipsis:
-                return tuple(coerce(item, args[0], where) for item in value)
-            if len(value) == len(args):
-                return tuple(coerce(item, arg, where) for item, arg in zip(value, args))
-    elif annotation is bool:
-        if isinstance(value, bool):
-            return value
-    elif annotation is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        if isinstance(value, str):  # "12" from a flag; int() also refuses "²" and "+-5", which isdigit() lets by
-            try:
-                return int(value)
-            except ValueError:
-                pass
-    elif annotation is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):  # YAML 1.1 reads "1e-3" as a string
-            try:
-                return float(value)
-            except ValueError:
-                pass
-    elif annotation is str:
-        if isinstance(value, str):
-            return value
-    else:
-        raise TypeError(f"unsupported config annotation {annotation!r}")
-    raise ConfigError(f"{where}: expected {describe(annotation)}, got {_show(value)}")
-
-
-def describe(annotation: Any) -> str:
-    origin = typing.get_origin(annotation)
-    if origin in (Union, types.UnionType):
-        return " or ".join("null" if a is type(None) else describe(a) for a in typing.get_args(annotation))
-    if origin is Literal:
-        return "one of " + ", ".join(repr(a) for a in typing.get_args(annotation))
-    if origin is tuple:
-        args = typing.get_args(annotation)
-        if len(args) == 2 and args[1] is Ellipsis:
-            return f"a list of {describe(args[0])}"
-        return f"a list of {len(args)} ({', '.join(describe(a) for a in args)})"
-    return {bool: "true/false", int: "an integer", float: "a number", str: "a string"}.get(annotation, str(annotation))
-
-
-def _show(value: Any) -> str:
-    return f"{type(value).__name__} {value!r}" if not isinstance(value, (int, float)) or isinstance(value, bool) else repr(value)
+# -- type checking: one function for every typed config (vitlab.model.fields) ------------------------
+_show = show
 
 
 def _suggest(key: str) -> str:

@@ -34,6 +34,7 @@ from vitlab.data import hold_out, load_datasets, take_fraction
 from vitlab.evaluate import evaluate
 from vitlab.evaluate.predict import eval_transform
 from vitlab.model import BiTConfig, ConfigError, Preprocessing, ViTConfig, VisionTransformer, config_for, create_model
+from vitlab.model.budget import check_memory
 from vitlab.weights import CheckpointError, load, save_pretrained
 
 from . import checkpoint as ckpt
@@ -56,7 +57,7 @@ SUMMARY_FILE = "summary.json"
 RESUMABLE_CHANGES = {
     "run.out", "run.device", "run.precision", "run.eval_every", "run.log_every", "run.ckpt_every_steps",
     "run.ckpt_every_minutes", "run.keep_ckpts", "run.resume", "run.compile", "run.grad_checkpointing", "run.threads",
-    "run.max_bad_steps", "data.workers", "data.eval_batch_size", "data.download",
+    "run.max_bad_steps", "run.memory_limit", "data.workers", "data.eval_batch_size", "data.download",
 }
 
 
@@ -210,13 +211,19 @@ class Trainer:
         if config.data.train_fraction < 1.0:  # data-scaling runs (paper Fig. 3): a nested class-balanced subset
             splits.train = take_fraction(splits.train, config.data.train_fraction, config.run.seed)
         names = list(splits.class_names)
+        if len(names) < 2:  # one class: every prediction right, nothing learned
+            raise ConfigError(f"data.source={config.data.source!r}: {len(names)} class ({', '.join(map(str, names))}); "
+                              "classification needs at least 2")
+        limit = None if config.run.memory_limit is None else int(config.run.memory_limit * 2**30)
+        check_memory(vit_config.replace(num_classes=len(names), class_names=names), config.micro_batch_size,
+                     training=True, limit=limit, source="run.memory_limit")  # before the model is allocated
         if spec.init:
             model.reset_classifier(len(names), names)  # paper 3.2: a zero-initialised head for the new classes
             model.config = model.config.replace(preprocessing=preprocessing)
         else:
             torch.manual_seed(config.run.seed)
             model = create_model(vit_config.replace(num_classes=len(names), class_names=names,
-                                                    preprocessing=preprocessing))
+                                                    preprocessing=preprocessing), memory_limit=limit)
         log.info("%s: %d training and %d validation images, %d classes; model %s at %s px, %.2fM parameters",
                  config.data.source, len(splits.train), len(splits.val), len(names), model.config.name or "ViT",
                  "x".join(map(str, model.config.image_size)), sum(p.numel() for p in model.parameters()) / 1e6)
@@ -231,7 +238,8 @@ class Trainer:
         overrides = {name: value for name, value in spec.options().items()}
         if spec.image_size is not None:
             overrides["image_size"] = spec.image_size  # E_pos resampled in 2-D (paper 3.2)
-        return load(spec.init, **overrides)
+        limit = self.config.run.memory_limit
+        return load(spec.init, memory_limit=None if limit is None else int(limit * 2**30), **overrides)
 
     # -- one optimiser step ------------------------------------------------------------------------
     def train_step(self, micro_batches: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> float:

@@ -13,6 +13,7 @@ from typing import Any, Mapping
 import torch
 
 from vitlab.model import BiTConfig, BiTResNet, ConfigError, ViTConfig, VisionTransformer, create_model
+from vitlab.model.budget import check_memory
 from vitlab.model.config import as_pair
 
 from .errors import CheckpointError
@@ -40,13 +41,34 @@ def _size(size: tuple[int, int]) -> str:
 
 def check_state_dict(model: torch.nn.Module, state_dict: Mapping[str, torch.Tensor], source: str) -> None:
     """Raise one CheckpointError naming every missing, unexpected and mis-shaped key."""
-    expected = model.state_dict()
-    missing = sorted(set(expected) - set(state_dict))
-    unexpected = sorted(set(state_dict) - set(expected))
+    expected = {key: value.shape for key, value in model.state_dict().items()}
+    check_shapes(expected, {key: tuple(value.shape) for key, value in state_dict.items()}, source)
+
+
+def check_finite(state_dict: Mapping[str, torch.Tensor], source: str) -> None:
+    """Weights with NaN or infinity give NaN logits for every input; name them instead."""
+    bad = sorted(key for key, value in state_dict.items()
+                 if value.is_floating_point() and value.numel() and not bool(torch.isfinite(value).all()))
+    if bad:
+        raise CheckpointError(f"{source}: non-finite weights (NaN or infinity) in " + _listing(f"{len(bad)} tensors", bad))
+
+
+def expected_shapes(config: ViTConfig | BiTConfig, memory_limit: int | None = None) -> dict[str, torch.Size]:
+    """The shape of every tensor the model's state dict holds, from a model built on the meta
+    device: nothing is allocated, so a file's header can be checked before its tensors are read."""
+    with torch.device("meta"):
+        model = create_model(config, memory_limit=memory_limit)
+    return {key: value.shape for key, value in model.state_dict().items()}
+
+
+def check_shapes(expected: Mapping[str, torch.Size], found: Mapping[str, tuple[int, ...]], source: str) -> None:
+    """Raise one CheckpointError naming every missing, unexpected and mis-shaped key."""
+    missing = sorted(set(expected) - set(found))
+    unexpected = sorted(set(found) - set(expected))
     mismatched = sorted(
-        f"{key} {tuple(state_dict[key].shape)} vs model {tuple(expected[key].shape)}"
-        for key in set(expected) & set(state_dict)
-        if tuple(state_dict[key].shape) != tuple(expected[key].shape)
+        f"{key} {tuple(found[key])} vs model {tuple(expected[key])}"
+        for key in set(expected) & set(found)
+        if tuple(found[key]) != tuple(expected[key])
     )
     problems = [
         _listing(kind, items)
@@ -62,6 +84,7 @@ def build_model(
 ) -> VisionTransformer | BiTResNet:
     """Build the model the checkpoint describes, load it strictly, then apply size/class changes."""
     overrides = dict(overrides)
+    memory_limit = overrides.pop("memory_limit", None)
     image_size = overrides.pop("image_size", None)
     num_classes = overrides.pop("num_classes", None)
     class_names = overrides.pop("class_names", None)
@@ -75,8 +98,12 @@ def build_model(
         if conflicts:
             raise CheckpointError(f"{source}: overrides contradict the weights: {', '.join(conflicts)}")
         config = requested
-    model = create_model(config)
+    check_memory(config, limit=memory_limit, source=source)
+    if image_size is not None:  # the activations are those of the size the model will run at
+        check_memory(config.replace(image_size=as_pair(image_size)), limit=memory_limit, source=source)
+    model = create_model(config, memory_limit=memory_limit)
     check_state_dict(model, state_dict, source)
+    check_finite(state_dict, source)
     model.load_state_dict(state_dict)
 
     if image_size is not None and as_pair(image_size) != config.image_size:

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file
 
 from .errors import CheckpointError
@@ -31,6 +31,17 @@ def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
             f"{', '.join(PICKLE_SUFFIXES)} or a folder)"
         )
     return unwrap(load_pickle(path), path)
+
+
+def read_shapes(path: str | Path) -> dict[str, tuple[int, ...]]:
+    """The shape of every tensor in a .safetensors file, from its header alone: no tensor is read,
+    so a file can be checked against the model before anything is allocated."""
+    path = Path(path)
+    try:
+        with safe_open(str(path), framework="pt") as handle:
+            return {key: tuple(handle.get_slice(key).get_shape()) for key in handle.keys()}
+    except (SafetensorError, OSError) as error:
+        raise CheckpointError(f"{path}: not a readable safetensors file ({error})") from None
 
 
 def load_pickle(path: str | Path) -> Any:

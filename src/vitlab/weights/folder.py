@@ -22,14 +22,16 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
-import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
-from vitlab.model import BiTConfig, BiTResNet, ViTConfig, VisionTransformer
+from vitlab.model import BiTConfig, BiTResNet, ConfigError, ViTConfig, VisionTransformer
+from vitlab.model.budget import check_memory
+from vitlab.textfiles import TextFileError, read_json
 
-from .build import build_model
+from .build import build_model, check_shapes, expected_shapes
 from .card import write_model_card
 from .errors import CheckpointError
+from .files import read_shapes, read_state_dict
 
 FORMAT = "vitlab"
 FORMAT_VERSION = 2
@@ -112,8 +114,10 @@ def require_fields(document: dict[str, Any], version: int, source: str) -> None:
             part = part.get(step) if isinstance(part, dict) else None
         if part is None and path.endswith("backbone"):
             continue  # not a hybrid
-        if not isinstance(part, dict):
+        if part is None:
             raise CheckpointError(f"{source}: format_version {version} holds a {path!r} object; it is missing")
+        if not isinstance(part, dict):
+            raise CheckpointError(f"{source}: {path!r} must be a JSON object, got {type(part).__name__}")
         missing = [name for name in names if name not in part]
         if missing:
             where = f"{path}.{missing[0]}" if path else missing[0]
@@ -150,26 +154,35 @@ def config_from_json(
         return BiTConfig.from_dict(document["bit"]), document.get("extra", {})
     fields: dict[str, Any] = {}
     for section in SECTIONS:
-        fields.update(document.get(section, {}))
+        values = document.get(section, {})
+        if not isinstance(values, dict):
+            raise CheckpointError(f"{source}: {section!r} must be a JSON object, got {type(values).__name__}")
+        fields.update(values)
     fields.update({name: document[name] for name in TOP_LEVEL if name in document})
     return ViTConfig.from_dict(fields), document.get("extra", {})
 
 
 def read_config(directory: str | Path) -> tuple[ViTConfig | BiTConfig, dict[str, Any]]:
+    """The config of a folder; any problem with config.json is one CheckpointError naming it."""
     path = Path(directory) / CONFIG_FILE
     try:
-        document = json.loads(path.read_text())
+        document = read_json(path)
     except FileNotFoundError:
         raise CheckpointError(f"{path}: no {CONFIG_FILE} in {directory}") from None
-    except json.JSONDecodeError as error:
-        raise CheckpointError(f"{path}: not valid JSON ({error})") from None
-    return config_from_json(document, str(path))
+    except TextFileError as error:
+        raise CheckpointError(str(error)) from None
+    if not isinstance(document, dict):
+        raise CheckpointError(f"{path}: expected a JSON object, got {type(document).__name__}")
+    try:
+        return config_from_json(document, str(path))
+    except ConfigError as error:
+        raise CheckpointError(f"{path}: {error}") from None
 
 
 def is_vitlab_folder(directory: str | Path) -> bool:
     path = Path(directory) / CONFIG_FILE
     try:
-        return json.loads(path.read_text()).get("format") == FORMAT
+        return read_json(path).get("format") == FORMAT
     except (OSError, ValueError, AttributeError):
         return False
 
@@ -198,7 +211,10 @@ def load_folder(directory: str | Path, **overrides: Any) -> VisionTransformer | 
     if not weights.is_file():
         raise CheckpointError(f"{weights}: missing; a vitlab folder holds {CONFIG_FILE} and {WEIGHTS_FILE}")
     config, _ = read_config(directory)
-    state_dict: dict[str, torch.Tensor] = load_file(str(weights))
+    # Sizes before allocation: the config against the memory limit, the file's header against the config.
+    check_memory(config, limit=overrides.get("memory_limit"), source=str(directory / CONFIG_FILE))
+    check_shapes(expected_shapes(config, overrides.get("memory_limit")), read_shapes(weights), str(weights))
+    state_dict = read_state_dict(weights)
     return build_model(config, state_dict, str(directory), overrides)
 
 

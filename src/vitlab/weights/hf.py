@@ -8,13 +8,13 @@ E_pos is resampled as HF's interpolate_pos_encoding does (bicubic, no antialiasi
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from vitlab.model import Preprocessing, ViTConfig, VisionTransformer
+from vitlab.model import ConfigError, Preprocessing, ViTConfig, VisionTransformer
+from vitlab.textfiles import TextFileError, read_json
 
 from .build import build_model
 from .errors import CheckpointError
@@ -52,26 +52,40 @@ PROJECTIONS = ("query", "key", "value")
 
 def is_hf_vit_folder(directory: Path) -> bool:
     try:
-        document = json.loads((directory / "config.json").read_text())
+        document = read_json(directory / "config.json")
     except (OSError, ValueError):
         return False
     return isinstance(document, dict) and document.get("model_type") == "vit"
+
+
+def read_document(path: Path) -> dict[str, Any]:
+    """A JSON object of the folder, bounded in size and nesting (vitlab.textfiles)."""
+    try:
+        document = read_json(path)
+    except TextFileError as error:
+        raise CheckpointError(str(error)) from None
+    if not isinstance(document, dict):
+        raise CheckpointError(f"{path}: expected a JSON object, got {type(document).__name__}")
+    return document
 
 
 def read_hf_weights(directory: Path) -> dict[str, torch.Tensor]:
     if (directory / SAFETENSORS).is_file():
         return read_state_dict(directory / SAFETENSORS)
     if (directory / SAFETENSORS_INDEX).is_file():  # sharded: {"weight_map": {key: file}}
-        shards = sorted(set(json.loads((directory / SAFETENSORS_INDEX).read_text())["weight_map"].values()))
+        shards = sorted(set(read_document(directory / SAFETENSORS_INDEX)["weight_map"].values()))
         return {k: v for shard in shards for k, v in read_state_dict(directory / shard).items()}
     if (directory / PICKLE).is_file():
         return read_state_dict(directory / PICKLE)
     raise CheckpointError(f"{directory}: an HF folder needs {SAFETENSORS}, {SAFETENSORS_INDEX} or {PICKLE}")
 
 
-def fuse_qkv(state: dict[str, torch.Tensor], depth: int) -> dict[str, torch.Tensor]:
-    """HF keeps query, key and value as three Linear layers; vitlab stacks them as one (3*inner, D)."""
-    for index in range(depth):
+def fuse_qkv(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """HF keeps query, key and value as three Linear layers; vitlab stacks them as one (3*inner, D).
+
+    Only the layers the file holds are visited: `depth` comes from config.json, which may say anything."""
+    present = {int(key.split(".")[1]) for key in state if key.startswith("blocks.") and key.split(".")[1].isdigit()}
+    for index in sorted(present):
         for suffix in ("weight", "bias"):
             keys = [f"blocks.{index}.attn.{name}.{suffix}" for name in PROJECTIONS]
             if all(key in state for key in keys):  # otherwise the strict load names what is there
@@ -82,7 +96,7 @@ def fuse_qkv(state: dict[str, torch.Tensor], depth: int) -> dict[str, torch.Tens
 def read_preprocessing(directory: Path) -> Preprocessing:
     """ViTImageProcessor resizes to the model size without cropping; mean and std 0.5 by default."""
     path = directory / PREPROCESSOR
-    document = json.loads(path.read_text()) if path.is_file() else {}
+    document = read_document(path) if path.is_file() else {}
     return Preprocessing(
         mean=tuple(document.get("image_mean", (0.5, 0.5, 0.5))),
         std=tuple(document.get("image_std", (0.5, 0.5, 0.5))),
@@ -113,7 +127,7 @@ def convert_hf(
     if any(key.startswith("vit.") for key in state):
         state = {key.removeprefix("vit."): value for key, value in state.items()}
     depth = document.get("num_hidden_layers", 12)
-    state = fuse_qkv(rename_keys(state, RULES), depth)
+    state = fuse_qkv(rename_keys(state, RULES))
     num_classes = state["head.weight"].shape[0] if "head.weight" in state else 0
     config = ViTConfig(
         image_size=document.get("image_size", 224), patch_size=document.get("patch_size", 16),
@@ -134,6 +148,9 @@ def convert_hf(
 
 def load_hf(directory: str | Path, **overrides: Any) -> VisionTransformer:
     directory = Path(directory)
-    document = json.loads((directory / "config.json").read_text())
-    config, state = convert_hf(document, read_hf_weights(directory), directory)
+    document = read_document(directory / "config.json")
+    try:
+        config, state = convert_hf(document, read_hf_weights(directory), directory)
+    except ConfigError as error:
+        raise CheckpointError(f"{directory / 'config.json'}: {error}") from None
     return build_model(config, state, str(directory), overrides)

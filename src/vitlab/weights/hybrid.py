@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from vitlab.model import ResNetConfig, ViTConfig, VisionTransformer
+from vitlab.model.budget import check_memory
 from vitlab.model.config import as_pair
 
 from .build import build_model
@@ -113,7 +114,7 @@ def load_hybrid_npz(path: str | Path, **overrides: Any) -> VisionTransformer:
     """An official hybrid .npz (R50+ViT-B/16 and the AugReg R+ViT files), architecture inferred."""
     path = Path(path)
     source = str(path)
-    arrays = read_arrays(path)
+    arrays = read_arrays(path, overrides.get("memory_limit"))
     prefix = next((p for p in PREFIXES if f"{p}conv_root/kernel" in arrays), None)
     if prefix is None:
         raise CheckpointError(f"{source}: no conv_root/kernel; not a hybrid ResNet + ViT .npz")
@@ -132,6 +133,7 @@ def load_hybrid_npz(path: str | Path, **overrides: Any) -> VisionTransformer:
         backbone=backbone, in_channels=in_channels,
         image_size=tuple(side * backbone.stride for side in on_features.image_size),
     )
+    check_memory(config, limit=overrides.get("memory_limit"), source=source)  # before loops over its depth
     state = to_state_dict(params, names, config.depth, on_features.num_patches)
     state.update(backbone_state_from_npz(arrays, prefix, backbone, source))
     return build_model(config, state, source, overrides)

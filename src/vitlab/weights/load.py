@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from vitlab.model import BiTResNet, VisionTransformer
+from vitlab.textfiles import TextFileError, read_json
 
 from .bit import convert_timm_resnetv2, is_timm_resnetv2_state_dict
 from .build import build_model
@@ -60,6 +61,12 @@ def load_file(source: str | Path, **overrides: Any) -> VisionTransformer | BiTRe
             return load_folder(path, **overrides)
         if is_hf_vit_folder(path):
             return load_hf(path, **overrides)
+        try:  # a config.json that cannot be read says why
+            read_json(path / CONFIG_FILE)
+        except FileNotFoundError:
+            pass
+        except TextFileError as error:
+            raise CheckpointError(str(error)) from None
         raise CheckpointError(
             f"{path}: unknown checkpoint format (a folder needs a {CONFIG_FILE} of vitlab or of an HF ViT)"
         )

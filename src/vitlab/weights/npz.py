@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from vitlab.model import Preprocessing, ViTConfig, VisionTransformer
+from vitlab.model.budget import DEFAULT_FRACTION, available_memory, check_memory
 
 from .build import build_model
 from .errors import CheckpointError
@@ -159,12 +160,28 @@ class FlaxParams:
             raise CheckpointError(f"{self.source}: parameters vitlab's ViT has no place for: {', '.join(unused)}")
 
 
-def read_arrays(path: Path) -> dict[str, np.ndarray]:
-    """All arrays of an .npz, never unpickling (allow_pickle=False)."""
+def read_arrays(path: Path, memory_limit: int | None = None) -> dict[str, np.ndarray]:
+    """All arrays of an .npz, never unpickling (allow_pickle=False).
+
+    The zip directory says how large the arrays are once decompressed; a few megabytes of
+    compressed zeros can unpack to gigabytes, so that total is checked before anything is read.
+    """
+    if not zipfile.is_zipfile(path):
+        kind = "it is empty" if path.is_file() and path.stat().st_size == 0 else "not a zip archive"
+        raise CheckpointError(f"{path}: not a readable .npz ({kind})")
+    try:
+        with zipfile.ZipFile(path) as archive:
+            unpacked = sum(info.file_size for info in archive.infolist())
+    except (zipfile.BadZipFile, OSError) as error:
+        raise CheckpointError(f"{path}: not a readable .npz ({error})") from None
+    limit = memory_limit if memory_limit is not None else int(DEFAULT_FRACTION * available_memory())
+    if unpacked > limit:
+        raise CheckpointError(f"{path}: its arrays unpack to {unpacked / 2**30:.3g} GiB, above the memory limit of "
+                              f"{limit / 2**30:.3g} GiB; raise it with memory_limit= or --memory-limit GIB")
     try:
         with np.load(path, allow_pickle=False) as data:
             return {key: data[key] for key in data.files}
-    except (zipfile.BadZipFile, OSError) as error:
+    except (zipfile.BadZipFile, OSError, EOFError) as error:
         raise CheckpointError(f"{path}: not a readable .npz ({error})") from None
     except ValueError as error:  # object arrays would need pickle
         raise CheckpointError(f"{path}: holds pickled objects, which vitlab never loads ({error})") from None
@@ -227,9 +244,10 @@ def to_state_dict(params: FlaxParams, names: BlockNames, depth: int, num_patches
 def load_npz(path: str | Path, **overrides: Any) -> VisionTransformer:
     """An official vit_jax / AugReg / big_vision ViT .npz, with its architecture read from the arrays."""
     path = Path(path)
-    params = FlaxParams(read_arrays(path), str(path))
+    params = FlaxParams(read_arrays(path, overrides.get("memory_limit")), str(path))
     names = params.block_names()
     config = infer_config(params, names, overrides.get("image_size"), path.stem)
+    check_memory(config, limit=overrides.get("memory_limit"), source=str(path))  # before a loop over its depth
     state_dict = to_state_dict(params, names, config.depth, config.num_patches)
     return build_model(config, state_dict, str(path), overrides)
 

@@ -1,0 +1,76 @@
+"""Reading the small text files vitlab is given (config.json, run.yaml) with bounds on what they cost.
+
+A config is a few kilobytes. Without bounds, a config.json that is a link to /dev/urandom is read
+until memory runs out, a FIFO blocks forever, deep nesting overflows the parser's stack, and a
+YAML "billion laughs" document of a few hundred bytes expands through aliases into gigabytes.
+Each of these is one ValueError naming the file here; callers turn it into their own error type.
+"""
+
+from __future__ import annotations
+
+import json
+import stat
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+MAX_TEXT_BYTES = 16 * 2**20  # an HF config with ImageNet-21k's id2label is under 1 MiB
+
+
+class TextFileError(ValueError):
+    """A text file that is too large, not a regular file, not decodable or too deeply nested."""
+
+
+def read_text(path: str | Path, limit: int = MAX_TEXT_BYTES) -> str:
+    """The file's text, refusing anything but a regular file (links are followed) of at most `limit` bytes."""
+    path = Path(path)
+    mode = path.stat().st_mode  # before opening: opening a FIFO blocks; FileNotFoundError goes to the caller
+    if stat.S_ISDIR(mode):
+        raise TextFileError(f"{path}: is a folder; expected a file")
+    if not stat.S_ISREG(mode):
+        raise TextFileError(f"{path}: not a regular file (a device, pipe or socket); expected a text file")
+    with open(path, "rb") as handle:
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise TextFileError(f"{path}: larger than {limit / 2**20:.0f} MiB; not a config file")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise TextFileError(f"{path}: not UTF-8 text (byte {error.start})") from None
+
+
+def read_json(path: str | Path, limit: int = MAX_TEXT_BYTES) -> Any:
+    """A JSON document, bounded in size and nesting (json's recursion limit is caught)."""
+    text = read_text(path, limit)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise TextFileError(f"{path}: not valid JSON ({error})") from None
+    except RecursionError:
+        raise TextFileError(f"{path}: JSON nested too deeply") from None
+
+
+class NoAliasLoader(yaml.SafeLoader):
+    """yaml.SafeLoader without aliases: `*name` repeats a node without copying it in the file, so a few
+    nested aliases expand to billions of nodes. vitlab's own run.yaml never holds one."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.YAMLError(f"line {event.start_mark.line + 1}: YAML aliases (*{event.anchor}) are not allowed")
+        return super().compose_node(parent, index)
+
+
+def load_yaml(text: str, source: str) -> Any:
+    """YAML text without aliases; errors and deep nesting are one TextFileError naming `source`."""
+    try:
+        return yaml.load(text, Loader=NoAliasLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as error:
+        raise TextFileError(f"{source}: not valid YAML ({error})".replace("\n", " ")) from None
+    except RecursionError:
+        raise TextFileError(f"{source}: YAML nested too deeply") from None
+
+
+def read_yaml(path: str | Path, limit: int = MAX_TEXT_BYTES) -> Any:
+    return load_yaml(read_text(path, limit), str(path))
