@@ -156,15 +156,17 @@ class Trainer:
 
     # -- setup -----------------------------------------------------------------------------------
     def _read_resume_checkpoint(self) -> dict[str, Any] | None:
-        """The latest checkpoint's state when resuming (checked against this config before any work)."""
-        latest = ckpt.latest_checkpoint(self.out)
-        if latest is None:
-            if self.config.run.resume:
-                log.warning("--resume: %s holds no checkpoint yet; starting from step 0", self.out / ckpt.FOLDER)
-            return None
+        """The state of the newest intact checkpoint when resuming (checked against this config before
+        any work); see checkpoint.newest_valid_checkpoint."""
         if not self.config.run.resume:
-            raise ConfigError(f"{self.out} already holds a run ({latest}); pass --resume to continue it "
-                              f"or choose another --out")
+            if ckpt.holds_checkpoints(self.out):
+                raise ConfigError(f"{self.out} already holds a run ({self.out / ckpt.FOLDER}); pass --resume to "
+                                  f"continue it or choose another --out")
+            return None
+        latest = ckpt.newest_valid_checkpoint(self.out)
+        if latest is None:
+            log.warning("--resume: %s holds no checkpoint yet; starting from step 0", self.out / ckpt.FOLDER)
+            return None
         self.resumed_from = latest
         state = ckpt.load_checkpoint(latest)
         with self._checkpoint_problems():
