@@ -207,12 +207,15 @@ def test_resume_passes_over_a_flipped_latest_finds_one_without_a_pointer_and_say
     flip(latest)  # 4 KiB of its weights: it still loads
     with caplog.at_level("WARNING", logger="vitlab"):
         resumed = Trainer(tiny_config(tmp_path, schedule={"steps": 4}, run={**run, "resume": True}))
+    resumed.close()
     assert resumed.step == 2, "resumed from the flipped checkpoint"
     assert any("step-00000004.pt: SHA-256" in r.getMessage() for r in caplog.records)
 
     latest.unlink()
     (tmp_path / ckpt.FOLDER / ckpt.LATEST).unlink()  # the pointer deleted: the newest checkpoint, not step 0
-    assert Trainer(tiny_config(tmp_path, schedule={"steps": 4}, run={**run, "resume": True})).step == 2
+    again = Trainer(tiny_config(tmp_path, schedule={"steps": 4}, run={**run, "resume": True}))
+    again.close()
+    assert again.step == 2
 
     for path in ckpt.list_checkpoints(tmp_path)[:-1]:
         path.unlink()  # as --keep-ckpts 1 leaves it

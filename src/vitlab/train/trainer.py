@@ -45,6 +45,7 @@ from .optim import build_optimizer, build_schedule, total_steps
 from .plots import PLOT_FILE, plot_training_curve
 from .precision import resolve_device, resolve_precision
 from .recipes import get_recipe
+from .runlock import RunLock
 from .selection import BestWeights
 
 log = logging.getLogger("vitlab")
@@ -95,6 +96,18 @@ class Trainer:
         self.architecture = architecture
         self.out = Path(config.run.out)
         self.processes = distributed.from_environment()  # under torchrun, one of several
+        # One run per folder, from before the resume checkpoint is read until fit() ends; process 0 holds it.
+        self.lock = RunLock(self.out)
+        if self.processes.is_main:
+            self.lock.acquire()
+        try:
+            self._set_up(callbacks)
+        except BaseException:
+            self.lock.release()
+            raise
+
+    def _set_up(self, callbacks: Sequence[Callback]) -> None:
+        config = self.config
         self.sharded = config.run.data_parallel == "fsdp"
         if self.sharded and config.optim.ema_decay:
             raise ConfigError("optim.ema_decay: weight averaging needs the whole model, not run.data_parallel=fsdp")
@@ -153,6 +166,10 @@ class Trainer:
             with self._checkpoint_problems():
                 self.load_state_dict(resume_state)
             log.info("resuming %s from step %d (epoch %d)", self.out, self.step, self.epoch)
+
+    def close(self) -> None:
+        """Free the output folder (fit() does this when it ends) for a trainer that will not be fit."""
+        self.lock.release()
 
     # -- setup -----------------------------------------------------------------------------------
     def _read_resume_checkpoint(self) -> dict[str, Any] | None:
@@ -346,6 +363,7 @@ class Trainer:
             self._restore_signal_handlers(previous_handlers)
             self._call("on_train_end", self.summary)
             distributed.stop(self.processes)
+            self.lock.release()
 
     def _checkpoint_due(self, evaluated: bool, last_checkpoint_time: float) -> bool:
         """At every evaluation, every run.ckpt_every_steps / _minutes and on a stop signal; never while
