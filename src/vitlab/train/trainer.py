@@ -40,7 +40,7 @@ from . import checkpoint as ckpt
 from . import distributed
 from .callbacks import METRICS_FILE, Callback, MetricsFile, ProgressBar, read_metrics
 from .config import TrainConfig, apply_mapping
-from .loader import eval_loader, train_loader, train_transform
+from .loader import eval_loader, shut_down_workers, train_loader, train_transform
 from .optim import build_optimizer, build_schedule, total_steps
 from .plots import PLOT_FILE, plot_training_curve
 from .precision import resolve_device, resolve_precision
@@ -361,6 +361,8 @@ class Trainer:
         finally:
             torch.set_num_threads(previous_threads)
             self._restore_signal_handlers(previous_handlers)
+            shut_down_workers(self.train_loader)  # the workers end with the run, however it ends
+            shut_down_workers(self.val_loader)
             self._call("on_train_end", self.summary)
             distributed.stop(self.processes)
             self.lock.release()
