@@ -21,6 +21,7 @@ HOLD = ("import sys, time\nfrom vitlab.train.runlock import RunLock\nlock = RunL
         "print('held', flush=True)\ntime.sleep(120)\n")
 
 
+@pytest.mark.slow  # a second Python process that imports torch
 @pytest.mark.fault("concurrency", kinds=3)
 def test_a_run_beside_a_live_one_is_refused_naming_it_and_a_killed_one_leaves_no_lock(tmp_path, capsys):
     Trainer(tiny_config(tmp_path, schedule={"steps": 2}, run={"eval_every": 2})).fit()

@@ -77,6 +77,7 @@ def train(data: Path, out: Path, stop: int | None = None, extra: tuple[str, ...]
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the process group's members in /proc")
 @pytest.mark.fault("exits", kinds=1)
 @pytest.mark.parametrize("how", ["finished", "failed", "SIGTERM", "SIGINT"])
 def test_workers_end_with_the_run(tmp_path, how):
