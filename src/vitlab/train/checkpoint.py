@@ -289,8 +289,10 @@ def record_checksums(checkpoint: Path, written: Path | None = None) -> None:
     under its temporary name; default: the checkpoint itself), named as they are under `checkpoint`,
     so that `sha256sum -c step-00001200.sha256` in the checkpoints folder checks them."""
     written = Path(written or checkpoint)
-    lines = [f"{_sha256(file)}  {Path(checkpoint.name, file.relative_to(written)) if written.is_dir() else checkpoint.name}\n"
-             for file in _files_of(written)]
+    lines = []
+    for file in _files_of(written):
+        name = Path(checkpoint.name, file.relative_to(written)) if written.is_dir() else checkpoint.name
+        lines.append(f"{_sha256(file)}  {name}\n")
     atomic_write(checksum_file(checkpoint), lambda file: file.write("".join(lines).encode()))
 
 
@@ -300,17 +302,17 @@ def verify_checkpoint(checkpoint: str | Path) -> None:
     checkpoint = Path(checkpoint)
     record = checksum_file(checkpoint)
     if not record.is_file():
+        files = f"$(find {checkpoint.name} -type f)" if checkpoint.is_dir() else checkpoint.name
         raise CheckpointError(f"{checkpoint}: no checksum file {record.name} beside it, so it cannot be checked "
-                              f"(to trust it as it is: cd {checkpoint.parent} && "
-                              f"sha256sum {'$(find ' + checkpoint.name + ' -type f)' if checkpoint.is_dir() else checkpoint.name}"
-                              f" > {record.name})")
+                              f"(to trust it as it is: cd {checkpoint.parent} && sha256sum {files} > {record.name})")
     expected: dict[str, str] = {}
     for number, line in enumerate(record.read_text(errors="replace").splitlines(), 1):
         match = CHECKSUM_LINE.fullmatch(line)
         if match is None:
             raise CheckpointError(f"{record}: line {number} is not '<sha256>  <file>'")
         expected[match.group(2)] = match.group(1)
-    present = {str(file.relative_to(checkpoint.parent)): file for file in _files_of(checkpoint)} if checkpoint.exists() else {}
+    files = _files_of(checkpoint) if checkpoint.exists() else []
+    present = {str(file.relative_to(checkpoint.parent)): file for file in files}
     for name in sorted(expected.keys() - present.keys()):
         raise CheckpointError(f"{checkpoint.parent / name}: missing (it is listed in {record.name})")
     for name in sorted(present.keys() - expected.keys()):

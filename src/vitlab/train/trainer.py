@@ -168,7 +168,9 @@ class Trainer:
             log.info("resuming %s from step %d (epoch %d)", self.out, self.step, self.epoch)
 
     def close(self) -> None:
-        """Free the output folder (fit() does this when it ends) for a trainer that will not be fit."""
+        """End the data-loader workers and free the output folder (fit() does this when it ends)."""
+        shut_down_workers(self.train_loader)
+        shut_down_workers(self.val_loader)
         self.lock.release()
 
     # -- setup -----------------------------------------------------------------------------------
@@ -361,11 +363,9 @@ class Trainer:
         finally:
             torch.set_num_threads(previous_threads)
             self._restore_signal_handlers(previous_handlers)
-            shut_down_workers(self.train_loader)  # the workers end with the run, however it ends
-            shut_down_workers(self.val_loader)
             self._call("on_train_end", self.summary)
             distributed.stop(self.processes)
-            self.lock.release()
+            self.close()  # the workers end with the run, however it ends
 
     def _checkpoint_due(self, evaluated: bool, last_checkpoint_time: float) -> bool:
         """At every evaluation, every run.ckpt_every_steps / _minutes and on a stop signal; never while
