@@ -169,8 +169,9 @@ class Trainer:
 
     def close(self) -> None:
         """End the data-loader workers and free the output folder (fit() does this when it ends)."""
-        shut_down_workers(self.train_loader)
-        shut_down_workers(self.val_loader)
+        for loader in (self.train_loader, self.val_loader, self.test_loader):
+            if loader is not None:
+                shut_down_workers(loader)
         self.lock.release()
 
     # -- setup -----------------------------------------------------------------------------------
