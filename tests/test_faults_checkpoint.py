@@ -52,7 +52,8 @@ def test_a_full_disk_is_one_clear_error_and_keeps_the_previous_checkpoint(tmp_pa
                                               r"previous checkpoint is kept"):
         ckpt.save_checkpoint(tmp_path, 2, state(2), keep=3)
     assert saved_step(tmp_path) == 1
-    assert sorted(p.name for p in (tmp_path / ckpt.FOLDER).iterdir()) == ["latest", "step-00000001.pt", "step-00000001.sha256"]
+    assert sorted(p.name for p in (tmp_path / ckpt.FOLDER).iterdir()) == ["latest", "step-00000001.pt",
+                                                                         "step-00000001.sha256"]
 
 
 def test_a_real_full_disk(tmp_path):
@@ -222,5 +223,6 @@ def test_resume_passes_over_a_flipped_latest_finds_one_without_a_pointer_and_say
     flip(ckpt.list_checkpoints(tmp_path)[0])
     status = main(["train", *TINY_FLAGS, "--steps", "4", "--out", str(tmp_path), "--resume"])
     error = capsys.readouterr().err.strip().splitlines()[-1]
-    assert status == 2 and error.startswith("vitlab train: error: ") and "none of its 1 checkpoint(s) is intact" in error
+    assert status == 2 and error.startswith("vitlab train: error: ")
+    assert "none of its 1 checkpoint(s) is intact" in error
     assert "step-00000002.pt: SHA-256" in error
