@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 import numpy as np
@@ -163,3 +164,59 @@ def test_split_datasets_pickle_into_workers(tmp_path):
     splits = load_datasets(str(tmp_path), TRAIN, EVAL)
     clone = pickle.loads(pickle.dumps(splits.val))
     assert torch.equal(clone[0][0], splits.val[0][0]) and np.array_equal(clone.labels, splits.val.labels)
+
+
+def _tree_without_loops(root: Path) -> None:
+    """Class folders with nested folders, odd names, and links that reach nothing twice."""
+    write_class_folders(root, {"b": 3, "a": 2, "C": 2})
+    for folder in ("a/sub", "a/sub/deeper", "a/Sub", "a/sub.x", "b/z"):
+        (root / folder).mkdir(parents=True)
+    for path in ("a/sub/2.png", "a/sub/deeper/1.JPG", "a/Sub/0.png", "a/sub.x/é.png", "b/z/.hidden.png",
+                 "b/10.png", "b/9.png", "b/notes.txt"):
+        Image.new("RGB", (4, 4)).save(root / path, format="PNG")
+    outside = root.parent / "outside"
+    write_class_folders(outside, {"more": 2, "single": 1})
+    (root / "b" / "linked").symlink_to(outside / "more")  # a link to a folder seen nowhere else
+    (root / "C" / "one.png").symlink_to(outside / "single" / "00000.png")  # and to a file
+
+
+def test_the_listing_of_a_folder_without_loops_or_duplicates_is_torchvisions(tmp_path):
+    from torchvision.datasets.folder import make_dataset
+
+    from vitlab.data.folder import list_class_files
+    from vitlab.data.images import is_image_file
+
+    root = tmp_path / "data"
+    _tree_without_loops(root)
+    classes = {"C": 0, "a": 1, "b": 2}
+    expected = make_dataset(str(root), classes, is_valid_file=is_image_file, allow_empty=True)
+    assert len(expected) == 16
+    assert list_class_files(root, classes) == expected  # so the seeded splits are unchanged too
+
+
+@pytest.mark.fault("listing", kinds=4)
+@pytest.mark.timeout(30)  # torchvision's walk of these links takes exponential time
+def test_link_loops_and_duplicate_links_list_each_real_file_once(tmp_path, caplog):
+    root = tmp_path / "data"
+    write_class_folders(root, {"cat": 10, "dog": 10})
+    (root / "cat" / "loop").symlink_to(".")  # kind 1: a folder that links to itself
+    (root / "cat" / "inner").mkdir()
+    (root / "cat" / "inner" / "up").symlink_to("..")  # kind 2: a link back to an ancestor
+    (root / "dog" / "again").symlink_to(root / "dog")  # kind 3: a second path to a folder
+    (root / "dog" / "twin.png").symlink_to("00003.png")  # kind 4: a second name for a file
+    with caplog.at_level(logging.WARNING, logger="vitlab"):
+        splits = load_datasets(str(root), TRAIN, EVAL, val_fraction=0.2, seed=0)
+    sources = splits.train.sources + splits.val.sources
+    assert len(sources) == 20 and len({os.path.realpath(p) for p in sources}) == 20
+    assert not {os.path.realpath(p) for p in splits.train.sources} & {os.path.realpath(p) for p in splits.val.sources}
+    assert sorted(np.concatenate([splits.train.labels, splits.val.labels]).tolist()) == [0] * 10 + [1] * 10
+    assert any("listed once" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.fault("listing", kinds=1)
+def test_one_file_in_two_classes_is_an_error_naming_both(tmp_path):
+    root = tmp_path / "data"
+    write_class_folders(root, {"cat": 3, "dog": 3})
+    (root / "dog" / "cat.png").symlink_to(root / "cat" / "00001.png")
+    with pytest.raises(ValueError, match=r"dog/cat\.png' and '.*cat/00001\.png' are the same file"):
+        load_datasets(str(root), TRAIN, EVAL)

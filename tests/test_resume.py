@@ -91,17 +91,13 @@ def corrupt_missing_entry(path: Path) -> str:
     return "does not fit this run \\(it has no entry 'optimizer'\\)"
 
 
-def corrupt_pointer(path: Path) -> str:
-    (path.parent / ckpt.LATEST).write_text("step-00000099.pt\n")
-    return r"latest: names 'step-00000099\.pt', which is not a checkpoint"
-
-
 @pytest.mark.parametrize("corrupt", [corrupt_truncated, corrupt_with_code, corrupt_foreign, corrupt_shapes,
-                                     corrupt_missing_entry, corrupt_pointer])
+                                     corrupt_missing_entry])
 def test_a_bad_resume_checkpoint_is_one_error_naming_the_file(tmp_path, corrupt):
     Trainer(tiny_config(tmp_path, schedule={"steps": 3})).fit()
     path = ckpt.latest_checkpoint(tmp_path)
     match = corrupt(path)
+    ckpt.record_checksums(path)  # as if it had been written so: the checks after the checksum's are tried
     with pytest.raises(CheckpointError, match=match) as caught:
         Trainer(tiny_config(tmp_path, schedule={"steps": 3}, run={"resume": True}))
     assert str(path.parent) in str(caught.value) and "\n" not in str(caught.value)

@@ -1,18 +1,19 @@
 """ImageFolder sources: ROOT/train/<class>/*.jpg and ROOT/val/<class>/*.jpg, or ROOT/<class>/*.jpg
 (or ROOT/train alone) split into train and val by a seeded stratified fraction.
 
-Files are listed with torchvision's `make_dataset`; any file with an image extension (including
-formats PIL cannot read, such as .heic) is a candidate, so that unreadable ones are reported rather
-than silently left out. Other files (.txt, .json, hidden files) are ignored.
+Files are listed in the order of torchvision's `make_dataset` (classes sorted, then folders, then
+names), following links to folders, but each real folder is walked once, so a link loop ends, and
+each real file is listed once; a file reached from two classes is an error. Any file with an image
+extension (including formats PIL cannot read, such as .heic) is a candidate, so that unreadable ones
+are reported rather than silently left out. Other files (.txt, .json, hidden files) are ignored.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from collections import Counter
 from pathlib import Path
-
-from torchvision.datasets.folder import make_dataset
 
 from .datasets import EncodedImages, Transform
 from .images import check_image, is_image_file
@@ -20,6 +21,8 @@ from .scan import scan_images
 from .splits import DataSplits, split_indices
 
 VAL_DIRS = ("val", "validation")
+
+logger = logging.getLogger("vitlab")
 
 
 def find_classes(directory: Path) -> list[str]:
@@ -42,8 +45,7 @@ def list_images(directory: Path, class_names: list[str], *, check: str, max_bad_
     if unknown:
         raise ValueError(f"class folder {str(directory / unknown[0])!r} has no counterpart in the "
                          f"training classes {class_names}")
-    samples = make_dataset(str(directory), {c: class_to_idx[c] for c in present},
-                           is_valid_file=is_image_file, allow_empty=True)
+    samples = list_class_files(directory, {c: class_to_idx[c] for c in present})
     _require_images(directory, present, Counter(label for _, label in samples), class_names, "image files")
     good = scan_images([path for path, _ in samples], lambda path, decode: check_image(path, decode=decode),
                        mode=check, description=str(directory), max_bad_fraction=max_bad_fraction)
@@ -52,6 +54,62 @@ def list_images(directory: Path, class_names: list[str], *, check: str, max_bad_
         _require_images(directory, present, Counter(label for _, label in samples), class_names,
                         "readable images")
     return [path for path, _ in samples], [label for _, label in samples]
+
+
+def list_class_files(directory: Path, class_to_idx: dict[str, int]) -> list[tuple[str, int]]:
+    """(path, label) of every image file under directory/<class>/, in make_dataset's order: classes
+    sorted, folders sorted by path, names sorted. Each real folder is walked once (a link loop, or a
+    second link to a folder already walked, is not entered) and each real file listed once."""
+    samples: list[tuple[str, int]] = []
+    owner: dict[str, tuple[str, str]] = {}  # real path -> (class, the path it was listed under)
+    skipped: list[str] = []
+    for name in sorted(class_to_idx):
+        for path in _walk_files(os.path.join(directory, name), skipped):
+            real = os.path.realpath(path)
+            if real in owner:
+                first_class, first = owner[real]
+                if first_class != name:
+                    raise ValueError(f"{path!r} and {first!r} are the same file {real!r}, in the class folders "
+                                     f"{name!r} and {first_class!r}; an image belongs to one class")
+                skipped.append(path)
+                continue
+            owner[real] = (name, path)
+            samples.append((path, class_to_idx[name]))
+    if skipped:
+        logger.warning("%s: %d files and folders reached a second time through a link are listed once, e.g. %s",
+                       directory, len(skipped), skipped[0])
+    return samples
+
+
+def _walk_files(top: str, skipped: list[str]) -> list[str]:
+    """Image files under `top` (links followed, each real folder entered once), sorted as make_dataset
+    sorts them. A folder is entered at most once, so the walk ends after as many steps as `top` holds
+    real folders, whatever its links."""
+    seen = {key} if (key := _folder_key(top)) else set()
+    found: list[tuple[str, list[str]]] = []
+    for root, folders, names in os.walk(top, followlinks=True):
+        folders.sort()  # which of two links to one folder is entered does not depend on the disk's order
+        keep = []
+        for folder in folders:
+            key = _folder_key(os.path.join(root, folder))
+            if key in seen:
+                skipped.append(os.path.join(root, folder))
+            elif key is not None:
+                seen.add(key)
+                keep.append(folder)
+        folders[:] = keep
+        found.append((root, names))
+    return [os.path.join(root, name) for root, names in sorted(found) for name in sorted(names)
+            if is_image_file(os.path.join(root, name))]
+
+
+def _folder_key(folder: str) -> tuple[int, int] | None:
+    """What a folder is, links followed: (device, inode); None when it cannot be read."""
+    try:
+        info = os.stat(folder)
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino
 
 
 def _require_images(directory: Path, present: list[str], counts: Counter, class_names: list[str],

@@ -48,7 +48,7 @@ def scan_images(sources: Sequence[Any], check: Callable[[Any, bool], None], *, m
         try:
             check(source, decode)
         except BadImageError as error:
-            bad.append(error)
+            bad.append(error.with_traceback(None))  # its traceback would keep the callers' frames alive
             logger.warning("skipping unreadable image %s: %s", error.name, error.reason)
             if len(bad) > max_bad_fraction * total:
                 progress.close()

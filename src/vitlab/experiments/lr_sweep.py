@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from vitlab.train import Trainer, TrainResult, get_recipe
-from vitlab.train.checkpoint import latest_checkpoint
+from vitlab.train.checkpoint import holds_checkpoints
 from vitlab.train.config import ModelSpec
 from vitlab.train.paper_tables import DEV_FRACTIONS, TABLE_4, TABLE_4_BATCH_SIZE
 
@@ -55,7 +55,7 @@ def finetune_run(settings: Settings, tag: str, *, seed: int, lr: float, steps: i
     out = settings.out / RUNS / tag
     config.run.out, config.run.seed, config.run.threads = str(out), seed, settings.threads
     config.run.eval_every, config.run.log_every, config.run.keep_ckpts = steps, steps, 1
-    config.run.resume = latest_checkpoint(out) is not None
+    config.run.resume = holds_checkpoints(out)
     trainer = Trainer(config, architecture=architecture)
     started = time.perf_counter()
     result = trainer.fit()

@@ -23,7 +23,7 @@ from vitlab.bench.flops import model_flops
 from vitlab.model import BiTConfig, ResNetConfig, ViTConfig, config_for, create_model
 from vitlab.model.resnet import bit_resnet_config
 from vitlab.train import Trainer, TrainResult, get_recipe
-from vitlab.train.checkpoint import latest_checkpoint
+from vitlab.train.checkpoint import holds_checkpoints
 from vitlab.train.config import ModelSpec
 from vitlab.train.paper_tables import TABLE_4
 
@@ -210,7 +210,7 @@ def train_run(
     out = settings.out / RUNS / tag
     config.run.out, config.run.seed, config.run.threads = str(out), seed, settings.threads
     config.run.eval_every, config.run.log_every, config.run.keep_ckpts = steps, steps, 1
-    config.run.resume = latest_checkpoint(out) is not None
+    config.run.resume = holds_checkpoints(out)
     started = time.perf_counter()
     result = Trainer(config, architecture=architecture).fit()
     log.info("%s: val top-1 %.4f after %d steps (%.0f s)", tag, result.summary["val_top1"], steps,

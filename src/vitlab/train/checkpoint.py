@@ -6,17 +6,23 @@ position in the epoch's data order, the running training-loss sums, every random
 main process (python, numpy, torch, CUDA) and the resolved run config. Data-loader workers need no
 saved state: each sample's augmentation is seeded by (seed, epoch, index) (see loader.py).
 
-Writes are atomic: the file is written under a temporary name in the same folder, fsynced and
-renamed, and only then does the `latest` pointer (a one-line text file, written the same way) name
-it. A crash at any moment leaves `latest` naming a complete checkpoint; a full disk raises
-CheckpointError and leaves the previous one in place. A sharded checkpoint (a folder, e.g. from
-torch.distributed.checkpoint) is written the same way with `atomic_folder` and then `publish`ed.
+Writes are atomic: the file is written under a temporary name in the same folder, fsynced, its
+SHA-256 recorded beside it (`step-00001200.sha256`, in `sha256sum` format, written the same way),
+renamed, and only then does the `latest` pointer (a one-line text file) name it. A crash at any
+moment leaves `latest` naming a complete checkpoint; a full disk raises CheckpointError and leaves
+the previous one in place. A sharded checkpoint (a folder, e.g. from torch.distributed.checkpoint)
+is written the same way with `atomic_folder`, every file of it checksummed, and then `publish`ed.
+
+A resumed run takes `newest_valid_checkpoint`: the one `latest` names if its checksums hold, else
+the newest one whose checksums hold, saying in the log which were passed over and why; a run whose
+`latest` pointer was deleted finds its newest checkpoint the same way.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import io
 import logging
 import os
@@ -42,6 +48,8 @@ LATEST = "latest"
 FORMAT = "vitlab-train-state"
 FORMAT_VERSION = 1
 NAME = re.compile(r"step-(\d+)(?:\.pt)?")  # a file, or the folder of a sharded checkpoint
+CHECKSUMS = ".sha256"  # step-00001200.sha256 beside step-00001200.pt (or the folder step-00001200)
+CHECKSUM_LINE = re.compile(r"([0-9a-f]{64})  (\S(?:.*\S)?)")  # as sha256sum writes it
 PARTIAL = ".partial-"  # in the names of files and folders still being written
 SHARDED_STATE = "trainer.pt"  # in a sharded checkpoint's folder: everything but the model and optimiser shards
 # Fault-injection tests set this to a step number: the writer of that step's checkpoint stops half-way
@@ -89,14 +97,18 @@ def _as_tuple(value: Any) -> Any:
 
 
 # -- atomic files and folders ----------------------------------------------------------------------
-def atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> None:
-    """Write `path` through a temporary file in the same folder: fsync, rename, fsync the folder."""
+def atomic_write(path: Path, write: Callable[[IO[bytes]], None],
+                 before_rename: Callable[[Path], None] | None = None) -> None:
+    """Write `path` through a temporary file in the same folder: fsync, `before_rename(temporary)`,
+    rename, fsync the folder."""
     temporary = path.with_name(f".{path.name}{PARTIAL}{os.getpid()}")
     try:
         with open(temporary, "wb") as file:
             write(file)
             file.flush()
             os.fsync(file.fileno())
+        if before_rename is not None:
+            before_rename(temporary)
         os.replace(temporary, path)
     except BaseException as error:
         temporary.unlink(missing_ok=True)
@@ -117,7 +129,8 @@ def atomic_folder(path: str | Path, commit: bool = True) -> Iterator[Path]:
     folder; only the rank with `commit` renames it (torch.distributed.checkpoint.save returns on the
     coordinator once every rank's shards are written). A crash before the rename leaves `path` as it
     was; `remove_partial_writes` (called by `save_checkpoint`; before a sharded save, by rank 0 ahead
-    of a barrier) clears what a crashed writer left.
+    of a barrier) clears what a crashed writer left. The committing rank records the checksum of
+    every file before the rename.
     """
     path = Path(path)
     partial = path.with_name(f".{path.name}{PARTIAL}folder")
@@ -130,6 +143,7 @@ def atomic_folder(path: str | Path, commit: bool = True) -> Iterator[Path]:
             if file.is_file():
                 _fsync(file)
         _fsync(partial)
+        record_checksums(path, partial)
         if path.exists():  # rename cannot replace a non-empty folder: move the old one aside first
             old = path.with_name(f".{path.name}{PARTIAL}old")
             shutil.rmtree(old, ignore_errors=True)
@@ -186,7 +200,8 @@ def save_checkpoint(out: str | Path, step: int, state: dict[str, Any], keep: int
     remove_partial_writes(folder)
     path = folder / checkpoint_name(step)
     document = {"format": FORMAT, "format_version": FORMAT_VERSION, **state}
-    atomic_write(path, lambda file: _save_document(document, file, step))
+    atomic_write(path, lambda file: _save_document(document, file, step),
+                 before_rename=lambda temporary: record_checksums(path, temporary))
     publish(out, path, keep)
     return path
 
@@ -199,6 +214,11 @@ def publish(out: str | Path, path: Path, keep: int) -> None:
     for old in list_checkpoints(out)[:-keep]:
         if old != path:
             shutil.rmtree(old) if old.is_dir() else old.unlink(missing_ok=True)
+            checksum_file(old).unlink(missing_ok=True)
+    kept = {checksum_file(p) for p in list_checkpoints(out)}
+    for orphan in folder.glob(f"step-*{CHECKSUMS}"):  # of a checkpoint a crash kept from its rename
+        if orphan not in kept:
+            orphan.unlink(missing_ok=True)
 
 
 def _save_document(document: dict[str, Any], file: IO[bytes], step: int) -> None:
@@ -241,6 +261,98 @@ def latest_checkpoint(out: str | Path) -> Path | None:
     if not NAME.fullmatch(name) or not path.exists():
         raise CheckpointError(f"{pointer}: names {name!r}, which is not a checkpoint in {pointer.parent}")
     return path
+
+
+def holds_checkpoints(out: str | Path) -> bool:
+    """Whether a run has written checkpoints to `out` (a `latest` pointer, or any checkpoint)."""
+    return (checkpoint_dir(out) / LATEST).is_file() or bool(list_checkpoints(out))
+
+
+# -- checksums -------------------------------------------------------------------------------------
+def checksum_file(checkpoint: Path) -> Path:
+    """step-00001200.sha256 for step-00001200.pt and for the folder step-00001200."""
+    return checkpoint.with_name(checkpoint.name.removesuffix(".pt") + CHECKSUMS)
+
+
+def _sha256(path: Path) -> str:
+    with open(path, "rb") as file:
+        return hashlib.file_digest(file, "sha256").hexdigest()
+
+
+def _files_of(path: Path) -> list[Path]:
+    """The files of a checkpoint: itself, or every file in its folder (sorted)."""
+    return sorted(f for f in path.rglob("*") if f.is_file()) if path.is_dir() else [path]
+
+
+def record_checksums(checkpoint: Path, written: Path | None = None) -> None:
+    """Write checksum_file(checkpoint): the SHA-256 of each file of `written` (the checkpoint still
+    under its temporary name; default: the checkpoint itself), named as they are under `checkpoint`,
+    so that `sha256sum -c step-00001200.sha256` in the checkpoints folder checks them."""
+    written = Path(written or checkpoint)
+    lines = []
+    for file in _files_of(written):
+        name = Path(checkpoint.name, file.relative_to(written)) if written.is_dir() else checkpoint.name
+        lines.append(f"{_sha256(file)}  {name}\n")
+    atomic_write(checksum_file(checkpoint), lambda file: file.write("".join(lines).encode()))
+
+
+def verify_checkpoint(checkpoint: str | Path) -> None:
+    """CheckpointError (one line, naming the file) unless every file of `checkpoint` is there and has
+    the SHA-256 recorded when it was written, and nothing else is in its folder."""
+    checkpoint = Path(checkpoint)
+    record = checksum_file(checkpoint)
+    if not record.is_file():
+        files = f"$(find {checkpoint.name} -type f)" if checkpoint.is_dir() else checkpoint.name
+        raise CheckpointError(f"{checkpoint}: no checksum file {record.name} beside it, so it cannot be checked "
+                              f"(to trust it as it is: cd {checkpoint.parent} && sha256sum {files} > {record.name})")
+    expected: dict[str, str] = {}
+    for number, line in enumerate(record.read_text(errors="replace").splitlines(), 1):
+        match = CHECKSUM_LINE.fullmatch(line)
+        if match is None:
+            raise CheckpointError(f"{record}: line {number} is not '<sha256>  <file>'")
+        expected[match.group(2)] = match.group(1)
+    files = _files_of(checkpoint) if checkpoint.exists() else []
+    present = {str(file.relative_to(checkpoint.parent)): file for file in files}
+    for name in sorted(expected.keys() - present.keys()):
+        raise CheckpointError(f"{checkpoint.parent / name}: missing (it is listed in {record.name})")
+    for name in sorted(present.keys() - expected.keys()):
+        raise CheckpointError(f"{present[name]}: not listed in {record.name}, so not written with this checkpoint")
+    for name, file in present.items():
+        actual = _sha256(file)
+        if actual != expected[name]:
+            raise CheckpointError(f"{file}: SHA-256 {actual[:16]}... differs from the {expected[name][:16]}... "
+                                  f"recorded in {record.name}; the file changed after it was written")
+
+
+def newest_valid_checkpoint(out: str | Path) -> Path | None:
+    """The checkpoint a resumed run continues from: the one `latest` names when its checksums hold,
+    else the newest one whose checksums hold (the log says which were passed over, and why). None
+    when `out` holds no checkpoint; CheckpointError when it holds some and none is intact."""
+    folder = checkpoint_dir(out)
+    try:
+        named = latest_checkpoint(out)
+    except CheckpointError as error:
+        log.warning("%s; looking for the newest intact checkpoint instead", error)
+        named = None
+    found = list_checkpoints(out)[::-1]  # newest first
+    if named is None and found and not (folder / LATEST).is_file():
+        log.warning("%s: no %r pointer; looking for the newest intact checkpoint", folder, LATEST)
+    candidates = ([named] if named is not None else []) + [path for path in found if path != named]
+    problems = []
+    for path in candidates:  # each checkpoint once: bounded by how many there are
+        try:
+            verify_checkpoint(path)
+        except CheckpointError as error:
+            problems.append(str(error))
+            log.warning("passing over checkpoint %s: %s", path.name, error)
+            continue
+        if problems or path != named:
+            log.warning("resuming from %s, the newest intact checkpoint", path)
+        return path
+    if not candidates:
+        return None
+    raise CheckpointError(f"{folder}: none of its {len(candidates)} checkpoint(s) is intact "
+                          f"(run.keep_ckpts keeps more); {'; '.join(problems)}")
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:

@@ -10,9 +10,11 @@ worker's generator needs saving.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import random
 import signal
+import weakref
 from collections.abc import Iterator
 
 import numpy as np
@@ -118,10 +120,48 @@ class SeededSamples(Dataset):
 
 
 def _leave_signals_to_main_process(worker_id: int) -> None:
-    """Ctrl-C reaches every process of the terminal's group; the trainer (main process) answers it by
-    finishing the step and writing a checkpoint, which needs its workers alive until then."""
+    """Ctrl-C reaches every process of the terminal's group (and a scheduler may send SIGTERM to
+    all); the trainer (main process) answers it by finishing the step and writing a checkpoint,
+    which needs its workers alive until then. The main process ends them (shut_down_workers)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+WORKER_JOIN_SECONDS = 10.0  # how long a worker may take to leave after it is told to, before it is killed
+_LOADERS: weakref.WeakSet[DataLoader] = weakref.WeakSet()  # loaders with workers, for the exit handler
+
+
+def shut_down_workers(loader: DataLoader) -> None:
+    """End the loader's worker processes now (a later iteration starts new ones). Persistent workers
+    live as long as their loader and ignore SIGTERM, so multiprocessing's exit handler, which sends
+    SIGTERM and then waits without a limit, would wait forever for the workers of a loader still
+    referenced (e.g. from a traceback) when Python exits. torch keeps the workers in the loader's
+    private `_iterator`; a worker that does not leave within WORKER_JOIN_SECONDS is killed."""
+    iterator = getattr(loader, "_iterator", None)
+    if iterator is None:
+        return
+    workers = list(getattr(iterator, "_workers", ()))
+    shutdown = getattr(iterator, "_shutdown_workers", None)
+    if shutdown is not None:
+        shutdown()  # asks each worker to leave, waits a few seconds, then sends SIGTERM
+    for worker in workers:
+        worker.join(WORKER_JOIN_SECONDS)
+        if worker.is_alive():
+            worker.kill()
+            worker.join(WORKER_JOIN_SECONDS)
+    loader._iterator = None
+
+
+@atexit.register  # registered after multiprocessing's and torch's exit handlers, so it runs before them
+def _end_workers_at_exit() -> None:
+    for loader in list(_LOADERS):
+        shut_down_workers(loader)
+
+
+def _tracked(loader: DataLoader) -> DataLoader:
+    if loader.num_workers:
+        _LOADERS.add(loader)
+    return loader
 
 
 def _loader_options(workers: int, pin_memory: bool) -> dict:
@@ -145,8 +185,9 @@ def train_loader(dataset: Dataset, micro_batch: int, seed: int, workers: int, pi
     if processes.distributed:
         check_batch(micro_batch, processes)
         batches = RankSlices(batches, processes)
-    return DataLoader(SeededSamples(dataset, seed), batch_sampler=batches, **_loader_options(workers, pin_memory))
+    return _tracked(DataLoader(SeededSamples(dataset, seed), batch_sampler=batches,
+                               **_loader_options(workers, pin_memory)))
 
 
 def eval_loader(dataset: Dataset, batch_size: int, workers: int, pin_memory: bool = False) -> DataLoader:
-    return DataLoader(dataset, batch_size=batch_size, shuffle=False, **_loader_options(workers, pin_memory))
+    return _tracked(DataLoader(dataset, batch_size=batch_size, shuffle=False, **_loader_options(workers, pin_memory)))

@@ -41,11 +41,12 @@ from . import checkpoint as ckpt
 from . import distributed
 from .callbacks import METRICS_FILE, Callback, MetricsFile, ProgressBar, read_metrics
 from .config import TrainConfig, apply_mapping
-from .loader import eval_loader, train_loader, train_transform
+from .loader import eval_loader, shut_down_workers, train_loader, train_transform
 from .optim import build_optimizer, build_schedule, total_steps
 from .plots import PLOT_FILE, plot_training_curve
 from .precision import resolve_device, resolve_precision
 from .recipes import get_recipe
+from .runlock import RunLock
 from .selection import BestWeights
 
 log = logging.getLogger("vitlab")
@@ -96,6 +97,18 @@ class Trainer:
         self.architecture = architecture
         self.out = Path(config.run.out)
         self.processes = distributed.from_environment()  # under torchrun, one of several
+        # One run per folder, from before the resume checkpoint is read until fit() ends; process 0 holds it.
+        self.lock = RunLock(self.out)
+        if self.processes.is_main:
+            self.lock.acquire()
+        try:
+            self._set_up(callbacks)
+        except BaseException:
+            self.lock.release()
+            raise
+
+    def _set_up(self, callbacks: Sequence[Callback]) -> None:
+        config = self.config
         self.sharded = config.run.data_parallel == "fsdp"
         if self.sharded and config.optim.ema_decay:
             raise ConfigError("optim.ema_decay: weight averaging needs the whole model, not run.data_parallel=fsdp")
@@ -155,17 +168,26 @@ class Trainer:
                 self.load_state_dict(resume_state)
             log.info("resuming %s from step %d (epoch %d)", self.out, self.step, self.epoch)
 
+    def close(self) -> None:
+        """End the data-loader workers and free the output folder (fit() does this when it ends)."""
+        for loader in (self.train_loader, self.val_loader, self.test_loader):
+            if loader is not None:
+                shut_down_workers(loader)
+        self.lock.release()
+
     # -- setup -----------------------------------------------------------------------------------
     def _read_resume_checkpoint(self) -> dict[str, Any] | None:
-        """The latest checkpoint's state when resuming (checked against this config before any work)."""
-        latest = ckpt.latest_checkpoint(self.out)
-        if latest is None:
-            if self.config.run.resume:
-                log.warning("--resume: %s holds no checkpoint yet; starting from step 0", self.out / ckpt.FOLDER)
-            return None
+        """The state of the newest intact checkpoint when resuming (checked against this config before
+        any work); see checkpoint.newest_valid_checkpoint."""
         if not self.config.run.resume:
-            raise ConfigError(f"{self.out} already holds a run ({latest}); pass --resume to continue it "
-                              f"or choose another --out")
+            if ckpt.holds_checkpoints(self.out):
+                raise ConfigError(f"{self.out} already holds a run ({self.out / ckpt.FOLDER}); pass --resume to "
+                                  f"continue it or choose another --out")
+            return None
+        latest = ckpt.newest_valid_checkpoint(self.out)
+        if latest is None:
+            log.warning("--resume: %s holds no checkpoint yet; starting from step 0", self.out / ckpt.FOLDER)
+            return None
         self.resumed_from = latest
         state = ckpt.load_checkpoint(latest)
         with self._checkpoint_problems():
@@ -352,6 +374,7 @@ class Trainer:
             self._restore_signal_handlers(previous_handlers)
             self._call("on_train_end", self.summary)
             distributed.stop(self.processes)
+            self.close()  # the workers end with the run, however it ends
 
     def _checkpoint_due(self, evaluated: bool, last_checkpoint_time: float) -> bool:
         """At every evaluation, every run.ckpt_every_steps / _minutes and on a stop signal; never while
