@@ -211,7 +211,7 @@ class Trainer:
             splits.train = take_fraction(splits.train, config.data.train_fraction, config.run.seed)
         names = list(splits.class_names)
         if spec.init:
-            model.reset_classifier(len(names), names)  # paper 3.2: a zero-initialised head for the new classes
+            model.reset_classifier(len(names), class_names=names)  # paper 3.2: a zero-initialised head for the new classes
             model.config = model.config.replace(preprocessing=preprocessing)
         else:
             torch.manual_seed(config.run.seed)

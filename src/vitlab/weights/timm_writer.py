@@ -1,0 +1,101 @@
+"""Writing a folder timm loads: `timm.create_model("local-dir:DIR", pretrained=True)`.
+
+The layout is the one timm's own hub writer produces (timm/models/_hub.py, save_for_hf):
+config.json with "architecture", "num_classes", "num_features", "global_pool", "label_names",
+"model_args" (the keyword arguments that rebuild this exact model, which take precedence over the
+architecture's defaults) and "pretrained_cfg" (input size, mean, std, crop, interpolation), beside
+model.safetensors holding timm's state dict. timm's key names are vitlab's but for E_pos.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import save_file
+
+from vitlab.model import VisionTransformer
+from vitlab.model.aliases import timm_architecture
+
+from .peers import TIMM, check_peer
+
+log = logging.getLogger("vitlab")
+
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "model.safetensors"
+# Any registered ViT works as the architecture, since model_args give every size; the matching
+# name is used where timm has one.
+GENERIC_ARCHITECTURE = "vit_base_patch16_224"
+TIMM_POOL = {"token": "token", "gap": "avg"}
+
+
+def timm_config(model: VisionTransformer) -> dict[str, Any]:
+    """config.json for timm; raises ConfigError for what timm cannot hold."""
+    config = check_peer(model, TIMM)
+    pre = config.preprocessing
+    height, width = config.image_size
+    model_args: dict[str, Any] = dict(
+        img_size=[height, width], patch_size=config.patch_size, in_chans=config.in_channels,
+        embed_dim=config.dim, depth=config.depth, num_heads=config.num_heads,
+        mlp_ratio=config.mlp_dim / config.dim, qkv_bias=config.qkv_bias,
+        class_token=config.class_token, global_pool=TIMM_POOL[config.pool],
+        # vit_jax's GAP normalises every token before the mean; timm's default for 'avg' normalises after.
+        fc_norm=config.pool == "gap" and config.gap_norm == "after_pool",
+        pos_embed="learn" if config.pos_embed == "learned" else "none", no_embed_class=False,
+        act_layer=config.act,  # timm's names: 'gelu' (exact) and 'gelu_tanh'
+        drop_rate=config.head_dropout, pos_drop_rate=config.dropout, proj_drop_rate=config.dropout,
+        attn_drop_rate=config.attn_dropout, drop_path_rate=config.drop_path,
+    )
+    if (config.pos_resample, config.pos_resample_antialias) != ("bicubic", True) and config.pos_embed == "learned":
+        log.info(
+            "timm export: timm resamples E_pos bicubic with antialiasing at other sizes; this model resamples "
+            "%s (antialias %s): same logits at %dx%d, not at other sizes", config.pos_resample,
+            config.pos_resample_antialias, height, width,
+        )
+    pretrained_cfg: dict[str, Any] = {
+        "tag": "vitlab",
+        "custom_load": False,
+        "input_size": [config.in_channels, height, width],
+        "fixed_input_size": True,
+        "interpolation": pre.interpolation,
+        "crop_pct": pre.crop_pct,
+        "crop_mode": "center",  # vitlab's evaluation: resize to size / crop_pct, centre crop (timm's too)
+        "mean": list(pre.mean),
+        "std": list(pre.std),
+        "num_classes": config.num_classes,
+        "pool_size": None,
+        "first_conv": "patch_embed.proj",
+        "classifier": "head",
+    }
+    document: dict[str, Any] = {
+        "architecture": timm_architecture(config) or GENERIC_ARCHITECTURE,
+        "num_classes": config.num_classes,
+        "num_features": config.dim,
+        "global_pool": TIMM_POOL[config.pool],
+    }
+    if config.class_names:
+        document["label_names"] = list(config.class_names)
+    document["model_args"] = model_args
+    document["pretrained_cfg"] = pretrained_cfg
+    return document
+
+
+def timm_state_dict(model: VisionTransformer) -> dict[str, torch.Tensor]:
+    state = {name: t.detach().to("cpu", torch.float32).contiguous() for name, t in model.state_dict().items()}
+    if "pos_embed.weight" in state:
+        state["pos_embed"] = state.pop("pos_embed.weight")  # timm's E_pos is a bare parameter
+    return state
+
+
+def save_timm(model: VisionTransformer, directory: str | Path) -> Path:
+    """Write config.json + model.safetensors for timm; nothing is written if timm cannot hold the model."""
+    document = timm_config(model)
+    state = timm_state_dict(model)
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    save_file(state, str(directory / WEIGHTS_FILE), metadata={"format": "pt"})
+    (directory / CONFIG_FILE).write_text(json.dumps(document, indent=2) + "\n")
+    return directory
