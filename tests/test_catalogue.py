@@ -69,7 +69,9 @@ def test_every_entry_names_a_registered_model_and_an_official_file(entry: Pretra
     assert entry.downloads[0].url.startswith("https://storage.googleapis.com/vit_models/")
     assert entry.downloads[0].url.endswith(".npz")
     assert entry.license == "Apache-2.0" and entry.mean == (0.5,) * 3 and entry.std == (0.5,) * 3
-    assert entry.num_classes == (21843 if entry.tag in ("augreg-in21k", "orig-in21k") else 1000)
+    # The paper's in21k files have a zeroed head: feature extractors (num_classes 0), as timm serves them.
+    assert entry.num_classes == {"augreg-in21k": 21843, "orig-in21k": 0}.get(entry.tag, 1000)
+    assert entry.zeroed_head == (entry.tag == "orig-in21k") and entry.file_num_classes in (21843, 1000)
     for download in entry.downloads:
         assert download.sha256 is None or re.fullmatch(r"[0-9a-f]{8,64}", download.sha256)
     assert find(entry.name) is entry and is_catalogue_name(entry.name)
@@ -85,12 +87,14 @@ def test_augreg_files_and_sizes_agree_with_timms_records():
         cfg = registry.get_pretrained_cfg(entry.timm_id.removeprefix("timm/"))
         assert cfg is not None, entry.timm_id
         assert cfg.input_size[-1] == entry.image_size, entry.name
-        if cfg.num_classes:  # timm drops the head of the original in21k weights
-            assert cfg.num_classes == entry.num_classes, entry.name
+        assert cfg.num_classes == entry.num_classes, entry.name  # 0 where timm records the head as not valid
         if "augreg" in entry.tag:
             assert cfg.url == entry.downloads[0].url, entry.name
             checked += 1
-    assert checked == sum("augreg" in entry.tag for entry in list_pretrained()) == 26
+    # 26 plain ViTs and the 9 files of the three AugReg hybrids (R+Ti/16, R26+S/32, R50+L/32)
+    assert checked == sum("augreg" in entry.tag for entry in list_pretrained()) == 35
+    hybrids = {entry.model for entry in list_pretrained() if "augreg" in entry.tag and "+" in entry.model}
+    assert hybrids == {"R+Ti/16", "R26+S/32", "R50+L/32"}
 
 
 def test_original_weights_have_timms_sha256_prefix_as_second_source():

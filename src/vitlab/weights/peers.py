@@ -116,7 +116,7 @@ def check_peer(model: object, peer: Peer) -> ViTConfig:
         if reason is not None:
             raise ConfigError(f"--format {peer.name}: {peer.name} cannot hold {reason}")
     known = set(ALWAYS) | set(peer.allowed) | set(peer.carried) | set(peer.dropped)
-    for spec in dataclasses.fields(ViTConfig):
+    for spec in dataclasses.fields(config):
         if spec.name in known:
             continue
         default = spec.default if spec.default is not dataclasses.MISSING else spec.default_factory()  # type: ignore[misc]
