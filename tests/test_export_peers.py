@@ -115,6 +115,7 @@ def test_pipeline_classifies_a_png_offline_as_vitlab_with_the_same_preprocessing
     assert expected[0][1] - expected[-1][1] > 0.05  # the scores differ, so the order is a real check
 
 
+@pytest.mark.slow
 def test_cli_exports_both_and_prints_the_peers_logit_difference(tmp_path, capsys):
     tiny().save_pretrained(tmp_path / "run")
     for fmt in ("timm", "hf"):
