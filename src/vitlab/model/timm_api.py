@@ -91,7 +91,8 @@ class TimmInterface:
             "mean": tuple(pre.mean),
             "std": tuple(pre.std),
             "num_classes": config.num_classes,
-            "first_conv": "patch_embed.proj" if config.backbone is None else "patch_embed.backbone.stem.conv",
+            "first_conv": "patch_embed.proj" if config.backbone is None
+            else "patch_embed.backbone.stem.conv" if config.backbone.layers else "patch_embed.backbone.conv",
             "classifier": "head",
         }
         if config.class_names:

@@ -49,6 +49,31 @@ def integer_mlp_ratio(config: ViTConfig) -> str | None:
     return None
 
 
+# timm's R+ViT hybrids (vision_transformer_hybrid.py) by the backbone's units per stage; the
+# registered function builds the backbone, model_args give the transformer.
+TIMM_HYBRID_BACKBONES = {
+    (): "vit_tiny_r_s16_p8_224", (2, 2, 2, 2): "vit_small_r26_s32_224",
+    (3, 4, 9): "vit_base_r50_s16_224", (3, 4, 6, 3): "vit_large_r50_s32_224",
+}
+
+
+def timm_hybrid_backbone(config: ViTConfig) -> str | None:
+    """timm builds its hybrids' ResNetV2 itself: same units, stem and numerics, or a reason."""
+    backbone = config.backbone
+    if backbone is None:
+        return None
+    if backbone.layers not in TIMM_HYBRID_BACKBONES:
+        return f"a ResNet backbone with units {backbone.layers} (timm's hybrids have {', '.join(map(str, TIMM_HYBRID_BACKBONES))})"
+    timm_numerics = dict(preact=False, stem="standard", padding="same", width=64, num_groups=32,
+                         norm_eps=1e-5, weight_std="timm", weight_std_eps=1e-8)
+    wrong = [f"{k}={getattr(backbone, k)!r}" for k, v in timm_numerics.items() if getattr(backbone, k) != v]
+    if wrong:
+        # vit_jax standardises as (w - mean) / (std + 1e-5) with GroupNorm eps 1e-6: close, not equal.
+        return (f"a hybrid backbone with {', '.join(wrong)} (timm's ResNetV2 standardises weights as "
+                "(w - mean) / sqrt(var + 1e-8), GroupNorm eps 1e-5, SAME padding)")
+    return None
+
+
 TIMM = Peer(
     name="timm",
     allowed={
@@ -56,14 +81,13 @@ TIMM = Peer(
         "pos_embed": ("learned", "none"),  # timm's pos_embed 'learn' / 'none', added at the input
         "act": ("gelu", "gelu_tanh"),
         "norm_eps": (1e-6,),  # timm's ViT LayerNorm; model_args cannot change its epsilon
-        "backbone": (None,),
         "representation_size": (None,),
         "head_hidden": ((),),
         "mlp_out_act": (False,),
     },
     carried=("gap_norm", "dropout", "attn_dropout", "drop_path", "head_dropout", "head_dim",
-             "pos_resample", "pos_resample_antialias"),
-    checks=(standard_head_dim, integer_mlp_ratio),
+             "pos_resample", "pos_resample_antialias", "backbone"),
+    checks=(standard_head_dim, integer_mlp_ratio, timm_hybrid_backbone),
 )
 
 HF = Peer(
@@ -83,10 +107,7 @@ HF = Peer(
 )
 
 PEERS = {"timm": TIMM, "hf": HF}
-HYBRID_REASONS = {
-    "hf": "transformers has no ResNet + ViT model",
-    "timm": "vitlab writes only plain ViTs for timm; its R+ViT hybrids are built by name with timm's ResNetV2 numerics",
-}
+HYBRID_REASONS = {"hf": "transformers has no ResNet + ViT model"}
 WHAT = {
     "pool": "pooling", "pos_embed": "position embedding", "act": "MLP activation", "norm_eps": "LayerNorm epsilon",
     "backbone": "ResNet backbone (hybrid)", "representation_size": "representation (pre-logits) layer",

@@ -20,7 +20,7 @@ from safetensors.torch import save_file
 from vitlab.model import VisionTransformer
 from vitlab.model.aliases import timm_architecture
 
-from .peers import TIMM, check_peer
+from .peers import TIMM, TIMM_HYBRID_BACKBONES, check_peer
 
 log = logging.getLogger("vitlab")
 
@@ -70,8 +70,13 @@ def timm_config(model: VisionTransformer) -> dict[str, Any]:
         "first_conv": "patch_embed.proj",
         "classifier": "head",
     }
+    if config.backbone is not None:  # timm's hybrid function builds the backbone, model_args the rest
+        architecture = TIMM_HYBRID_BACKBONES[config.backbone.layers]
+        pretrained_cfg["first_conv"] = first_conv(config)
+    else:
+        architecture = timm_architecture(config) or GENERIC_ARCHITECTURE
     document: dict[str, Any] = {
-        "architecture": timm_architecture(config) or GENERIC_ARCHITECTURE,
+        "architecture": architecture,
         "num_classes": config.num_classes,
         "num_features": config.dim,
         "global_pool": TIMM_POOL[config.pool],
@@ -83,10 +88,21 @@ def timm_config(model: VisionTransformer) -> dict[str, Any]:
     return document
 
 
+def first_conv(config: Any) -> str:
+    """timm's name of the first convolution; its stem-only hybrid holds the stem as the backbone."""
+    if config.backbone is None:
+        return "patch_embed.proj"
+    return "patch_embed.backbone.conv" if not config.backbone.layers else "patch_embed.backbone.stem.conv"
+
+
 def timm_state_dict(model: VisionTransformer) -> dict[str, torch.Tensor]:
     state = {name: t.detach().to("cpu", torch.float32).contiguous() for name, t in model.state_dict().items()}
     if "pos_embed.weight" in state:
         state["pos_embed"] = state.pop("pos_embed.weight")  # timm's E_pos is a bare parameter
+    backbone = model.config.backbone
+    if backbone is not None and not backbone.layers:
+        stem = "patch_embed.backbone.stem."
+        state = {("patch_embed.backbone." + k[len(stem):] if k.startswith(stem) else k): v for k, v in state.items()}
     return state
 
 
