@@ -17,7 +17,8 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
-from vitlab.model import VisionTransformer
+from vitlab.model import BiTResNet, ConfigError, VisionTransformer
+from vitlab.model.resnet import bit_config
 from vitlab.model.aliases import timm_architecture
 
 from .peers import TIMM, TIMM_HYBRID_BACKBONES, check_peer
@@ -106,10 +107,60 @@ def timm_state_dict(model: VisionTransformer) -> dict[str, torch.Tensor]:
     return state
 
 
-def save_timm(model: VisionTransformer, directory: str | Path) -> Path:
+# timm's BiT models (resnetv2.py): the BiT-R{depth}x{width} names vitlab registers.
+TIMM_BIT = {"BiT-R50x1", "BiT-R50x3", "BiT-R101x1", "BiT-R101x3", "BiT-R152x2", "BiT-R152x4"}
+
+
+def timm_bit_name(model: BiTResNet) -> str:
+    """timm's resnetv2_{depth}x{width}_bit for a BiT ResNet of exactly that trunk and timm's numerics."""
+    resnet = model.config.resnet
+    for name in TIMM_BIT:
+        if bit_config(name).resnet == resnet:
+            depth, width = name.removeprefix("BiT-R").split("x")
+            return f"resnetv2_{depth}x{width}_bit"
+    raise ConfigError(
+        f"--format timm: timm cannot hold this BiT ResNet ({resnet}); its BiT models are "
+        f"{', '.join(sorted(TIMM_BIT))} with timm's numerics"
+    )
+
+
+def timm_bit_config(model: BiTResNet) -> dict[str, Any]:
+    config = model.config
+    pre = config.preprocessing
+    height, width = config.image_size
+    document: dict[str, Any] = {
+        "architecture": timm_bit_name(model),
+        "num_classes": config.num_classes,
+        "num_features": config.feature_dim,
+        "global_pool": "avg",
+    }
+    if config.class_names:
+        document["label_names"] = list(config.class_names)
+    document["model_args"] = dict(in_chans=config.in_channels, drop_rate=config.head_dropout)
+    document["pretrained_cfg"] = {
+        "tag": "vitlab", "custom_load": False, "input_size": [config.in_channels, height, width],
+        "fixed_input_size": False, "interpolation": pre.interpolation, "crop_pct": pre.crop_pct,
+        "crop_mode": "center", "mean": list(pre.mean), "std": list(pre.std), "num_classes": config.num_classes,
+        "first_conv": "stem.conv", "classifier": "head.fc",
+    }
+    return document
+
+
+def timm_bit_state_dict(model: BiTResNet) -> dict[str, torch.Tensor]:
+    """timm's names are vitlab's but for the head, a 1x1 convolution `head.fc` (K, C, 1, 1)."""
+    state = {name: t.detach().to("cpu", torch.float32).contiguous() for name, t in model.state_dict().items()}
+    if "head.weight" in state:
+        state["head.fc.weight"] = state.pop("head.weight")[:, :, None, None].contiguous()
+        state["head.fc.bias"] = state.pop("head.bias")
+    return state
+
+
+def save_timm(model: VisionTransformer | BiTResNet, directory: str | Path) -> Path:
     """Write config.json + model.safetensors for timm; nothing is written if timm cannot hold the model."""
-    document = timm_config(model)
-    state = timm_state_dict(model)
+    if type(model) is BiTResNet:
+        document, state = timm_bit_config(model), timm_bit_state_dict(model)
+    else:
+        document, state = timm_config(model), timm_state_dict(model)
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     save_file(state, str(directory / WEIGHTS_FILE), metadata={"format": "pt"})
