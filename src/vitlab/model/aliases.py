@@ -84,3 +84,10 @@ def timm_architecture(config: ViTConfig) -> str | None:
             name = f"vit_{word}_patch{config.patch_size}_{config.image_size[0]}"
             return name if name in TIMM_PLAIN else None
     return None
+
+
+def timm_first_conv(config: ViTConfig) -> str:
+    """timm's name of the first convolution; its stem-only hybrid holds the stem as the backbone."""
+    if config.backbone is None:
+        return "patch_embed.proj"
+    return "patch_embed.backbone.stem.conv" if config.backbone.layers else "patch_embed.backbone.conv"

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .aliases import timm_architecture
+from .aliases import timm_architecture, timm_first_conv
 from .config import ConfigError
 
 # timm's global_pool names for vitlab's pool options; vitlab's own names are accepted too.
@@ -91,8 +91,7 @@ class TimmInterface:
             "mean": tuple(pre.mean),
             "std": tuple(pre.std),
             "num_classes": config.num_classes,
-            "first_conv": "patch_embed.proj" if config.backbone is None
-            else "patch_embed.backbone.stem.conv" if config.backbone.layers else "patch_embed.backbone.conv",
+            "first_conv": timm_first_conv(config),
             "classifier": "head",
         }
         if config.class_names:

@@ -20,6 +20,7 @@ from safetensors.torch import save_file
 from vitlab.model import BiTResNet, ConfigError, VisionTransformer
 from vitlab.model.resnet import bit_config
 from vitlab.model.aliases import timm_architecture
+from vitlab.model.timm_api import TIMM_POOL
 
 from .peers import TIMM, TIMM_HYBRID_BACKBONES, check_peer
 
@@ -30,13 +31,11 @@ WEIGHTS_FILE = "model.safetensors"
 # Any registered ViT works as the architecture, since model_args give every size; the matching
 # name is used where timm has one.
 GENERIC_ARCHITECTURE = "vit_base_patch16_224"
-TIMM_POOL = {"token": "token", "gap": "avg"}
 
 
 def timm_config(model: VisionTransformer) -> dict[str, Any]:
     """config.json for timm; raises ConfigError for what timm cannot hold."""
     config = check_peer(model, TIMM)
-    pre = config.preprocessing
     height, width = config.image_size
     model_args: dict[str, Any] = dict(
         img_size=[height, width], patch_size=config.patch_size, in_chans=config.in_channels,
@@ -56,24 +55,11 @@ def timm_config(model: VisionTransformer) -> dict[str, Any]:
             "%s (antialias %s): same logits at %dx%d, not at other sizes", config.pos_resample,
             config.pos_resample_antialias, height, width,
         )
-    pretrained_cfg: dict[str, Any] = {
-        "tag": "vitlab",
-        "custom_load": False,
-        "input_size": [config.in_channels, height, width],
-        "fixed_input_size": True,
-        "interpolation": pre.interpolation,
-        "crop_pct": pre.crop_pct,
-        "crop_mode": "center",  # vitlab's evaluation: resize to size / crop_pct, centre crop (timm's too)
-        "mean": list(pre.mean),
-        "std": list(pre.std),
-        "num_classes": config.num_classes,
-        "pool_size": None,
-        "first_conv": "patch_embed.proj",
-        "classifier": "head",
-    }
+    # The model's own timm record (model/timm_api.py) minus what config.json keeps at its root.
+    pretrained_cfg = {k: v for k, v in model.pretrained_cfg.items() if k not in ("architecture", "label_names")}
+    pretrained_cfg.update(tag="vitlab", custom_load=False, pool_size=None)
     if config.backbone is not None:  # timm's hybrid function builds the backbone, model_args the rest
         architecture = TIMM_HYBRID_BACKBONES[config.backbone.layers]
-        pretrained_cfg["first_conv"] = first_conv(config)
     else:
         architecture = timm_architecture(config) or GENERIC_ARCHITECTURE
     document: dict[str, Any] = {
@@ -87,13 +73,6 @@ def timm_config(model: VisionTransformer) -> dict[str, Any]:
     document["model_args"] = model_args
     document["pretrained_cfg"] = pretrained_cfg
     return document
-
-
-def first_conv(config: Any) -> str:
-    """timm's name of the first convolution; its stem-only hybrid holds the stem as the backbone."""
-    if config.backbone is None:
-        return "patch_embed.proj"
-    return "patch_embed.backbone.conv" if not config.backbone.layers else "patch_embed.backbone.stem.conv"
 
 
 def timm_state_dict(model: VisionTransformer) -> dict[str, torch.Tensor]:
