@@ -22,7 +22,7 @@ from vitlab.model import ConfigError, config_for
 from vitlab.weights import CatalogueError, CheckpointError
 from vitlab.weights.catalogue import CATALOGUE, Download, Pretrained, find, is_catalogue_name, list_pretrained
 from vitlab.weights.fetch import cache_path, fetch
-from vitlab.weights.pretrained import resolve_pretrained
+from vitlab.weights.pretrained import default_tag, resolve_pretrained
 
 # The smallest catalogue model; tests write a randomly initialised one of its exact shape.
 TINY = "Ti/16:augreg-in21k-ft-in1k"
@@ -267,6 +267,7 @@ def test_pretrained_true_and_timm_names_pick_the_catalogue_entry(mirror, caplog)
         assert torch.allclose(same(images), logits, atol=1e-5)
     assert resolve_pretrained("vit_tiny_patch16_224", True) == ("Ti/16", "augreg-in21k-ft-in1k", 224)
     assert resolve_pretrained("vit_base_patch16_384", True) == ("B/16", "augreg-in21k-ft-in1k-384", 384)
+    assert default_tag("L/32") == "orig-in21k-ft-in1k"  # no classifier at 224 px: the 384-px one, not features
 
 
 @pytest.mark.slow

@@ -79,32 +79,35 @@ def load_pretrained(name: str, **overrides: Any) -> VisionTransformer:
     return model
 
 
-# The tag pretrained=True picks, first found: an ImageNet-1k classifier at the registry's 224 px
-# (as timm's default tags are), then the others.
+# How pretrained=True ranks a model's tags (default_tag): AugReg's before the paper's, ImageNet-1k
+# classifiers before the ImageNet-21k weights, as timm's default tags are.
 DEFAULT_TAG_ORDER = (
-    "augreg-in21k-ft-in1k", "orig-in21k-ft-in1k-224", "augreg-in1k", "orig-in21k-ft-in1k",
-    "augreg-in21k-ft-in1k-384", "augreg-in1k-384", "augreg-in21k", "orig-in21k",
+    "augreg-in21k-ft-in1k", "augreg-in21k-ft-in1k-384", "orig-in21k-ft-in1k-224", "orig-in21k-ft-in1k",
+    "augreg-in1k", "augreg-in1k-384", "augreg-in21k", "orig-in21k",
 )
 
 
 def default_tag(model: str) -> str:
-    """The tag `create_model(model, pretrained=True)` loads."""
-    tags = {entry.tag for entry in list_pretrained(model)}
-    for tag in DEFAULT_TAG_ORDER:
-        if tag in tags:
-            return tag
-    if tags:
-        return sorted(tags)[0]
-    find(f"{model}:none")  # raises, naming the models that have weights
-    raise AssertionError  # unreachable
+    """The tag `create_model(model, pretrained=True)` loads: an ImageNet-1k classifier at 224 px,
+    else one at another size, else the first tag of DEFAULT_TAG_ORDER the model has."""
+    entries = {entry.tag: entry for entry in list_pretrained(model)}
+    if not entries:
+        find(f"{model}:none")  # raises, naming the models that have weights
+    ranked = [tag for tag in DEFAULT_TAG_ORDER if tag in entries] + sorted(set(entries) - set(DEFAULT_TAG_ORDER))
+    for wanted in (lambda e: e.num_classes == IN1K_CLASSES and e.image_size == 224,
+                   lambda e: e.num_classes == IN1K_CLASSES, lambda e: True):
+        for tag in ranked:
+            if wanted(entries[tag]):
+                return tag
+    raise AssertionError  # unreachable: the last filter takes any tag
 
 
 def default_tag_at(model: str, image_size: int) -> str:
-    """The default tag among those at one resolution (a timm name fixes it)."""
-    for tag in DEFAULT_TAG_ORDER:
-        entry = CATALOGUE.get(f"{model}:{tag}")
-        if entry is not None and entry.image_size == image_size:
-            return tag
+    """The default tag among those at one resolution (a timm name fixes it), classifiers first."""
+    at_size = [CATALOGUE[f"{model}:{tag}"] for tag in DEFAULT_TAG_ORDER if f"{model}:{tag}" in CATALOGUE]
+    at_size = [entry for entry in at_size if entry.image_size == image_size]
+    for entry in sorted(at_size, key=lambda e: e.num_classes != IN1K_CLASSES):  # stable: keeps the order
+        return entry.tag
     tags = ", ".join(entry.tag for entry in list_pretrained(model)) or "none"
     raise CatalogueError(f"no pretrained weights for {model} at {image_size} px; its tags: {tags}")
 
