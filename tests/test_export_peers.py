@@ -93,7 +93,7 @@ def test_timm_hybrids_go_back_to_timm(tmp_path, architecture):
 
 
 @pytest.mark.slow
-def test_a_bit_resnet_goes_to_timms_resnetv2_bit(tmp_path):
+def test_a_bit_resnet_goes_to_timms_resnetv2_bit_and_transformers_bit(tmp_path):
     model = vitlab.create_model("BiT-R50x1", num_classes=4, image_size=64, class_names=NAMES[:4])
     with torch.no_grad():  # random weights; GroupNorm scales near 1 keep the activations of order 1
         generator = torch.Generator().manual_seed(0)
@@ -107,6 +107,12 @@ def test_a_bit_resnet_goes_to_timms_resnetv2_bit(tmp_path):
         # 50 weight-standardised layers in float32 (timm standardises through batch_norm): 1e-4, not 1e-5
         assert expected.abs().max() > 0.3 and (peer(x) - expected).abs().max().item() < 1e-4
     assert peer.pretrained_cfg["label_names"] == NAMES[:4]
+    vitlab.save_pretrained(model, tmp_path / "hf", format="hf")
+    hf_peer = transformers.AutoModelForImageClassification.from_pretrained(tmp_path / "hf").eval()
+    with torch.no_grad():
+        assert type(hf_peer).__name__ == "BitForImageClassification"
+        assert (hf_peer(pixel_values=x).logits - expected).abs().max().item() < 1e-4
+    assert [hf_peer.config.id2label[i] for i in range(4)] == NAMES[:4]
 
 
 # -- transformers ----------------------------------------------------------------------------------
@@ -202,7 +208,7 @@ def test_what_a_peer_cannot_hold_is_refused_in_one_line_before_writing(tmp_path)
     refused(hybrid, "timm", r"units \(2, 2, 2\)")  # timm has no such hybrid
     refused(vitlab.create_model("R26+S/32", depth=1, num_classes=3), "timm", "weight_std='vit_jax'")
     refused(vitlab.create_model("BiT-R26x1-small", num_classes=3), "timm", "timm cannot hold this BiT ResNet")
-    refused(vitlab.create_model("BiT-R50x1", num_classes=3), "hf", "BiTResNet")
+    refused(vitlab.create_model("BiT-R26x1-small", num_classes=3), "hf", "transformers' BiT cannot hold stem='small'")
     future = vitlab.create_model("Ti/16", image_size=32, depth=1, num_classes=3)
     future.config = FutureConfig(**{**dataclasses.asdict(future.config), "pos_embed_at": "every_layer"})
     refused(future, "timm", "option pos_embed_at='every_layer'")

@@ -36,7 +36,7 @@ def open_peer(folder: Path, format: str) -> torch.nn.Module:
         return timm.create_model(f"local-dir:{folder}", pretrained=True).eval()
     import transformers
 
-    return transformers.ViTForImageClassification.from_pretrained(str(folder)).eval()
+    return transformers.AutoModelForImageClassification.from_pretrained(str(folder)).eval()  # ViT or Bit
 
 
 def check_peer_folder(

@@ -1,5 +1,5 @@
 """Writing a folder transformers loads: `ViTForImageClassification.from_pretrained(DIR)` and
-`pipeline("image-classification", model=DIR)`.
+`pipeline("image-classification", model=DIR)`; a BiT ResNet as its BitForImageClassification.
 
 config.json (model_type "vit"), model.safetensors in transformers' on-disk key names (the ones
 its own save_pretrained writes: vit.encoder.layer.N.attention.attention.query, ...) and
@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from pathlib import Path
 from typing import Any
 
 import torch
 from safetensors.torch import save_file
 
-from vitlab.model import VisionTransformer
+from vitlab.model import BiTResNet, ConfigError, VisionTransformer
 
 from .peers import HF, check_peer
 
@@ -123,11 +124,77 @@ def hf_state_dict(model: VisionTransformer) -> dict[str, torch.Tensor]:
     return {name: tensor.contiguous() for name, tensor in out.items()}
 
 
-def save_hf(model: VisionTransformer, directory: str | Path) -> Path:
+# -- BiT: transformers' BitForImageClassification (pre-activation ResNetV2, as vitlab's BiT) -------
+BIT_NUMERICS = dict(preact=True, stem="standard", padding="symmetric", num_groups=32, norm_eps=1e-5,
+                    weight_std="timm", weight_std_eps=1e-8)
+
+
+def hf_bit_config(model: BiTResNet) -> dict[str, Any]:
+    """config.json for BitForImageClassification; ConfigError for a trunk it does not build."""
+    config = model.config
+    resnet = config.resnet
+    wrong = [f"{k}={getattr(resnet, k)!r}" for k, v in BIT_NUMERICS.items() if getattr(resnet, k) != v]
+    if wrong:  # transformers' Bit: symmetric padding, (w - mean) / sqrt(var + 1e-8), GroupNorm eps 1e-5
+        raise ConfigError(f"--format hf: transformers' BiT cannot hold {', '.join(wrong)}")
+    names = config.class_names or [f"LABEL_{i}" for i in range(config.num_classes)]
+    widths = [resnet.width * 4 * 2**i for i in range(len(resnet.layers))]
+    return {
+        "architectures": ["BitForImageClassification"],
+        "model_type": "bit",
+        "layer_type": "preactivation",
+        "num_channels": config.in_channels,
+        "embedding_size": resnet.width,
+        # the widths already include BiT's width factor, so transformers' own factor stays 1
+        "hidden_sizes": widths, "width_factor": 1,
+        "depths": list(resnet.layers),
+        "num_groups": resnet.num_groups,
+        "hidden_act": "relu",
+        "global_padding": None, "embedding_dynamic_padding": False,
+        "out_features": [f"stage{len(widths)}"],
+        "id2label": {str(i): name for i, name in enumerate(names)},
+        "label2id": {name: i for i, name in enumerate(names)},
+        "dtype": "float32",
+    }
+
+
+def hf_bit_preprocessor(model: BiTResNet) -> dict[str, Any]:
+    """BitImageProcessor resizes the shorter side and centre-crops, as vitlab's evaluation does."""
+    config = model.config
+    pre = config.preprocessing
+    height, width = config.image_size
+    return {
+        "image_processor_type": "BitImageProcessor",
+        "do_resize": True, "size": {"shortest_edge": math.floor(min(height, width) / pre.crop_pct)},
+        "resample": PIL_RESAMPLE[pre.interpolation],
+        "do_center_crop": True, "crop_size": {"height": height, "width": width},
+        "do_rescale": True, "rescale_factor": 1 / 255,
+        "do_normalize": True, "image_mean": list(pre.mean), "image_std": list(pre.std),
+        "do_convert_rgb": True,
+    }
+
+
+def hf_bit_state_dict(model: BiTResNet) -> dict[str, torch.Tensor]:
+    out = {}
+    for name, tensor in model.state_dict().items():
+        tensor = tensor.detach().to("cpu", torch.float32).contiguous()
+        if name.startswith("stem.conv."):
+            name = "bit.embedder.convolution." + name.removeprefix("stem.conv.")
+        elif name.startswith("stages."):
+            name = "bit.encoder." + name.replace(".blocks.", ".layers.", 1)
+        elif name.startswith("norm."):
+            name = "bit." + name
+        elif name.startswith("head."):
+            name = "classifier.1." + name.removeprefix("head.")
+        out[name] = tensor
+    return out
+
+
+def save_hf(model: VisionTransformer | BiTResNet, directory: str | Path) -> Path:
     """Write config.json, model.safetensors and preprocessor_config.json; nothing if HF cannot hold the model."""
-    document = hf_config(model)
-    preprocessor = hf_preprocessor(model)
-    state = hf_state_dict(model)
+    if type(model) is BiTResNet:
+        document, preprocessor, state = hf_bit_config(model), hf_bit_preprocessor(model), hf_bit_state_dict(model)
+    else:
+        document, preprocessor, state = hf_config(model), hf_preprocessor(model), hf_state_dict(model)
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     save_file(state, str(directory / WEIGHTS_FILE), metadata={"format": "pt"})
