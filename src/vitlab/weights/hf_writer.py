@@ -55,6 +55,12 @@ def hf_config(model: VisionTransformer) -> dict[str, Any]:
     """config.json for ViTForImageClassification; raises ConfigError for what it cannot hold."""
     config = check_peer(model, HF)
     height, width = config.image_size
+    if (config.pos_resample, config.pos_resample_antialias) != ("bicubic", False):
+        log.info(
+            "hf export: transformers resamples E_pos bicubic without antialiasing (interpolate_pos_encoding); this "
+            "model resamples %s (antialias %s): same logits at %dx%d, not at other sizes",
+            config.pos_resample, config.pos_resample_antialias, height, width,
+        )
     names = config.class_names or [f"LABEL_{i}" for i in range(config.num_classes)]  # transformers' placeholders
     return {
         "architectures": ["ViTForImageClassification"],
