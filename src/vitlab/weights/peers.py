@@ -86,7 +86,7 @@ TIMM = Peer(
         "mlp_out_act": (False,),
     },
     carried=("gap_norm", "dropout", "attn_dropout", "drop_path", "head_dropout", "head_dim",
-             "pos_resample", "pos_resample_antialias", "backbone"),
+             "pos_resample", "pos_resample_antialias", "backbone", "embed_dropout"),
     checks=(standard_head_dim, integer_mlp_ratio, timm_hybrid_backbone),
 )
 

@@ -46,7 +46,7 @@ def timm_config(model: VisionTransformer) -> dict[str, Any]:
         fc_norm=config.pool == "gap" and config.gap_norm == "after_pool",
         pos_embed="learn" if config.pos_embed == "learned" else "none", no_embed_class=False,
         act_layer=config.act,  # timm's names: 'gelu' (exact) and 'gelu_tanh'
-        drop_rate=config.head_dropout, pos_drop_rate=config.dropout, proj_drop_rate=config.dropout,
+        drop_rate=config.head_dropout, pos_drop_rate=config.dropout if config.embed_dropout else 0.0, proj_drop_rate=config.dropout,
         attn_drop_rate=config.attn_dropout, drop_path_rate=config.drop_path,
     )
     if (config.pos_resample, config.pos_resample_antialias) != ("bicubic", True) and config.pos_embed == "learned":
