@@ -3,6 +3,7 @@ local mirror laid out like the real sources, checksums, trust on first use, offl
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import http.server
@@ -10,6 +11,7 @@ import re
 import threading
 from pathlib import Path
 
+import PIL.Image
 import pytest
 import torch
 
@@ -20,6 +22,7 @@ from vitlab.model import ConfigError, config_for
 from vitlab.weights import CatalogueError, CheckpointError
 from vitlab.weights.catalogue import CATALOGUE, Download, Pretrained, find, is_catalogue_name, list_pretrained
 from vitlab.weights.fetch import cache_path, fetch
+from vitlab.weights.pretrained import default_tag, resolve_pretrained
 
 # The smallest catalogue model; tests write a randomly initialised one of its exact shape.
 TINY = "Ti/16:augreg-in21k-ft-in1k"
@@ -69,7 +72,9 @@ def test_every_entry_names_a_registered_model_and_an_official_file(entry: Pretra
     assert entry.downloads[0].url.startswith("https://storage.googleapis.com/vit_models/")
     assert entry.downloads[0].url.endswith(".npz")
     assert entry.license == "Apache-2.0" and entry.mean == (0.5,) * 3 and entry.std == (0.5,) * 3
-    assert entry.num_classes == (21843 if entry.tag in ("augreg-in21k", "orig-in21k") else 1000)
+    # The paper's in21k files have a zeroed head: feature extractors (num_classes 0), as timm serves them.
+    assert entry.num_classes == {"augreg-in21k": 21843, "orig-in21k": 0}.get(entry.tag, 1000)
+    assert entry.zeroed_head == (entry.tag == "orig-in21k") and entry.file_num_classes in (21843, 1000)
     for download in entry.downloads:
         assert download.sha256 is None or re.fullmatch(r"[0-9a-f]{8,64}", download.sha256)
     assert find(entry.name) is entry and is_catalogue_name(entry.name)
@@ -85,12 +90,14 @@ def test_augreg_files_and_sizes_agree_with_timms_records():
         cfg = registry.get_pretrained_cfg(entry.timm_id.removeprefix("timm/"))
         assert cfg is not None, entry.timm_id
         assert cfg.input_size[-1] == entry.image_size, entry.name
-        if cfg.num_classes:  # timm drops the head of the original in21k weights
-            assert cfg.num_classes == entry.num_classes, entry.name
+        assert cfg.num_classes == entry.num_classes, entry.name  # 0 where timm records the head as not valid
         if "augreg" in entry.tag:
             assert cfg.url == entry.downloads[0].url, entry.name
             checked += 1
-    assert checked == sum("augreg" in entry.tag for entry in list_pretrained()) == 26
+    # 26 plain ViTs and the 9 files of the three AugReg hybrids (R+Ti/16, R26+S/32, R50+L/32)
+    assert checked == sum("augreg" in entry.tag for entry in list_pretrained()) == 35
+    hybrids = {entry.model for entry in list_pretrained() if "augreg" in entry.tag and "+" in entry.model}
+    assert hybrids == {"R+Ti/16", "R26+S/32", "R50+L/32"}
 
 
 def test_original_weights_have_timms_sha256_prefix_as_second_source():
@@ -245,3 +252,66 @@ def test_weights_fetch_command_and_errors(mirror, capsys):
     assert re.search(r"Ti/16:augreg-in21k-ft-in1k\s+224\s+1000\s+tofu\s+yes", capsys.readouterr().out)
     assert main(["weights", "fetch", "Ti/16:nope"]) == 2
     assert "unknown tag 'nope'" in capsys.readouterr().err
+
+
+# -- pretrained=True, timm names, the hybrids, the zeroed-head feature extractors ---------------------
+@pytest.mark.slow
+def test_pretrained_true_and_timm_names_pick_the_catalogue_entry(mirror, caplog):
+    _, images, logits = publish(mirror)  # TINY is Ti/16's default tag: ImageNet-1k at 224 px
+    with caplog.at_level("INFO", logger="vitlab"):
+        model = vitlab.create_model("Ti/16", pretrained=True)
+    assert model.config.name == TINY and f"the weights {TINY}" in caplog.text
+    same = vitlab.create_model("vit_tiny_patch16_224.augreg_in21k_ft_in1k", pretrained=True)
+    assert same.config.name == TINY
+    with torch.no_grad():
+        assert torch.allclose(same(images), logits, atol=1e-5)
+    assert resolve_pretrained("vit_tiny_patch16_224", True) == ("Ti/16", "augreg-in21k-ft-in1k", 224)
+    assert resolve_pretrained("vit_base_patch16_384", True) == ("B/16", "augreg-in21k-ft-in1k-384", 384)
+    assert default_tag("L/32") == "orig-in21k-ft-in1k"  # no classifier at 224 px: the 384-px one, not features
+
+
+@pytest.mark.slow
+def test_an_augreg_hybrid_downloads_and_loads_as_registered(mirror):
+    from vitlab.weights.hybrid import export_hybrid_npz
+
+    name = "R+Ti/16:augreg-in21k-ft-in1k"
+    model = randomise_(vitlab.create_model("R+Ti/16", num_classes=1000, act="gelu_tanh"), std=0.05).eval()
+    export_hybrid_npz(model, mirror_file(mirror, find(name).downloads[0].url))
+    loaded = vitlab.create_model("R+Ti/16", pretrained="augreg-in21k-ft-in1k")
+    assert loaded.config.grid_size == (7, 7) and loaded.config.patch_size == 8  # 8x8 patches on the stem's map
+    x = torch.randn(1, 3, 224, 224, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert (loaded(x) - model(x)).abs().max() < 1e-4 and model(x).abs().max() > 0.1
+
+
+@pytest.mark.slow
+@pytest.mark.fault("bad-input", kinds=2)
+def test_orig_in21k_is_a_feature_extractor_of_pre_logits_and_says_it_has_no_classes(mirror, monkeypatch):
+    from vitlab.evaluate import predict_images
+
+    # A Ti/16 stand-in of the B/16 file's layout: tanh pre-logits layer and an all-zero 21843-way head.
+    entry = dataclasses.replace(find("B/16:orig-in21k"), model="Ti/16")
+    monkeypatch.setitem(CATALOGUE, "Ti/16:orig-in21k", entry)
+    source = randomise_(vitlab.create_model("Ti/16", num_classes=21843, representation_size=192, act="gelu_tanh"), std=0.05)
+    torch.nn.init.zeros_(source.head.weight)
+    torch.nn.init.zeros_(source.head.bias)
+    target = mirror_file(mirror, entry.downloads[0].url)
+    vitlab.export_npz(source.eval(), target)
+    model = vitlab.load("Ti/16:orig-in21k")
+    x = torch.randn(2, 3, 224, 224, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        features = model(x)
+        expected = source.forward_head(source.forward_features(x), pre_logits=True)
+    assert model.config.num_classes == 0 and features.shape == (2, 192)
+    assert (features - expected).abs().max() < 1e-5 and features.abs().max() > 0.1  # the tanh representation
+    with pytest.raises(ValueError, match="feature extractor .* no classes to predict"):
+        predict_images(model, [PIL.Image.new("RGB", (224, 224))])
+    finetune = vitlab.load("Ti/16:orig-in21k", num_classes=3)  # fine-tuning drops it, as the paper does
+    assert finetune.config.representation_size is None and finetune.head.out_features == 3
+
+    with torch.no_grad():
+        source.head.bias.fill_(0.5)  # a head that is not zero is not the catalogued release
+    cache_path(entry.downloads[0].url).unlink()
+    vitlab.export_npz(source, target)
+    with pytest.raises(CheckpointError, match="head that is not zero"):
+        vitlab.load("Ti/16:orig-in21k")

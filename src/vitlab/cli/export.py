@@ -1,4 +1,5 @@
-"""`vitlab export`: a checkpoint to ONNX, a torch.export program or the official .npz layout."""
+"""`vitlab export`: a checkpoint to ONNX, a torch.export program, the official .npz layout, or a
+folder timm or transformers loads."""
 
 from __future__ import annotations
 
@@ -13,13 +14,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     parser = subparsers.add_parser(
         "export",
-        help="export a checkpoint to ONNX, torch.export (.pt2) or vit_jax .npz, checked against PyTorch",
+        help="export a checkpoint to ONNX, torch.export (.pt2), vit_jax .npz, or a timm / transformers folder",
         description="Export a checkpoint and check the written file against the PyTorch model on sample "
         "inputs (onnxruntime for ONNX); prints the largest logit difference and fails above the tolerance.",
     )
     add_checkpoint_argument(parser)
-    parser.add_argument("--format", required=True, choices=FORMATS, help="onnx, export (torch.export .pt2) or npz")
-    parser.add_argument("--out", required=True, help="file to write")
+    parser.add_argument(
+        "--format", required=True, choices=FORMATS,
+        help="onnx, export (torch.export .pt2), npz, timm (a folder for timm.create_model('local-dir:DIR')) "
+        "or hf (a folder for transformers' from_pretrained and pipeline)",
+    )
+    parser.add_argument("--out", required=True, help="file to write (a folder for timm and hf)")
     parser.add_argument(
         "--dynamic-batch", action=argparse.BooleanOptionalAction, default=True,
         help="symbolic batch axis (default); --no-dynamic-batch fixes it to --batch-size",

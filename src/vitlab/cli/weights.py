@@ -38,7 +38,7 @@ def run_list(args: argparse.Namespace) -> int:
     for entry in entries:
         cached = any(cache_path(download.url).is_file() for download in entry.downloads)
         print(
-            f"{entry.name:<34} {entry.image_size:>4} {entry.num_classes:>7}  {_checksum(entry):<9} "
+            f"{entry.name:<34} {entry.image_size:>4} {entry.num_classes or 'feature':>7}  {_checksum(entry):<9} "
             f"{'yes' if cached else '-':<6} {entry.license:<10} {entry.dataset}"
         )
         if args.urls:
@@ -50,6 +50,9 @@ def run_list(args: argparse.Namespace) -> int:
     print(f"cache: {cache_dir()}")
     print("tofu: no published checksum, the first download's sha256 is recorded; +alt: a second source, "
           "timm's conversion, whose name carries its sha256 prefix (see --urls)")
+    if any(entry.zeroed_head for entry in entries):
+        print("feature: a feature extractor, the release's ImageNet-21k head is zeroed; it outputs the "
+              "pre-logits (tanh) representation, no classes")
     return 0
 
 

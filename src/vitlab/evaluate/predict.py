@@ -45,6 +45,11 @@ def predict_images(
     config: ViTConfig = model.config
     if topk < 1:
         raise ValueError(f"topk must be >= 1, got {topk}")
+    if config.num_classes == 0:
+        raise ValueError(
+            f"{config.name or 'this model'} is a feature extractor (num_classes=0): it has no classes to predict, "
+            f"its output is the {config.feature_dim}-wide representation; fine-tune it with num_classes=K"
+        )
     names = config.class_names or [str(i) for i in range(config.num_classes)]
     transform = eval_transform(config)
     device = next(model.parameters()).device

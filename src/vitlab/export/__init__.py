@@ -1,26 +1,28 @@
 """Taking a trained ViT elsewhere: ONNX (checked with onnxruntime), torch.export programs, the
-official vit_jax .npz layout, and an ONNX file run as a vitlab model."""
+official vit_jax .npz layout, folders timm and transformers load (checked by them), and an ONNX
+file run as a vitlab model."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from vitlab.model import VisionTransformer
-from vitlab.weights import export_npz, load
+from vitlab.weights import export_npz, load, save_pretrained
 
 from .metadata import config_from_metadata, metadata_strings
 from .onnx import export_onnx
+from .peers import Unchecked, check_peer_folder
 from .program import export_program, read_program_config
 from .runtime import RUNTIMES, OnnxModel, open_model
 from .validate import FP32_TOLERANCE, ExportMismatchError, TracePlan, Validation, compare
 
-FORMATS = ("onnx", "export", "npz")
+FORMATS = ("onnx", "export", "npz", "timm", "hf")
 
 
 def export_model(
     model: VisionTransformer, format: str, path: str | Path, plan: TracePlan = TracePlan(),
     tolerance: float = FP32_TOLERANCE,
-) -> tuple[Path, Validation]:
+) -> tuple[Path, Validation | Unchecked]:
     """Write `model` in `format` and check the written file against the model; returns (file, check)."""
     if format == "onnx":
         return Path(path), export_onnx(model, path, plan, tolerance=tolerance)
@@ -32,6 +34,9 @@ def export_model(
         # The layout has no place for numerics; read it back with the model's to check the tensors.
         reloaded = load(written, act=config.act, norm_eps=config.norm_eps)
         return written, TracePlan().check(model.eval(), reloaded, str(written), tolerance)
+    if format in ("timm", "hf"):  # a folder the peer library loads, checked by that library
+        written = save_pretrained(model, path, format=format)
+        return written, check_peer_folder(model, written, format, plan, tolerance)
     raise ValueError(f"unknown export format {format!r}; choose one of {', '.join(FORMATS)}")
 
 
@@ -41,6 +46,7 @@ __all__ = [
     "OnnxModel",
     "RUNTIMES",
     "TracePlan",
+    "Unchecked",
     "Validation",
     "compare",
     "config_from_metadata",

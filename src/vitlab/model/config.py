@@ -120,7 +120,7 @@ class ViTConfig:
         self.image_size = as_pair(self.image_size)
         if isinstance(self.head_hidden, list):
             self.head_hidden = tuple(self.head_hidden)
-        check_fields(self, _hints(ViTConfig))  # types first: the checks below compare numbers
+        check_fields(self, _hints(type(self)))  # types first: the checks below compare numbers
         self.validate()
 
     # -- derived sizes -------------------------------------------------------------------------

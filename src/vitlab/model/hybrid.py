@@ -33,11 +33,18 @@ HYBRIDS: dict[str, tuple[str, tuple[int, ...], str]] = {
     "R50+B/32": ("B", (3, 4, 6, 3), "standard"),
     "R50+L/32": ("L", (3, 4, 6, 3), "standard"),
     "R26+S/32": ("S", (2, 2, 2, 2), "standard"),  # AugReg's hybrids (Steiner et al. 2021)
+    # AugReg's R+Ti/16 keeps only the ResNet's stem (stride 4) and cuts 8x8 patches from its map:
+    # the release's own name, though one token covers 32x32 pixels (a 7x7 grid at 224 px).
+    "R+Ti/16": ("Ti", (), "standard"),
     "R26+B/32": ("B", (2, 2, 2, 2), "standard"),
     # For 16-32 px images: a 3x3/1 stem and three stages, a 8x8 grid at 32 px like Ti/4.
     "R20-small+Ti/4": ("Ti", (2, 2, 2), "small"),
     "R20-small+S/4": ("S", (2, 2, 2), "small"),
 }
+
+
+# Patch size on the feature map where it is not 1.
+HYBRID_PATCH_SIZES = {"R+Ti/16": 8}
 
 
 def is_hybrid_name(name: str) -> bool:
@@ -50,4 +57,4 @@ def hybrid_variant(name: str) -> tuple[str, dict[str, Any]]:
         raise ConfigError(f"unknown hybrid {name!r}; registered: {', '.join(HYBRIDS)}")
     size, layers, stem = HYBRIDS[name]
     backbone = ResNetConfig(layers=layers, stem=stem)  # type: ignore[arg-type]
-    return f"{size}/1", dict(backbone=backbone, image_size=32 if stem == "small" else 224)
+    return f"{size}/{HYBRID_PATCH_SIZES.get(name, 1)}", dict(backbone=backbone, image_size=32 if stem == "small" else 224)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .aliases import from_timm_name, is_timm_name
 from .budget import check_memory
 from .config import ConfigError, ViTConfig
 from .hybrid import HYBRIDS, hybrid_variant, is_hybrid_name
@@ -33,6 +34,15 @@ def list_models(family: str = "vit") -> list[str]:
 def config_for(name: str, **overrides: Any) -> ViTConfig | BiTConfig:
     """The config of a variant ("B/16", "R50+B/16", "BiT-R50x1") with any field overridden
     (image_size=384, pool="gap", ...)."""
+    if is_timm_name(name):  # timm's names are aliases: "vit_base_patch16_384" is B/16 at 384 px
+        alias = from_timm_name(name)
+        if alias is None:
+            raise ConfigError(
+                f"{name!r} is not a timm ViT vitlab builds; it reads vit_{{tiny,small,base,large,huge}}_patchP_RES "
+                "and timm's R+ViT hybrids (vitlab models lists vitlab's own names)"
+            )
+        overrides.setdefault("image_size", alias.image_size)
+        return config_for(alias.model, **overrides)
     if is_bit_name(name):
         return bit_config(name, **overrides)
     hybrid: dict[str, Any] = {}

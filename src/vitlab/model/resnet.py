@@ -359,7 +359,14 @@ class BiTResNet(ResNet):
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         return self.forward_head(self.forward_features(images))
 
-    def reset_classifier(self, num_classes: int, class_names: list[str] | None = None) -> None:
+    def reset_classifier(
+        self, num_classes: int, global_pool: str | None = None, *, class_names: list[str] | None = None
+    ) -> None:
+        """timm's signature; a BiT ResNet pools by averaging ('avg'), the only global_pool it takes."""
+        if global_pool is not None and global_pool != "avg":
+            raise ConfigError(f"global_pool={global_pool!r}: a BiT ResNet averages its feature map ('avg'); class names go in class_names=")
+        if class_names is not None and len(class_names) != num_classes:
+            raise ConfigError(f"{len(class_names)} class names for {num_classes} classes")
         self.config = self.config.replace(num_classes=num_classes, class_names=class_names)
         reference = self.stem.conv.weight
         self.head = (

@@ -16,10 +16,11 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from .block import EncoderBlock
-from .config import ViTConfig, as_pair
+from .config import ConfigError, ViTConfig, as_pair
 from .heads import build_pre_logits, pool_tokens
 from .hybrid import HybridEmbedding
 from .patch_embed import PatchEmbedding
+from .timm_api import TimmInterface
 from .position import (
     AxialPositionEmbedding,
     LearnedPositionEmbedding,
@@ -40,7 +41,9 @@ def build_position_embedding(config: ViTConfig) -> nn.Module | None:
     return None  # "none", and "relative", which lives in the attention layers
 
 
-class VisionTransformer(nn.Module):
+class VisionTransformer(TimmInterface, nn.Module):
+    """The ViT; TimmInterface adds timm's attributes and methods (pretrained_cfg, forward_intermediates, ...)."""
+
     def __init__(self, config: ViTConfig) -> None:
         super().__init__()
         self.config = config
@@ -157,8 +160,19 @@ class VisionTransformer(nn.Module):
         return self.forward_head(tokens), attentions
 
     # -- fine-tuning (Sec. 3.2) ----------------------------------------------------------------
-    def reset_classifier(self, num_classes: int, class_names: list[str] | None = None) -> None:
-        """Drop the pre-training head's hidden layer and attach a zero-initialised D x K layer."""
+    def reset_classifier(
+        self, num_classes: int, global_pool: str | None = None, *, class_names: list[str] | None = None
+    ) -> None:
+        """Drop the pre-training head's hidden layer and attach a zero-initialised D x K layer.
+
+        timm's signature: `global_pool` ('token' or 'avg') must be the pooling the model was built
+        with; the new classes' names are a keyword.
+        """
+        self.check_global_pool(global_pool)
+        if class_names is not None:
+            class_names = [str(name) for name in class_names]
+            if len(class_names) != num_classes:
+                raise ConfigError(f"{len(class_names)} class names for {num_classes} classes")
         if self.config.representation_size:
             self.pre_logits = nn.Identity()
         self.config = self.config.replace(
@@ -194,8 +208,9 @@ class VisionTransformer(nn.Module):
     def set_grad_checkpointing(self, enabled: bool = True) -> None:
         self.grad_checkpointing = enabled
 
-    def save_pretrained(self, directory: str | Path, **extra) -> Path:
-        """Write config.json + model.safetensors (see vitlab.weights.folder)."""
+    def save_pretrained(self, directory: str | Path, format: str = "vitlab", **extra) -> Path:
+        """Write a model folder: vitlab's own (config.json + model.safetensors, see
+        vitlab.weights.folder), or with format="timm" / "hf" one that timm / transformers load."""
         from vitlab.weights.folder import save_pretrained
 
-        return save_pretrained(self, directory, **extra)
+        return save_pretrained(self, directory, format=format, **extra)

@@ -240,7 +240,7 @@ class Trainer:
         check_memory(vit_config.replace(num_classes=len(names), class_names=names), config.micro_batch_size,
                      training=True, limit=limit, source="run.memory_limit")  # before the model is allocated
         if spec.init:
-            model.reset_classifier(len(names), names)  # paper 3.2: a zero-initialised head for the new classes
+            model.reset_classifier(len(names), class_names=names)  # paper 3.2: a zero-initialised head for the new classes
             model.config = model.config.replace(preprocessing=preprocessing)
         else:
             torch.manual_seed(config.run.seed)

@@ -116,7 +116,7 @@ def build_model(
                 *model.config.grid_size, how,
             )
     if num_classes is not None and num_classes != config.num_classes:
-        model.reset_classifier(num_classes, class_names)
+        model.reset_classifier(num_classes, class_names=class_names)
         log.info(
             "%s: %d classes -> %d, classifier reset to a zero-initialised head", source, config.num_classes, num_classes
         )

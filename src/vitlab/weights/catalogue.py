@@ -3,7 +3,8 @@
 Names are MODEL:TAG, MODEL a registry name ("Ti/16", "B/16", "R50+B/16") and TAG what the weights
 saw, as timm names them:
 
-    orig-in21k                  the paper's ImageNet-21k pre-training (vit_jax, 224 px, 21843 classes)
+    orig-in21k                  the paper's ImageNet-21k pre-training (vit_jax, 224 px), a feature
+                                extractor: its 21k head was released zeroed (below)
     orig-in21k-ft-in1k          ... fine-tuned on ImageNet-1k at 384 px (the paper's Table 2 setting)
     orig-in21k-ft-in1k-224      ... fine-tuned at 224 px
     augreg-in21k                "How to train your ViT?" (Steiner et al., 2021), ImageNet-21k, 224 px
@@ -17,6 +18,11 @@ original weights were also converted by timm into release files whose names carr
 8 hex digits of their sha256 (torch.hub's convention); those are listed as a second source with
 that prefix as their checksum.
 
+The paper's ImageNet-21k files carry a pre-logits (tanh) layer and a 21843-way head that is all
+zeros (timm's records: "classifier not valid", served with num_classes=0). Those entries are
+feature extractors: the head is dropped on loading, and the model's output is the pre-logits
+representation, the layer the paper's few-shot evaluation reads (Sec. 4.1, Appendix B.2).
+
 Mean/std are 0.5 (pixels to [-1, 1]) for every file; vit_jax evaluates by resizing the whole
 image to the model size (no crop), bilinearly.
 """
@@ -27,6 +33,7 @@ import re
 from dataclasses import dataclass
 
 from vitlab.model import Preprocessing
+from vitlab.model.aliases import TIMM_HYBRIDS
 
 VIT_MODELS = "https://storage.googleapis.com/vit_models"
 TIMM_RELEASES = "https://github.com/rwightman/pytorch-image-models/releases/download/v0.1-vitjx"
@@ -66,10 +73,16 @@ class Pretrained:
     std: tuple[float, float, float] = (0.5, 0.5, 0.5)
     timm_id: str | None = None  # the same weights on the Hugging Face Hub, converted by timm
     hf_id: str | None = None  # ... and converted by transformers
+    zeroed_head: bool = False  # the file's head is all zeros: a feature extractor (num_classes 0)
 
     @property
     def name(self) -> str:
         return f"{self.model}:{self.tag}"
+
+    @property
+    def file_num_classes(self) -> int:
+        """Outputs of the head stored in the file (a zeroed head still has its 21843 rows)."""
+        return IN21K_CLASSES if self.zeroed_head else self.num_classes
 
     @property
     def preprocessing(self) -> Preprocessing:
@@ -79,11 +92,16 @@ class Pretrained:
 # -- the paper's weights (Dosovitskiy et al., 2021) --------------------------------------------------
 ORIGINAL = "Dosovitskiy et al., ICLR 2021"
 TIMM_SIZES = {"Ti": "tiny", "S": "small", "B": "base", "L": "large", "H": "huge"}
+TIMM_HYBRID_NAMES = {model: architecture for architecture, model in TIMM_HYBRIDS.items()}
 
 
 def _timm_name(model: str, image_size: int, tag: str) -> str:
-    size, patch = model.split("/")
-    return f"timm/vit_{TIMM_SIZES[size]}_patch{patch}_{image_size}.{tag.replace('-', '_')}"
+    if model in TIMM_HYBRID_NAMES:
+        architecture = f"{TIMM_HYBRID_NAMES[model]}_{image_size}"
+    else:
+        size, patch = model.split("/")
+        architecture = f"vit_{TIMM_SIZES[size]}_patch{patch}_{image_size}"
+    return f"timm/{architecture}.{tag.replace('-', '_')}"
 
 
 def _original(
@@ -97,9 +115,9 @@ def _original(
         downloads.append(Download(f"{TIMM_RELEASES}/{timm_file}", sha256=digest_prefix))
     return Pretrained(
         model=model, tag=tag, downloads=tuple(downloads), image_size=image_size,
-        num_classes=IN1K_CLASSES if in1k else IN21K_CLASSES,
+        num_classes=IN1K_CLASSES if in1k else 0,
         dataset="ImageNet-21k, fine-tuned on ImageNet-1k" if in1k else "ImageNet-21k",
-        paper=ORIGINAL, timm_id=timm_id and f"timm/{timm_id}", hf_id=hf_id,
+        paper=ORIGINAL, timm_id=timm_id and f"timm/{timm_id}", hf_id=hf_id, zeroed_head=not in1k,
     )
 
 
@@ -114,14 +132,14 @@ ORIGINAL_WEIGHTS = [
     ("L/32", "orig-in21k", "ViT-L_32.npz", 224, "jx_vit_large_patch32_224_in21k-9046d2e7.pth",
      "vit_large_patch32_224.orig_in21k", "google/vit-large-patch32-224-in21k"),
     ("H/14", "orig-in21k", "ViT-H_14.npz", 224, None, "vit_huge_patch14_224.orig_in21k", "google/vit-huge-patch14-224-in21k"),
-    ("R50+B/16", "orig-in21k", "R50+ViT-B_16.npz", 224, None, None, None),
+    ("R50+B/16", "orig-in21k", "R50+ViT-B_16.npz", 224, None, "vit_base_r50_s16_224.orig_in21k", None),
     ("B/16", "orig-in21k-ft-in1k", "ViT-B_16.npz", 384, "jx_vit_base_p16_384-83fb41ba.pth",
      "vit_base_patch16_384.orig_in21k_ft_in1k", "google/vit-base-patch16-384"),
     ("B/32", "orig-in21k-ft-in1k", "ViT-B_32.npz", 384, "jx_vit_base_p32_384-830016f5.pth", None, "google/vit-base-patch32-384"),
     ("L/16", "orig-in21k-ft-in1k", "ViT-L_16.npz", 384, "jx_vit_large_p16_384-b3be5167.pth", None, "google/vit-large-patch16-384"),
     ("L/32", "orig-in21k-ft-in1k", "ViT-L_32.npz", 384, "jx_vit_large_p32_384-9b920ba8.pth",
      "vit_large_patch32_384.orig_in21k_ft_in1k", "google/vit-large-patch32-384"),
-    ("R50+B/16", "orig-in21k-ft-in1k", "R50+ViT-B_16.npz", 384, None, None, None),
+    ("R50+B/16", "orig-in21k-ft-in1k", "R50+ViT-B_16.npz", 384, None, "vit_base_r50_s16_384.orig_in21k_ft_in1k", None),
     ("B/16", "orig-in21k-ft-in1k-224", "ViT-B_16-224.npz", 224, "jx_vit_base_p16_224-80ecf9dd.pth",
      "vit_base_patch16_224.orig_in21k_ft_in1k", "google/vit-base-patch16-224"),
     ("L/16", "orig-in21k-ft-in1k-224", "ViT-L_16-224.npz", 224, "jx_vit_large_p16_224-4ee7a4dc.pth", None,
@@ -141,6 +159,10 @@ AUGREG_IN21K = {
     "B/16": "B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0",
     "B/8": "B_8-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0",
     "L/16": "L_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.1-sd_0.1",
+    # the ResNet + ViT hybrids
+    "R+Ti/16": "R_Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0",
+    "R26+S/32": "R26_S_32-i21k-300ep-lr_0.001-aug_medium2-wd_0.03-do_0.0-sd_0.0",
+    "R50+L/32": "R50_L_32-i21k-300ep-lr_0.001-aug_medium2-wd_0.1-do_0.0-sd_0.0",
 }
 AUGREG_IN1K = {
     "S/16": "S_16-i1k-300ep-lr_0.001-aug_medium2-wd_0.1-do_0.0-sd_0.0",
@@ -148,10 +170,17 @@ AUGREG_IN1K = {
     "B/16": "B_16-i1k-300ep-lr_0.001-aug_strong2-wd_0.1-do_0.1-sd_0.1",
 }
 # ImageNet-1k fine-tuning: 20k steps at this learning rate, per model.
-AUGREG_FINETUNE_LR = {"Ti/16": "0.03", "S/32": "0.03", "S/16": "0.03", "B/32": "0.03", "B/16": "0.01", "B/8": "0.01", "L/16": "0.01"}
-AUGREG_384 = ("Ti/16", "S/32", "S/16", "B/32", "B/16", "L/16")  # B/8 was fine-tuned at 224 only
-# The one 384-px fine-tune that starts from another upstream run than its 224-px sibling.
-AUGREG_384_UPSTREAM = {"B/32": "B_32-i21k-300ep-lr_0.001-aug_light1-wd_0.1-do_0.0-sd_0.0"}
+AUGREG_FINETUNE_LR = {
+    "Ti/16": "0.03", "S/32": "0.03", "S/16": "0.03", "B/32": "0.03", "B/16": "0.01", "B/8": "0.01", "L/16": "0.01",
+    "R+Ti/16": "0.03", "R26+S/32": "0.03", "R50+L/32": "0.01",
+}
+AUGREG_384 = ("Ti/16", "S/32", "S/16", "B/32", "B/16", "L/16", "R+Ti/16", "R26+S/32", "R50+L/32")  # B/8: 224 only
+# Fine-tunes that start from another upstream run than the released ImageNet-21k one.
+AUGREG_FINETUNE_UPSTREAM = {
+    ("B/32", 384): "B_32-i21k-300ep-lr_0.001-aug_light1-wd_0.1-do_0.0-sd_0.0",
+    ("R26+S/32", 224): "R26_S_32-i21k-300ep-lr_0.001-aug_light0-wd_0.03-do_0.1-sd_0.1",
+    ("R50+L/32", 224): "R50_L_32-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.1-sd_0.1",
+}
 
 
 def _augreg(model: str, tag: str, file: str, image_size: int, in21k_head: bool) -> Pretrained:
@@ -168,7 +197,7 @@ def _augreg_weights() -> list[Pretrained]:
     entries = [_augreg(model, "augreg-in21k", run, 224, True) for model, run in AUGREG_IN21K.items()]
     for model, run in AUGREG_IN21K.items():
         for size in (224, 384) if model in AUGREG_384 else (224,):
-            upstream = AUGREG_384_UPSTREAM.get(model, run) if size == 384 else run
+            upstream = AUGREG_FINETUNE_UPSTREAM.get((model, size), run)
             file = f"{upstream}--imagenet2012-steps_20k-lr_{AUGREG_FINETUNE_LR[model]}-res_{size}"
             entries.append(_augreg(model, "augreg-in21k-ft-in1k" + ("-384" if size == 384 else ""), file, size, False))
     for model, run in AUGREG_IN1K.items():

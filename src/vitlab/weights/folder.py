@@ -187,9 +187,28 @@ def is_vitlab_folder(directory: str | Path) -> bool:
         return False
 
 
-def save_pretrained(model: VisionTransformer | BiTResNet, directory: str | Path, **extra: Any) -> Path:
+SAVE_FORMATS = ("vitlab", "timm", "hf")
+
+
+def save_pretrained(
+    model: VisionTransformer | BiTResNet, directory: str | Path, format: str = "vitlab", **extra: Any
+) -> Path:
     """Write config.json + model.safetensors + a README.md model card (card.py); `extra` (JSON
-    values) is kept under "extra", and its "training" summary and "metrics" go into the card."""
+    values) is kept under "extra", and its "training" summary and "metrics" go into the card.
+
+    format="timm" writes the folder timm's hub writer does (timm_writer.py), format="hf" one that
+    transformers' ViTForImageClassification loads (hf_writer.py); either refuses, before writing,
+    a model its library cannot hold.
+    """
+    if format not in SAVE_FORMATS:
+        raise ValueError(f"save_pretrained: unknown format {format!r}; choose one of {', '.join(SAVE_FORMATS)}")
+    if format != "vitlab":
+        if extra:
+            raise ValueError(f"save_pretrained: format {format!r} has no place for {', '.join(sorted(extra))}")
+        from .hf_writer import save_hf
+        from .timm_writer import save_timm
+
+        return (save_timm if format == "timm" else save_hf)(model, directory)
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     document = config_to_json(model.config, extra)
@@ -220,6 +239,7 @@ def load_folder(directory: str | Path, **overrides: Any) -> VisionTransformer | 
 
 __all__ = [
     "FORMAT_VERSION",
+    "SAVE_FORMATS",
     "config_from_json",
     "config_to_json",
     "is_vitlab_folder",

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
+from torch import nn
+
 from vitlab.model import BiTConfig, BiTResNet, ConfigError, ViTConfig, VisionTransformer, config_for
 from vitlab.model import create_model as create_untrained
+from vitlab.model.aliases import from_timm_name, is_timm_name
 
-from .catalogue import IN1K_CLASSES, Pretrained, find
+from .catalogue import CATALOGUE, IN1K_CLASSES, CatalogueError, Pretrained, find, list_pretrained
 from .errors import CheckpointError
 from .fetch import fetch
 from .load import load_file
+
+log = logging.getLogger("vitlab")
 
 # The numerics of the reference code the weights were trained with (vit_jax, Flax): they apply
 # whichever of an entry's files is read, so a converted copy computes what the official one does.
@@ -25,12 +31,25 @@ def check_matches(entry: Pretrained, path: Path) -> VisionTransformer:
     config, expected = model.config, config_for(entry.model)
     found = {
         "patch size": (config.patch_size, expected.patch_size), "width": (config.dim, expected.dim),
-        "depth": (config.depth, expected.depth), "classes": (config.num_classes, entry.num_classes),
+        "depth": (config.depth, expected.depth), "classes": (config.num_classes, entry.file_num_classes),
         "image size": (config.image_size, (entry.image_size, entry.image_size)),
     }
     wrong = [f"{what} {got} (expected {want})" for what, (got, want) in found.items() if got != want]
+    if entry.zeroed_head and isinstance(model.head, nn.Linear) and (model.head.weight.any() or model.head.bias.any()):
+        wrong.append("a head that is not zero (the catalogue records this release's head as zeroed)")
     if wrong:
         raise CheckpointError(f"{entry.name}: {path.name} is not this model: {', '.join(wrong)}")
+    return model
+
+
+def as_feature_extractor(model: VisionTransformer, entry: Pretrained) -> VisionTransformer:
+    """Drop a zeroed head and keep the pre-logits layer: the output is the representation (B, D)."""
+    model.head = nn.Identity()
+    model.config = model.config.replace(num_classes=0, class_names=None)
+    log.info(
+        "%s: a feature extractor: the released ImageNet-21k head is zeroed, so it has no classes; "
+        "the output is the %d-wide pre-logits (tanh) representation", entry.name, model.config.feature_dim,
+    )
     return model
 
 
@@ -54,23 +73,83 @@ def load_pretrained(name: str, **overrides: Any) -> VisionTransformer:
     if entry.num_classes == IN1K_CLASSES and "num_classes" not in overrides:  # a new head has its own names
         options["class_names"] = imagenet_class_names()
     options.update(overrides)
-    return load_file(path, **options)
+    model = load_file(path, **options)
+    if entry.zeroed_head and "num_classes" not in overrides:  # a new head (fine-tuning) replaces it anyway
+        model = as_feature_extractor(model, entry)
+    return model
+
+
+# How pretrained=True ranks a model's tags (default_tag): AugReg's before the paper's, ImageNet-1k
+# classifiers before the ImageNet-21k weights, as timm's default tags are.
+DEFAULT_TAG_ORDER = (
+    "augreg-in21k-ft-in1k", "augreg-in21k-ft-in1k-384", "orig-in21k-ft-in1k-224", "orig-in21k-ft-in1k",
+    "augreg-in1k", "augreg-in1k-384", "augreg-in21k", "orig-in21k",
+)
+
+
+def default_tag(model: str) -> str:
+    """The tag `create_model(model, pretrained=True)` loads: an ImageNet-1k classifier at 224 px,
+    else one at another size, else the first tag of DEFAULT_TAG_ORDER the model has."""
+    entries = {entry.tag: entry for entry in list_pretrained(model)}
+    if not entries:
+        find(f"{model}:none")  # raises, naming the models that have weights
+    ranked = [tag for tag in DEFAULT_TAG_ORDER if tag in entries] + sorted(set(entries) - set(DEFAULT_TAG_ORDER))
+    for wanted in (lambda e: e.num_classes == IN1K_CLASSES and e.image_size == 224,
+                   lambda e: e.num_classes == IN1K_CLASSES, lambda e: True):
+        for tag in ranked:
+            if wanted(entries[tag]):
+                return tag
+    raise AssertionError  # unreachable: the last filter takes any tag
+
+
+def default_tag_at(model: str, image_size: int) -> str:
+    """The default tag among those at one resolution (a timm name fixes it), classifiers first."""
+    at_size = [CATALOGUE[f"{model}:{tag}"] for tag in DEFAULT_TAG_ORDER if f"{model}:{tag}" in CATALOGUE]
+    at_size = [entry for entry in at_size if entry.image_size == image_size]
+    for entry in sorted(at_size, key=lambda e: e.num_classes != IN1K_CLASSES):  # stable: keeps the order
+        return entry.tag
+    tags = ", ".join(entry.tag for entry in list_pretrained(model)) or "none"
+    raise CatalogueError(f"no pretrained weights for {model} at {image_size} px; its tags: {tags}")
+
+
+def resolve_pretrained(name: str, pretrained: str | bool) -> tuple[str, str, int | None]:
+    """(registry name, catalogue tag or MODEL:TAG, the resolution a timm name asks for)."""
+    size = None
+    timm_tag = None
+    if is_timm_name(name):
+        alias = from_timm_name(name)
+        if alias is None:
+            config_for(name)  # raises, naming the timm names vitlab reads
+        assert alias is not None
+        name, size, timm_tag = alias.model, alias.image_size, alias.tag
+    if isinstance(pretrained, str):
+        return name, pretrained, size
+    tag = timm_tag or (default_tag_at(name, size) if size is not None else default_tag(name))
+    log.info("create_model(pretrained=True): the weights %s:%s", name, tag)
+    return name, tag, size
 
 
 def create_model(
-    name: str | ViTConfig | BiTConfig = "B/16", pretrained: str | None = None, **overrides: Any
+    name: str | ViTConfig | BiTConfig = "B/16", pretrained: str | bool | None = None, **overrides: Any
 ) -> VisionTransformer | BiTResNet:
     """A model from the registry, freshly initialised or, with `pretrained`, with catalogue weights.
 
     >>> model = create_model("B/16", pretrained="augreg-in21k", num_classes=10)  # doctest: +SKIP
 
-    `pretrained` is a TAG of the model ("augreg-in21k") or a full "MODEL:TAG" name.
+    `pretrained` is a TAG of the model ("augreg-in21k"), a full "MODEL:TAG" name, or True for the
+    model's default tag (default_tag). timm's names work too: "vit_base_patch16_224" is B/16 at
+    224 px, and "vit_base_patch16_224.augreg_in21k" with pretrained=True loads those weights.
     """
-    if pretrained is None:
+    if pretrained is None or pretrained is False:
         return create_untrained(name, **overrides)
     if not isinstance(name, str):
         raise ConfigError("pretrained= needs a registered model name such as 'B/16', not a config")
-    entry = find(pretrained if ":" in pretrained else f"{name}:{pretrained}")
+    if not isinstance(pretrained, (str, bool)):
+        raise ConfigError(f"pretrained={pretrained!r}: give True, a tag such as 'augreg-in21k' or MODEL:TAG")
+    name, tag, size = resolve_pretrained(name, pretrained)
+    entry = find(tag if ":" in tag else f"{name}:{tag}")
     if entry.model != name:
         raise ConfigError(f"pretrained={pretrained!r} holds weights of {entry.model}, not of {name}")
+    if size is not None and size != entry.image_size:  # a timm name fixes the resolution: E_pos resampled
+        overrides.setdefault("image_size", size)
     return load_pretrained(entry.name, **overrides)
