@@ -3,6 +3,8 @@ written in that layout from random weights against an independent NumPy forward 
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import pytest
 import torch
@@ -125,3 +127,14 @@ def test_square_checkpoint_needs_no_image_size(tmp_path, pool):
         logits = model(torch.from_numpy(images_nhwc.transpose(0, 3, 1, 2).copy()))
     torch.testing.assert_close(logits.double(), torch.from_numpy(reference_logits(params, images_nhwc, pool)),
                                **TOLERANCE)
+
+
+@pytest.mark.parametrize("pool", ["tok", "gap"])
+def test_pooling_read_from_absent_class_token_is_said(tmp_path, pool, caplog):
+    """A file without `cls` does not record its pooling: reading it as GAP is said, never silent."""
+    path = tmp_path / "bv.npz"
+    np.savez(path, **{f"params/{key}": value for key, value in random_params(pool).items()})
+    with caplog.at_level(logging.INFO, logger="vitlab"):
+        vitlab.load(path, image_size=IMAGE)
+    said = "read as global average pooling" in caplog.text
+    assert said == (pool == "gap"), caplog.text

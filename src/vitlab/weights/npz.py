@@ -197,6 +197,10 @@ def infer_config(params: FlaxParams, names: BlockNames, image_size_hint: Any, na
     num_heads, head_dim = query.shape[-2:]
     mlp_dim = params.arrays[params.prefix + f"{first}{names.mlp}/Dense_0/kernel"].shape[-1]
     class_token = params.has("cls")
+    if not class_token:  # the file does not record the pooling; these keys are also big_vision's pool_type "0"
+        log.info("%s: no class token; read as global average pooling (vit_jax classifier 'gap', big_vision "
+                 "pool_type 'gap'); a big_vision pool_type '0' model has the same keys and is not told apart",
+                 params.source)
     num_positions = params.arrays[params.prefix + params.pos_embed_key()].shape[-2]
     representation = params.arrays[params.prefix + "pre_logits/kernel"].shape[1] if params.has("pre_logits/kernel") else None
     num_classes = params.arrays[params.prefix + "head/kernel"].shape[1] if params.has("head/kernel") else 0
