@@ -79,6 +79,13 @@ def resolve_layer_head(depth: int, num_heads: int, layer: int, head: int | None)
     return layer % depth, (head % num_heads if head is not None else None)
 
 
+def require_attention(model: nn.Module) -> None:
+    """Refuse, in one line, a model that has no attention to analyse (a BiT ResNet)."""
+    if not hasattr(model, "forward_with_attention"):
+        name = getattr(model.config, "name", None) or type(model).__name__
+        raise ValueError(f"{name}: attention analyses need a transformer; a ResNet has no attention to show")
+
+
 @torch.no_grad()
 def attention_maps(
     model: nn.Module, images: torch.Tensor, layer: int = -1, head: int | None = None
@@ -88,9 +95,10 @@ def attention_maps(
     Any size the model accepts works: the patch grid is read off the input, not the config.
     Call `model.eval()` first unless you want dropout in the attention.
     """
+    require_attention(model)
     config = model.config
     logits, attentions = model.forward_with_attention(images)
-    grid = (images.shape[-2] // config.patch_size, images.shape[-1] // config.patch_size)
+    grid = config.grid_for(images.shape)  # a hybrid's tokens are backbone stride x P pixels apart
     layer, head = resolve_layer_head(len(attentions), attentions[0].shape[1], layer, head)
     chosen = attentions[layer].float()
     chosen = chosen.mean(dim=1) if head is None else chosen[:, head]

@@ -21,14 +21,17 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from vitlab.model import BiTConfig, ViTConfig
+
 from .distance import attention_distance, patch_distances
-from .filters import embedding_filters, filters_as_images
+from .filters import embedding_filters, filters_as_images, pixel_filters
 from .plots import plot_attention_distance, plot_attention_maps, plot_filters, plot_position_similarity
 from .posemb import position_embedding_table, position_similarity
 from .report import ReportFigure, write_report
-from .rollout import attention_maps, resolve_layer_head, upsample_map
+from .rollout import attention_maps, require_attention, resolve_layer_head, upsample_map
 
 ANALYSES = ("rollout", "distance", "posemb", "filters")
+NEED_ATTENTION = ("rollout", "distance", "posemb")  # a ResNet has no attention and no E_pos
 DISPLAY_SIZE = 224  # small inputs are enlarged to this many pixels on the short side for the figures
 
 
@@ -98,14 +101,19 @@ def analyze(
     attention distance (the paper averages 128); the first `show` are drawn with their maps.
     """
     chosen = parse_what(what)
+    result = AnalysisResult()
+    if not hasattr(model, "forward_with_attention"):  # a BiT ResNet: only its root filters apply
+        transformer_only = [name for name in chosen if name in NEED_ATTENTION]
+        if chosen != ANALYSES and transformer_only:
+            require_attention(model)  # asked for by name: refused in one line
+        if transformer_only:
+            result.notes.append(f"{', '.join(transformer_only)} skipped: a ResNet has no attention "
+                                f"and no position embedding")
+        chosen = tuple(name for name in chosen if name not in NEED_ATTENTION)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     config = model.config
-    result = AnalysisResult()
-    result.numbers["model"] = {
-        "name": config.name, "pool": config.pool, "pos_embed": config.pos_embed,
-        "patch_size": config.patch_size, "depth": config.depth, "num_heads": config.num_heads,
-    }
+    result.numbers["model"] = _model_numbers(config)
     if "rollout" in chosen or "distance" in chosen:
         _attention_analyses(model, images, out, chosen, layer, head, show, batch_size, result)
     if "posemb" in chosen:
@@ -114,7 +122,7 @@ def analyze(
         _filter_analysis(model, out, result)
     result.json_path = out / "analysis.json"
     result.json_path.write_text(json.dumps(result.numbers, indent=1))
-    title = f"vitlab analysis of {config.name or 'a ViT'} (P={config.patch_size}, {config.depth} layers)"
+    title = f"vitlab analysis of {config.name or type(model).__name__} ({_model_words(config)})"
     result.html_path = write_report(out / "report.html", title, result.figures, result.numbers, result.notes)
     return result
 
@@ -127,12 +135,13 @@ def _attention_analyses(
         raise ValueError("attention analyses need at least one image, got none")
     config = model.config
     device = next(model.parameters()).device
-    grid = (images.shape[-2] // config.patch_size, images.shape[-1] // config.patch_size)
+    grid = config.grid_for(images.shape)
+    patch = config.effective_patch_size  # pixels between neighbouring tokens
     count = min(show, len(images))
     distances, logits, rollout, raw = [], [], [], []
     for start in range(0, len(images), batch_size):
         maps = attention_maps(model, images[start : start + batch_size].to(device), layer, head)
-        distances.append(attention_distance(maps.attentions, grid, config.patch_size, config.num_prefix_tokens).cpu())
+        distances.append(attention_distance(maps.attentions, grid, patch, config.num_prefix_tokens).cpu())
         logits.append(maps.logits.cpu())
         rollout.append(maps.rollout.cpu())
         raw.append(maps.raw.cpu())
@@ -170,7 +179,7 @@ def _attention_analyses(
     if "distance" in chosen:
         per_image = torch.cat(distances)  # (images, layers, heads)
         mean = per_image.mean(dim=0)
-        uniform = float(patch_distances(grid, config.patch_size).mean())
+        uniform = float(patch_distances(grid, patch).mean())
         result.figures.append(ReportFigure(
             "Mean attention distance (Fig. 7 right)",
             plot_attention_distance(mean.numpy(), out / "attention_distance.png", tuple(images.shape[-2:]), uniform),
@@ -205,18 +214,44 @@ def _position_analysis(model: nn.Module, out: Path, explicit: bool, result: Anal
 
 
 def _filter_analysis(model: nn.Module, out: Path, result: AnalysisResult) -> None:
-    proj = getattr(model.patch_embed, "proj", None)
-    if not isinstance(proj, nn.Conv2d):
-        raise ValueError("embedding filters need a linear patch embedding (patch_embed.proj); this model has none")
-    filters = embedding_filters(proj.weight)
+    source = pixel_filters(model)
+    weight = source.weight.detach()
+    filters = embedding_filters(weight)
     ratio = filters.explained_variance_ratio
+    size = "x".join(str(side) for side in weight.shape[-2:])
+    if source.kind == "patch embedding":
+        title = "Embedding filters (Fig. 7 left)"
+    else:
+        title = "Root convolution filters (in place of Fig. 7 left)"
+        result.notes.append(f"Filters: {source.source} is shown; Fig. 7 left is the patch embedding of a plain ViT.")
     result.figures.append(ReportFigure(
-        "Embedding filters (Fig. 7 left)",
+        title,
         plot_filters(filters_as_images(filters.components), out / "embedding_filters.png", ratio),
-        f"The first {len(ratio)} principal components of the {proj.weight.shape[0]} patch-embedding "
-        f"filters, each stretched to its own range.",
+        f"The first {len(ratio)} principal components of the {weight.shape[0]} {size} filters of {source.source}, "
+        f"each stretched to its own range.",
     ))
     result.numbers["embedding_filters"] = {
+        "layer": source.kind,
         "explained_variance_ratio": _rounded(ratio),
         "components": _rounded(filters.components.reshape(len(ratio), -1)),
     }
+
+
+def _model_numbers(config: ViTConfig | BiTConfig) -> dict[str, Any]:
+    if isinstance(config, BiTConfig):
+        return {"name": config.name, "family": "bit", "layers": list(config.resnet.layers), "width": config.resnet.width}
+    backbone = config.backbone
+    return {
+        "name": config.name, "family": "hybrid" if backbone is not None else "vit", "pool": config.pool,
+        "pos_embed": config.pos_embed, "patch_size": config.patch_size,
+        "effective_patch_size": config.effective_patch_size, "depth": config.depth, "num_heads": config.num_heads,
+    }
+
+
+def _model_words(config: ViTConfig | BiTConfig) -> str:
+    if isinstance(config, BiTConfig):
+        return f"ResNet, {config.resnet.depth} layers"
+    if config.backbone is not None:
+        return (f"hybrid: ResNet stride {config.backbone.stride} x P={config.patch_size}, "
+                f"{config.effective_patch_size} px per token, {config.depth} layers")
+    return f"P={config.patch_size}, {config.depth} layers"

@@ -1,13 +1,15 @@
-"""Taking a trained ViT elsewhere: ONNX (checked with onnxruntime), torch.export programs, the
+"""Taking a trained model elsewhere: ONNX (checked with onnxruntime), torch.export programs, the
 official vit_jax .npz layout, folders timm and transformers load (checked by them), and an ONNX
-file run as a vitlab model."""
+file run as a vitlab model. Every family exports to ONNX and torch.export; the .npz layout holds
+ViTs and hybrids (vit_jax has no BiT classifier)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from vitlab.model import VisionTransformer
+from vitlab.model import BiTResNet, VisionTransformer
 from vitlab.weights import export_npz, load, save_pretrained
+from vitlab.weights.hybrid import export_hybrid_npz
 
 from .metadata import config_from_metadata, metadata_strings
 from .onnx import export_onnx
@@ -20,7 +22,7 @@ FORMATS = ("onnx", "export", "npz", "timm", "hf")
 
 
 def export_model(
-    model: VisionTransformer, format: str, path: str | Path, plan: TracePlan = TracePlan(),
+    model: VisionTransformer | BiTResNet, format: str, path: str | Path, plan: TracePlan = TracePlan(),
     tolerance: float = FP32_TOLERANCE,
 ) -> tuple[Path, Validation | Unchecked]:
     """Write `model` in `format` and check the written file against the model; returns (file, check)."""
@@ -29,10 +31,15 @@ def export_model(
     if format == "export":
         return Path(path), export_program(model, path, plan, tolerance=tolerance)
     if format == "npz":  # the official layout has a fixed meaning and no batch axis to plan
-        written = export_npz(model, path)
         config = model.config
+        if isinstance(model, BiTResNet):
+            raise ValueError(f"{config.name or 'BiT ResNet'}: the vit_jax .npz layout holds ViTs and hybrids, "
+                             f"not a BiT ResNet; export it as onnx or export")
+        hybrid = config.backbone is not None
+        written = (export_hybrid_npz if hybrid else export_npz)(model, path)
         # The layout has no place for numerics; read it back with the model's to check the tensors.
-        reloaded = load(written, act=config.act, norm_eps=config.norm_eps)
+        numerics = dict(act=config.act, norm_eps=config.norm_eps, **({"backbone": config.backbone} if hybrid else {}))
+        reloaded = load(written, **numerics)
         return written, TracePlan().check(model.eval(), reloaded, str(written), tolerance)
     if format in ("timm", "hf"):  # a folder the peer library loads, checked by that library
         written = save_pretrained(model, path, format=format)

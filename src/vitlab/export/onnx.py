@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from vitlab.model import VisionTransformer
+from vitlab.model import BiTResNet, VisionTransformer
 
 from .metadata import INPUT_NAME, OUTPUT_NAME, metadata_strings
 from .validate import FP32_TOLERANCE, TracePlan, Validation, prepare
@@ -56,7 +56,7 @@ def onnx_session(path: str | Path, threads: int | None = None):  # -> onnxruntim
 
 
 def export_onnx(
-    model: VisionTransformer,
+    model: VisionTransformer | BiTResNet,
     path: str | Path,
     plan: TracePlan = TracePlan(),
     *,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from vitlab.model import ViTConfig, VisionTransformer
+from vitlab.model import BiTConfig, BiTResNet, ViTConfig, VisionTransformer
 
 from .metadata import config_from_metadata, metadata_strings
 from .validate import FP32_TOLERANCE, TracePlan, Validation, prepare
@@ -21,7 +21,7 @@ METADATA_FILE = "vitlab.json"
 
 
 def export_program(
-    model: VisionTransformer,
+    model: VisionTransformer | BiTResNet,
     path: str | Path,
     plan: TracePlan = TracePlan(),
     *,
@@ -35,7 +35,7 @@ def export_program(
     return plan.check(model, torch.export.load(path).module(), str(path), tolerance)
 
 
-def read_program_config(path: str | Path) -> ViTConfig:
+def read_program_config(path: str | Path) -> ViTConfig | BiTConfig:
     """The config stored with a program written by export_program."""
     extra = {METADATA_FILE: ""}
     torch.export.load(path, extra_files=extra)

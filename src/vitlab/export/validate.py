@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from vitlab.model import ViTConfig
+from vitlab.model import BiTConfig, ViTConfig
 
 from .metadata import INPUT_NAME
 
@@ -86,7 +86,7 @@ class TracePlan:
     dynamic_batch: bool = True
     batch_size: int = 1
 
-    def example(self, config: ViTConfig) -> torch.Tensor:
+    def example(self, config: ViTConfig | BiTConfig) -> torch.Tensor:
         batch = TRACE_BATCH_SIZE if self.dynamic_batch else self.batch_size
         return sample_images(batch, config.in_channels, config.image_size)
 

@@ -11,6 +11,7 @@ import dataclasses
 import functools
 import numbers
 import typing
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -135,7 +136,17 @@ class ViTConfig:
 
     @property
     def grid_size(self) -> tuple[int, int]:
-        return (self.image_size[0] // self.effective_patch_size, self.image_size[1] // self.effective_patch_size)
+        """The token grid at the native resolution."""
+        return self.grid_for(self.image_size)
+
+    def grid_for(self, image_size: Sequence[int]) -> tuple[int, int]:
+        """The token grid (rows, columns) of an input of `image_size` (height, width): every caller
+        that maps tokens to pixels goes through here, so a hybrid's backbone stride is never forgotten."""
+        height, width = (int(side) for side in image_size[-2:])
+        patch = self.effective_patch_size
+        if height % patch or width % patch:
+            raise ValueError(f"an input of {height}x{width} pixels is not divisible by the effective patch size {patch}")
+        return (height // patch, width // patch)
 
     @property
     def num_patches(self) -> int:

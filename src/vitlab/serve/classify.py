@@ -3,7 +3,8 @@
 An upload is refused before decoding when it is larger than `max_bytes` or its header declares
 more than `max_pixels`; anything that does not decode is a BadImageError whose message names the
 reason. The image is prepared as evaluation prepares it (resize, centre crop, the checkpoint's
-mean/std), and the overlay comes from the same forward pass as the probabilities.
+mean/std), and the overlay comes from the same forward pass as the probabilities. A BiT ResNet
+has no attention: it is served with the top-5 alone (`has_overlay` False).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from vitlab.analysis import attention_maps, display_images, upsample_map
 from vitlab.data import BadImageError, read_image
 from vitlab.data.images import FORMATS
 from vitlab.evaluate.predict import eval_transform
-from vitlab.model import VisionTransformer
+from vitlab.model import BiTResNet, VisionTransformer
 
 TOP_K = 5
 HEAT_ALPHA = 0.5  # how strongly the rollout colours the image
@@ -67,11 +68,12 @@ def to_pil(pixels: np.ndarray | torch.Tensor) -> Image.Image:
 
 
 class ImageClassifier:
-    """A loaded ViT behind a bytes-in, labels-out interface."""
+    """A loaded ViT, hybrid or BiT ResNet behind a bytes-in, labels-out interface."""
 
-    def __init__(self, model: VisionTransformer, limits: Limits = Limits()) -> None:
+    def __init__(self, model: VisionTransformer | BiTResNet, limits: Limits = Limits()) -> None:
         self.model = model.eval()
         self.limits = limits
+        self.has_overlay = hasattr(model, "forward_with_attention")  # rollout needs attention
         config = model.config
         self.transform = eval_transform(config)  # resize, centre crop, the checkpoint's mean/std
         self.top_k = min(TOP_K, config.num_classes)
@@ -102,6 +104,7 @@ class ImageClassifier:
     @torch.no_grad()
     def classify(self, data: bytes, name: str = "upload", with_overlay: bool = True) -> Prediction:
         images = self.transform(self.decode(data, name))[None]  # (1, C, H, W)
+        with_overlay = with_overlay and self.has_overlay
         if with_overlay:
             maps = attention_maps(self.model, images)
             logits = maps.logits
