@@ -7,14 +7,17 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
+from proc_helpers import HAS_PROC, ListenerWatch, children
 from vitlab.train import checkpoint as ckpt
 
 # A few SGD steps of a tiny ViT on digits with a deterministic crop, so that the only difference
@@ -36,6 +39,7 @@ def command_line(out: Path, *extra: str, processes: int = 1) -> list[str]:
 
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+LAUNCHER = Path(__file__).with_name("loopback_torchrun.py")
 
 
 def vitlab_train(out: Path, *extra: str, processes: int = 1) -> subprocess.CompletedProcess:
@@ -74,9 +78,15 @@ def single(tmp_path_factory) -> dict[str, torch.Tensor]:
     return weights(out)
 
 
-def test_ddp_equals_one_process_and_resumes(single, tmp_path):
-    run = tmp_path / "ddp"
-    result = vitlab_train(run, processes=2)
+@pytest.fixture(scope="module")
+def ddp(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """The uninterrupted run on one node with two processes: its folder and its output."""
+    run = tmp_path_factory.mktemp("ddp") / "run"
+    return run, vitlab_train(run, processes=2)
+
+
+def test_ddp_equals_one_process_and_resumes(single, ddp, tmp_path):
+    run, result = ddp
     assert_close(weights(run), single, atol=1e-6)
     assert result.stdout.count("model folder:") == 1  # process 0 reports
     assert [p.name for p in ckpt.list_checkpoints(run)] == ["step-00000002.pt", "step-00000004.pt"]
@@ -129,3 +139,93 @@ def test_sigterm_to_torchrun_checkpoints_every_process_and_resumes_exactly(tmp_p
     resumed = vitlab_train(stopped, *longer, "--resume", processes=2)
     assert "resuming" in resumed.stderr
     assert_close(weights(stopped), weights(tmp_path / "whole"), atol=0.0)
+
+
+# -- faults and topologies: torchrun restarts, two nodes -------------------------------------------------
+# Every address on loopback: the rendezvous endpoint, the address the launchers give the workers
+# (--local-addr), gloo's interface, and the stores' listening sockets (loopback_torchrun.py).
+LOOPBACK_ENV = {**ENV, "GLOO_SOCKET_IFNAME": "lo"}
+LOOPBACK = {"127.0.0.1", "::1"}
+needs_proc = pytest.mark.skipif(not HAS_PROC, reason="watches torchrun's processes through Linux's /proc")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def torchrun(out: Path, *options: str, port: int | None = None) -> list[str]:
+    """`torchrun OPTIONS -m vitlab train` with a c10d rendezvous on 127.0.0.1."""
+    rendezvous = ["--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port or free_port()}", "--local-addr=127.0.0.1"]
+    return [sys.executable, str(LAUNCHER), *options, *rendezvous, "-m", "vitlab", *FLAGS, "--out", str(out)]
+
+
+def start(command: list[str]) -> subprocess.Popen:
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=LOOPBACK_ENV)
+
+
+def finish(process: subprocess.Popen, timeout: float = 300) -> str:
+    try:
+        log, _ = process.communicate(timeout=timeout)
+    finally:
+        process.kill()
+    assert process.returncode == 0, log[-3000:]
+    assert "terminate called" not in log, log[-3000:]
+    return log
+
+
+def assert_loopback_only(watch: ListenerWatch) -> None:
+    assert watch.seen, "no listening socket was seen"
+    assert {host for host, _ in watch.seen} <= LOOPBACK, sorted(watch.seen)
+
+
+@needs_proc
+@pytest.mark.fault("distributed", kinds=1)
+def test_a_killed_worker_is_restarted_by_torchrun_and_resumes_exactly(ddp, tmp_path):
+    """SIGKILL to one worker mid-run: torchrun (--max-restarts=1) stops the other and starts both again;
+    they resume from the latest checkpoint without --resume and end with the uninterrupted weights."""
+    out = tmp_path / "killed"
+    process = start([*torchrun(out, "--nnodes=1", "--nproc-per-node=2", "--max-restarts=1"), "--set", "run.log_every=1"])
+    lines, killed = [], None
+    watchdog = threading.Timer(300, process.kill)  # a hung run fails the test instead of stalling it
+    watchdog.start()
+    try:
+        for line in process.stdout:
+            lines.append(line)
+            if killed is None and re.match(r"step 3/4 ", line):  # after the checkpoint of step 2
+                killed = children(process.pid)[0]  # process 0, the one that writes the checkpoints
+                os.kill(killed, signal.SIGKILL)
+            if "torchrun restart 1" in line:
+                break
+        lines.append(finish(process))
+    finally:
+        watchdog.cancel()
+        process.kill()
+    log = "".join(lines)
+    assert killed is not None, log[-3000:]
+    # Step 2's checkpoint, or step 4's when the kill came while it was being written.
+    assert re.search(r"torchrun restart 1: resuming .* from its latest checkpoint \(step-0000000(2|4)\.pt\) "
+                     r"without --resume", log), log[-3000:]
+    assert re.search(r"resuming .* from step (2|4) ", log), log[-3000:]
+    assert_close(weights(out), weights(ddp[0]), atol=0.0)
+
+
+@needs_proc
+@pytest.mark.fault("distributed", kinds=1)
+def test_two_nodes_of_one_process_train_as_one_node_of_two_on_loopback_only(ddp, tmp_path):
+    """Two torchrun launchers (--nnodes=2, one process each) meet at a c10d rendezvous on 127.0.0.1; no
+    process of the run listens on any other address."""
+    out, port = tmp_path / "nodes", free_port()
+    launchers = [start(torchrun(out, "--nnodes=2", f"--node-rank={rank}", "--nproc-per-node=1", port=port))
+              for rank in (0, 1)]
+    try:
+        with ListenerWatch([launcher.pid for launcher in launchers]) as watch:
+            logs = [finish(launcher) for launcher in launchers]
+    finally:
+        for launcher in launchers:  # a failed first launcher leaves the second waiting at the rendezvous
+            launcher.kill()
+    assert sum(log.count("model folder:") for log in logs) == 1  # one process 0 over both nodes
+    assert ("127.0.0.1", port) in watch.seen  # the rendezvous store, seen while it ran
+    assert_loopback_only(watch)
+    assert_close(weights(out), weights(ddp[0]), atol=0.0)

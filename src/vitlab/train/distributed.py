@@ -15,6 +15,10 @@ run resumes on any number of processes. Backend: gloo on CPU, nccl on CUDA.
 - fsdp: FSDP2's fully_shard, each encoder block one unit, spreads parameters, gradients and optimiser
   state over the processes. Its checkpoints are torch.distributed.checkpoint folders that each process
   writes its shards into and that load into any number of processes (a single one too).
+
+Faults: under `torchrun --max-restarts=N` a process that dies takes the others down and torchrun starts
+them all again, with TORCHELASTIC_RESTART_COUNT > 0; a restarted run resumes from its latest checkpoint
+by itself (no --resume to add), and says so.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ class Processes:
     rank: int = 0
     world_size: int = 1
     local_rank: int = 0
+    restarts: int = 0  # how often torchrun has restarted the processes of this run
 
     @property
     def is_main(self) -> bool:
@@ -57,9 +62,10 @@ class Processes:
 
 def from_environment() -> Processes:
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    restarts = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))  # set by torchrun, 0 at first
     if world_size == 1:
-        return Processes()
-    return Processes(int(os.environ["RANK"]), world_size, int(os.environ.get("LOCAL_RANK", "0")))
+        return Processes(restarts=restarts)
+    return Processes(int(os.environ["RANK"]), world_size, int(os.environ.get("LOCAL_RANK", "0")), restarts)
 
 
 def start(processes: Processes, device: torch.device) -> torch.device:
@@ -72,7 +78,12 @@ def start(processes: Processes, device: torch.device) -> torch.device:
     elif device.type != "cpu":
         raise ConfigError(f"run.device={device.type!r}: data-parallel training runs on CPUs (gloo) or CUDA (nccl)")
     if not dist.is_initialized():
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+        # torchrun keeps one store for all attempts of a run, and gloo would read the addresses a dead
+        # attempt left there ("connection refused" after a restart); each attempt gets its own keys.
+        store, rank, world_size = next(dist.rendezvous("env://"))
+        store = dist.PrefixStore(f"vitlab/attempt-{processes.restarts}/", store)
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo", store=store, rank=rank,
+                                world_size=world_size)
         _OWNED_GROUP.append(dist.group.WORLD)
     if not processes.is_main:
         log.setLevel(logging.WARNING)  # one voice: process 0 reports progress

@@ -179,7 +179,7 @@ class Trainer:
     def _read_resume_checkpoint(self) -> dict[str, Any] | None:
         """The state of the newest intact checkpoint when resuming (checked against this config before
         any work); see checkpoint.newest_valid_checkpoint."""
-        if not self.config.run.resume:
+        if not self._resume_requested():
             if ckpt.holds_checkpoints(self.out):
                 raise ConfigError(f"{self.out} already holds a run ({self.out / ckpt.FOLDER}); pass --resume to "
                                   f"continue it or choose another --out")
@@ -193,6 +193,16 @@ class Trainer:
         with self._checkpoint_problems():
             self._check_same_run(state["config"])
         return state
+
+    def _resume_requested(self) -> bool:
+        """--resume, or a process that torchrun started again after one of the run's died
+        (TORCHELASTIC_RESTART_COUNT > 0): it continues from the checkpoint without being told."""
+        if self.config.run.resume or not self.processes.restarts:
+            return self.config.run.resume
+        if self.processes.is_main:
+            log.warning("torchrun restart %d: resuming %s from its latest checkpoint without --resume",
+                        self.processes.restarts, self.out)
+        return True
 
     @contextlib.contextmanager
     def _checkpoint_problems(self):
