@@ -204,9 +204,8 @@ def test_a_killed_worker_is_restarted_by_torchrun_and_resumes_exactly(ddp, tmp_p
         process.kill()
     log = "".join(lines)
     assert killed is not None, log[-3000:]
+    assert re.search(r"torchrun restart 1: resuming .* from its latest checkpoint without --resume", log), log[-3000:]
     # Step 2's checkpoint, or step 4's when the kill came while it was being written.
-    assert re.search(r"torchrun restart 1: resuming .* from its latest checkpoint \(step-0000000(2|4)\.pt\) "
-                     r"without --resume", log), log[-3000:]
     assert re.search(r"resuming .* from step (2|4) ", log), log[-3000:]
     assert_close(weights(out), weights(ddp[0]), atol=0.0)
 
