@@ -49,11 +49,13 @@ def test_eval_prints_and_writes_json(trained, tmp_path, capsys):
     report_path = tmp_path / "eval.json"
     assert main(["eval", "--ckpt", str(trained), "--data", "digits", "--out", str(report_path)]) == 0
     report = json.loads(report_path.read_text())
+    metrics = report["metrics"]
     summary = json.loads((trained / "summary.json").read_text())
-    assert report["count"] == 360 and report["split"] == "val" and report["image_size"] == [8, 8]
-    assert report["top1"] == pytest.approx(summary["val_top1"]) and report["top5"] == pytest.approx(summary["val_top5"])
-    assert 0.0 <= report["top1"] <= report["top5"] <= 1.0
-    assert f"top-1 {report['top1']:.4f}  top-5 {report['top5']:.4f}" in capsys.readouterr().out
+    assert metrics["count"] == 360 and report["split"] == "val" and report["image_size"] == [8, 8]
+    assert (metrics["top1"], metrics["top5"]) == (summary["val_top1"], summary["val_top5"])
+    assert 0.0 <= metrics["top1"] <= metrics["top5"] <= 1.0
+    assert report["trained_images_scored"] == 0 and report["settings"]["from"] == str(trained / "run.yaml")
+    assert f"top-1 {metrics['top1']:.4f}  top-5 {metrics['top5']:.4f}" in capsys.readouterr().out
 
 
 def test_predict_on_image_files(trained, tmp_path, capsys):

@@ -2,18 +2,24 @@
 
 Checking up front names each unreadable file exactly once however many DataLoader workers and
 epochs follow, and stops a split that is mostly broken before any training time is spent on it.
+
+A source without a validation split is split on its file listing, before any file is checked, so
+that the split does not depend on which files decode: evaluation can check only the split it
+scores and still get exactly the split the run trained with.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
+import numpy as np
 from tqdm.auto import tqdm
 
-from .datasets import TooManyBadImagesError
+from .datasets import EncodedImages, TooManyBadImagesError, Transform
 from .images import BadImageError
+from .splits import DataSplits, split_indices, take_fraction
 
 logger = logging.getLogger("vitlab")
 
@@ -22,6 +28,7 @@ EXAMPLES = 3  # unreadable files quoted in the error that stops a split
 # and reads only headers of larger ones, leaving the rare truncated JPEG to the dataset's fallback.
 AUTO_DECODE_LIMIT = 50_000
 CHECKS = ("auto", "decode", "header", "none")
+SPLITS = ("train", "val")
 
 
 def scan_images(sources: Sequence[Any], check: Callable[[Any, bool], None], *, mode: str,
@@ -62,3 +69,42 @@ def scan_images(sources: Sequence[Any], check: Callable[[Any, bool], None], *, m
     if bad:
         logger.warning("%d of %d images in %s cannot be decoded and are skipped", len(bad), total, description)
     return good
+
+
+def finish_splits(train: EncodedImages, val: EncodedImages | None, class_names: list[str], *,
+                  train_transform: Transform, eval_transform: Transform, val_fraction: float, seed: int,
+                  train_fraction: float, check: str, check_splits: Collection[str]) -> DataSplits:
+    """Split the listing (when `val` is None, a seeded stratified `val_fraction` of `train` is held
+    out), keep the run's `train_fraction`, then check the images of the splits in `check_splits`
+    (the others are left to the dataset's fallback) and set the transforms.
+
+    A held-out pair is checked as one pool, so that `max_bad_fraction` counts against the whole
+    source as it did before the split.
+    """
+    unknown = set(check_splits) - set(SPLITS)
+    if unknown:
+        raise ValueError(f"check_splits must name splits among {SPLITS}, got {sorted(unknown)}")
+    held_out = val is None
+    if held_out:
+        train_idx, val_idx = split_indices(train.labels, val_fraction, seed)
+        train, val = train.subset(train_idx, None), train.subset(val_idx, None)
+    if train_fraction < 1.0:  # data-scaling runs (paper Fig. 3): a nested class-balanced subset
+        train = take_fraction(train, train_fraction, seed)
+    chosen = {"train": train, "val": val}
+    wanted = [name for name in SPLITS if name in check_splits]
+    if held_out and len(wanted) == 2:
+        pool = train.subset(range(len(train)), None)
+        pool.sources, pool.labels = train.sources + val.sources, train.labels + val.labels
+        good = np.asarray(_good_indices(pool, check), dtype=np.int64)
+        chosen["train"] = train.subset(good[good < len(train)], None)
+        chosen["val"] = val.subset(good[good >= len(train)] - len(train), None)
+    else:
+        for name in wanted:
+            chosen[name] = chosen[name].subset(_good_indices(chosen[name], check), None)
+    chosen["train"].transform, chosen["val"].transform = train_transform, eval_transform
+    return DataSplits(chosen["train"], chosen["val"], class_names, held_out=held_out)
+
+
+def _good_indices(dataset: EncodedImages, check: str) -> list[int]:
+    return scan_images(dataset.sources, dataset.check, mode=check, description=dataset.description,
+                       max_bad_fraction=dataset.max_bad_fraction)

@@ -16,11 +16,16 @@ logger = logging.getLogger("vitlab")
 
 @dataclass
 class DataSplits:
-    """A training and a validation dataset of (image tensor (C, H, W), int label), and the class names."""
+    """A training and a validation dataset of (image tensor (C, H, W), int label), and the class names.
+
+    `held_out`: the source has no validation split of its own, so val was held out of the training
+    images by a seeded fraction (and evaluation must repeat the run's seed and fraction).
+    """
 
     train: torch.utils.data.Dataset
     val: torch.utils.data.Dataset
     class_names: list[str]
+    held_out: bool = False
 
     @property
     def num_classes(self) -> int:
