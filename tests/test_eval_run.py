@@ -55,6 +55,7 @@ def test_imagefolder_run_with_its_own_seed_and_val_fraction(tmp_path, caplog, ca
     summary = train(data, run, "--seed", "3", "--set", "data.val_fraction=0.5", "--batch-size", "12",
                     "--steps", "12", "--eval-every", "12")
     assert summary["val_top5"] is None  # 3 classes: top-5 would count every image
+    assert "| val_top5 | n/a |" in (run / "README.md").read_text()
     with caplog.at_level(logging.INFO, logger="vitlab"):
         report = eval_report(run, "--data", data)
     metrics = report["metrics"]
