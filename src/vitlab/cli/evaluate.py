@@ -1,7 +1,7 @@
 """`vitlab eval`: top-1 / top-5 of a checkpoint on a split of a data source, split as its run split it.
 
 A run folder's run.yaml decides the split (run.seed, data.val_fraction, data.train_fraction), the
-bad-image limit, the precision and the batch size, so that `vitlab eval --ckpt RUN` on the run's
+bad-image limit, the device, precision and batch size, so that `vitlab eval --ckpt RUN` on the run's
 data scores exactly the run's validation images and reports the accuracy in its summary.json. A flag
 that differs from the run says so in the log, and a scored image the run trained on is a warning.
 Only the scored split's images are checked. The report goes to RUN/eval.json (or --out) as JSON.
@@ -34,6 +34,7 @@ class EvalSettings:
     val_fraction: float
     train_fraction: float
     max_bad_fraction: float
+    device: str
     precision: str
     batch_size: int
 
@@ -45,6 +46,7 @@ SETTING_FLAGS = {
     "val_fraction": ("--val-fraction", "data.val_fraction"),
     "train_fraction": ("--train-fraction", "data.train_fraction"),
     "max_bad_fraction": ("--max-bad-fraction", "data.max_bad_fraction"),
+    "device": ("--device", "run.device"),
     "precision": ("--precision", "run.precision"),
     "batch_size": ("--batch-size", "data.eval_batch_size"),
 }
@@ -54,7 +56,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "eval", help="top-1 / top-5 accuracy of a checkpoint on a dataset",
         description="Score a checkpoint on a split of a data source. For a run folder, the split, bad-image "
-                    "limit, precision and batch size are the run's (from its run.yaml) unless a flag changes "
+                    "limit, device, precision and batch size are the run's (from its run.yaml) unless a flag changes "
                     f"them; the JSON report goes to the folder's {EVAL_FILE} or --out.")
     add_checkpoint_argument(parser)
     parser.add_argument("--data", metavar="SRC", help="data source, e.g. digits or an ImageFolder (default: the run's)")
@@ -62,7 +64,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--split", choices=SPLITS, default="val", help="val (default), train, or all of both")
     parser.add_argument("--image-size", type=int, help="evaluate at this resolution (E_pos resampled)")
     parser.add_argument("--batch-size", type=int, metavar="N", help="default: the run's evaluation batch, else 64")
-    parser.add_argument("--device", choices=DEVICES, default="auto")
+    parser.add_argument("--device", choices=DEVICES, help="default: the run's, else auto")
     parser.add_argument("--precision", choices=PRECISIONS, help="default: the run's, else auto")
     parser.add_argument("--workers", type=int, default=0, help="data-loader worker processes")
     parser.add_argument("--seed", type=int, help="seed of the held-out split (default: the run's)")
@@ -123,7 +125,7 @@ def run_eval(args: argparse.Namespace) -> int:
 
     run, run_file = read_run(args.ckpt)
     settings = resolve_settings(args, run, run_file)
-    device = resolve_device(args.device)
+    device = resolve_device(settings.device)
     precision = resolve_precision(settings.precision, device)
     overrides = {"image_size": args.image_size} if args.image_size else {}
     model = load(args.ckpt, **overrides).to(device).eval()

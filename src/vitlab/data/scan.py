@@ -93,9 +93,7 @@ def finish_splits(train: EncodedImages, val: EncodedImages | None, class_names: 
     chosen = {"train": train, "val": val}
     wanted = [name for name in SPLITS if name in check_splits]
     if held_out and len(wanted) == 2:
-        pool = train.subset(range(len(train)), None)
-        pool.sources, pool.labels = train.sources + val.sources, train.labels + val.labels
-        good = np.asarray(_good_indices(pool, check), dtype=np.int64)
+        good = np.asarray(_good_indices(_joined(train, val), check), dtype=np.int64)
         chosen["train"] = train.subset(good[good < len(train)], None)
         chosen["val"] = val.subset(good[good >= len(train)] - len(train), None)
     else:
@@ -103,6 +101,13 @@ def finish_splits(train: EncodedImages, val: EncodedImages | None, class_names: 
             chosen[name] = chosen[name].subset(_good_indices(chosen[name], check), None)
     chosen["train"].transform, chosen["val"].transform = train_transform, eval_transform
     return DataSplits(chosen["train"], chosen["val"], class_names, held_out=held_out)
+
+
+def _joined(first: EncodedImages, second: EncodedImages) -> EncodedImages:
+    """first's images then second's, as one dataset (to check a held-out pair as the pool it came from)."""
+    pool = first.subset(range(len(first)), None)
+    pool.sources, pool.labels = first.sources + second.sources, first.labels + second.labels
+    return pool
 
 
 def _good_indices(dataset: EncodedImages, check: str) -> list[int]:
