@@ -190,6 +190,7 @@ def fresh_model(**options) -> vitlab.VisionTransformer:
     return model
 
 
+@pytest.mark.slow
 def test_zero_head_export_is_checked_on_a_copy_with_a_random_head(tmp_path, capsys):
     vitlab.save_pretrained(fresh_model(), tmp_path / "ckpt")
     assert main(["export", "--ckpt", str(tmp_path / "ckpt"), "--format", "export", "--out", str(tmp_path / "m.pt2")]) == 0
