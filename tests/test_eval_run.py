@@ -116,3 +116,17 @@ def test_top5_is_na_with_five_classes_or_fewer():
         assert ("top-5 n/a" in result.describe()) == expected_na
     many = evaluate(torch.nn.Linear(4, 10), [(images, labels)])
     assert 0 < many.top5 <= 1 and many.top1 <= many.top5
+
+
+@pytest.mark.fault("cli", kinds=1)
+def test_a_model_folder_without_run_yaml_needs_data_and_cannot_tell_training_images(tmp_path, capsys):
+    import vitlab
+
+    model = vitlab.create_model("mu/4", image_size=8, num_classes=10, class_names=[str(d) for d in range(10)])
+    vitlab.save_pretrained(model, tmp_path / "model")
+    assert main(["eval", "--ckpt", str(tmp_path / "model")]) == 2
+    assert capsys.readouterr().err.strip().endswith("--data is needed: " + str(tmp_path / "model") +
+                                                    " has no run.yaml naming the data it was trained on")
+    report = eval_report(tmp_path / "model", "--data", "digits")
+    assert report["metrics"]["count"] == 360 and report["trained_images_scored"] is None
+    assert report["settings"]["from"] is None and report["settings"]["batch_size"] == 64

@@ -96,6 +96,8 @@ def resolve_settings(args: argparse.Namespace, run, run_file: Path | None) -> Ev
     values = {}
     for name, (flag, key) in SETTING_FLAGS.items():
         default = lookup(base, key)
+        if name == "data" and run is None:
+            default = None  # no guess: the data must be named
         if name == "batch_size":
             default = (default or 2 * base.micro_batch_size) if run is not None else DEFAULT_BATCH_SIZE
         given = getattr(args, name)
