@@ -87,6 +87,7 @@ def test_cifar_run(tmp_path):
     assert report["metrics"]["top1"] == summary["val_top1"] and report["metrics"]["top5"] == summary["val_top5"]
     train_report = eval_report(run, "--split", "train")
     assert train_report["metrics"]["count"] == 40 and train_report["trained_images_scored"] == 40
+    assert main(["eval", "--ckpt", str(run), "--split", "dev"]) == 2  # the run has no dev split
 
 
 @pytest.mark.fault("images", kinds=1)
@@ -130,3 +131,18 @@ def test_a_model_folder_without_run_yaml_needs_data_and_cannot_tell_training_ima
     report = eval_report(tmp_path / "model", "--data", "digits")
     assert report["metrics"]["count"] == 360 and report["trained_images_scored"] is None
     assert report["settings"]["from"] is None and report["settings"]["batch_size"] == 64
+
+
+@pytest.mark.slow
+def test_run_with_a_dev_split(tmp_path):
+    run = tmp_path / "run"
+    summary = train("digits", run, "--set", "data.dev_fraction=0.25", "--set", "data.dev_split=last",
+                    "--batch-size", "32", "--steps", "6", "--eval-every", "6")
+    dev = eval_report(run, "--split", "dev")  # what the run validated on
+    assert dev["metrics"]["count"] == summary["dev_images"] and dev["trained_images_scored"] == 0
+    assert dev["metrics"]["top1"] == summary["val_top1"]
+    test = eval_report(run)  # the source's validation split: the run's test split
+    assert test["metrics"]["count"] == summary["test_images"] == 360 and test["trained_images_scored"] == 0
+    assert test["metrics"]["top1"] == summary["test_top1"]
+    everything = eval_report(run, "--split", "all")
+    assert everything["metrics"]["count"] == 1797 and everything["trained_images_scored"] == summary["train_images"]

@@ -1,9 +1,11 @@
 """`vitlab eval`: top-1 / top-5 of a checkpoint on a split of a data source, split as its run split it.
 
-A run folder's run.yaml decides the split (run.seed, data.val_fraction, data.train_fraction), the
-bad-image limit, the device, precision and batch size, so that `vitlab eval --ckpt RUN` on the run's
-data scores exactly the run's validation images and reports the accuracy in its summary.json. A flag
-that differs from the run says so in the log, and a scored image the run trained on is a warning.
+A run folder's run.yaml decides the split (run.seed, data.val_fraction, data.dev_fraction and
+dev_split, data.train_fraction), the bad-image limit, the device, precision and batch size, so that
+`vitlab eval --ckpt RUN` on the run's data scores exactly the run's validation images and reports
+the accuracy in its summary.json (a run with a dev split: --split dev gives its val_top1, --split val
+its test_top1). A flag that differs from the run says so in the log, and a scored image the run
+trained on is a warning.
 Only the scored split's images are checked. The report goes to RUN/eval.json (or --out) as JSON.
 """
 
@@ -21,7 +23,7 @@ from .train import DEVICES, PRECISIONS, _preview
 log = logging.getLogger("vitlab")
 
 EVAL_FILE = "eval.json"
-SPLITS = ("val", "train", "all")
+SPLITS = ("val", "dev", "train", "all")
 DEFAULT_BATCH_SIZE = 64  # without a run.yaml to take the run's evaluation batch from
 
 
@@ -33,18 +35,22 @@ class EvalSettings:
     seed: int
     val_fraction: float
     train_fraction: float
+    dev_fraction: float | None
+    dev_split: str
     max_bad_fraction: float
     device: str
     precision: str
     batch_size: int
 
 
-# EvalSettings field -> (its flag, the run's TrainConfig key it defaults to)
+# EvalSettings field -> (its flag or None, the run's TrainConfig key it defaults to)
 SETTING_FLAGS = {
     "data": ("--data", "data.source"),
     "seed": ("--seed", "run.seed"),
     "val_fraction": ("--val-fraction", "data.val_fraction"),
     "train_fraction": ("--train-fraction", "data.train_fraction"),
+    "dev_fraction": (None, "data.dev_fraction"),
+    "dev_split": (None, "data.dev_split"),
     "max_bad_fraction": ("--max-bad-fraction", "data.max_bad_fraction"),
     "device": ("--device", "run.device"),
     "precision": ("--precision", "run.precision"),
@@ -61,7 +67,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_checkpoint_argument(parser)
     parser.add_argument("--data", metavar="SRC", help="data source, e.g. digits or an ImageFolder (default: the run's)")
     parser.add_argument("--out", metavar="FILE", help=f"JSON report (default: CKPT/{EVAL_FILE} for a model folder)")
-    parser.add_argument("--split", choices=SPLITS, default="val", help="val (default), train, or all of both")
+    parser.add_argument("--split", choices=SPLITS, default="val",
+                        help="val (default: the source's validation split), dev (the run's data.dev_fraction split "
+                             "of the training images), train (what the run trained on), or all of them")
     parser.add_argument("--image-size", type=int, help="evaluate at this resolution (E_pos resampled)")
     parser.add_argument("--batch-size", type=int, metavar="N", help="default: the run's evaluation batch, else 64")
     parser.add_argument("--device", choices=DEVICES, help="default: the run's, else auto")
@@ -100,7 +108,7 @@ def resolve_settings(args: argparse.Namespace, run, run_file: Path | None) -> Ev
             default = None  # no guess: the data must be named
         if name == "batch_size":
             default = (default or 2 * base.micro_batch_size) if run is not None else DEFAULT_BATCH_SIZE
-        given = getattr(args, name)
+        given = getattr(args, name) if flag else None
         if given is None:
             values[name] = default
         else:
@@ -132,9 +140,16 @@ def run_eval(args: argparse.Namespace) -> int:
     overrides = {"image_size": args.image_size} if args.image_size else {}
     model = load(args.ckpt, **overrides).to(device).eval()
     transform = eval_transform(model.config)
-    check_splits = ("train", "val") if args.split == "all" else (args.split,)
+    if args.split == "dev" and not settings.dev_fraction:
+        raise UserError(f"--split dev: {args.ckpt} was not trained with a dev split (data.dev_fraction)")
+    if settings.dev_fraction and args.split == "val":
+        log.info("the run validated on a dev split of %g of its training images (its summary's val_top1; "
+                 "--split dev); --split val scores the source's validation split, the run's test split "
+                 "(its summary's test_top1)", settings.dev_fraction)
+    check_splits = ("train", "dev", "val") if args.split == "all" else (args.split,)
     splits = load_datasets(settings.data, transform, transform, val_fraction=settings.val_fraction,
                            seed=settings.seed, train_fraction=settings.train_fraction,
+                           dev_fraction=settings.dev_fraction, dev_split=settings.dev_split,
                            max_bad_fraction=settings.max_bad_fraction, check_splits=check_splits)
     names = model.config.class_names
     if names is not None and list(names) != list(splits.class_names):
@@ -144,7 +159,8 @@ def run_eval(args: argparse.Namespace) -> int:
         log.info("%s has no run.yaml: %s's validation images held out with seed %d, val_fraction %g "
                  "(pass the training run's --seed and --val-fraction)", args.ckpt, settings.data, settings.seed,
                  settings.val_fraction)
-    parts = [splits.train, splits.val] if args.split == "all" else [getattr(splits, args.split)]
+    parts = ([part for part in (splits.train, splits.dev, splits.val) if part is not None] if args.split == "all"
+             else [getattr(splits, args.split)])
     trained = trained_in_run(run, run_file, settings, splits)
     scored_keys = [key for part in parts for key in part.sample_keys()]
     overlap = None if trained is None else sum(key in trained for key in scored_keys)
@@ -186,12 +202,13 @@ def trained_in_run(run, run_file: Path | None, settings: EvalSettings, splits) -
     if run is None:
         return None
     same = (settings.data, settings.seed, settings.val_fraction, settings.train_fraction) == (
-        run.data.source, run.run.seed, run.data.val_fraction, run.data.train_fraction)
+        run.data.source, run.run.seed, run.data.val_fraction, run.data.train_fraction)  # dev: always the run's
     if same:
         return set(splits.train.sample_keys())
     try:  # listed only, nothing decoded
         train = load_datasets(run.data.source, None, None, val_fraction=run.data.val_fraction, seed=run.run.seed,
-                              train_fraction=run.data.train_fraction, check_splits=()).train
+                              train_fraction=run.data.train_fraction, dev_fraction=run.data.dev_fraction,
+                              dev_split=run.data.dev_split, check_splits=()).train
     except (OSError, ValueError) as error:
         log.warning("cannot list the run's training data %s (%s); the scored images are not checked against it",
                     run.data.source, error)

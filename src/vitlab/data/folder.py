@@ -19,7 +19,7 @@ from pathlib import Path
 from .datasets import EncodedImages, Transform
 from .images import is_image_file
 from .scan import finish_splits
-from .splits import DataSplits
+from .splits import DataSplits, SplitPlan
 
 VAL_DIRS = ("val", "validation")
 
@@ -114,8 +114,8 @@ def _require_images(directory: Path, present: list[str], counts: Counter, class_
 
 
 def load_folder_splits(location: str, train_transform: Transform, eval_transform: Transform, *,
-                       val_fraction: float, seed: int, train_fraction: float, max_bad_fraction: float,
-                       check: str, check_splits: Collection[str]) -> DataSplits:
+                       plan: SplitPlan, max_bad_fraction: float, check: str,
+                       check_splits: Collection[str]) -> DataSplits:
     root = Path(location).expanduser()
     if not root.is_dir():
         raise FileNotFoundError(f"image folder {location!r} does not exist")
@@ -128,15 +128,14 @@ def load_folder_splits(location: str, train_transform: Transform, eval_transform
                              description=str(where))
 
     splits = finish_splits(listed(train_dir), listed(val_dir) if val_dir is not None else None, class_names,
-                           train_transform=train_transform, eval_transform=eval_transform,
-                           val_fraction=val_fraction, seed=seed, train_fraction=train_fraction, check=check,
-                           check_splits=check_splits)
-    # A class whose every checked file is unreadable is an error, not a class that silently vanishes.
-    if splits.held_out and set(check_splits) == {"train", "val"}:
-        _require_images(train_dir, class_names, Counter(splits.train.labels + splits.val.labels), class_names,
-                        "readable images")
-    elif not splits.held_out:
-        for name, split, where in (("train", splits.train, train_dir), ("val", splits.val, val_dir)):
-            if name in check_splits:
-                _require_images(where, find_classes(where), Counter(split.labels), class_names, "readable images")
+                           train_transform=train_transform, eval_transform=eval_transform, plan=plan,
+                           check=check, check_splits=check_splits)
+    # A class whose every checked file is unreadable is an error, not a class that silently vanishes
+    # (judged on a whole listing: a folder's train and dev splits, or all of a split folder).
+    from_train = ["train"] + (["dev"] if splits.dev is not None else []) + (["val"] if splits.held_out else [])
+    groups = [(train_dir, from_train)] + ([] if splits.held_out else [(val_dir, ["val"])])
+    for where, names in groups:
+        if all(name in check_splits for name in names):
+            labels = Counter(label for name in names for label in getattr(splits, name).labels)
+            _require_images(where, find_classes(where), labels, class_names, "readable images")
     return splits

@@ -19,7 +19,7 @@ from tqdm.auto import tqdm
 
 from .datasets import EncodedImages, TooManyBadImagesError, Transform
 from .images import BadImageError
-from .splits import DataSplits, split_indices, take_fraction
+from .splits import DataSplits, SplitPlan, split_indices
 
 logger = logging.getLogger("vitlab")
 
@@ -28,7 +28,7 @@ EXAMPLES = 3  # unreadable files quoted in the error that stops a split
 # and reads only headers of larger ones, leaving the rare truncated JPEG to the dataset's fallback.
 AUTO_DECODE_LIMIT = 50_000
 CHECKS = ("auto", "decode", "header", "none")
-SPLITS = ("train", "val")
+SPLITS = ("train", "dev", "val")
 
 
 def scan_images(sources: Sequence[Any], check: Callable[[Any, bool], None], *, mode: str,
@@ -72,41 +72,45 @@ def scan_images(sources: Sequence[Any], check: Callable[[Any, bool], None], *, m
 
 
 def finish_splits(train: EncodedImages, val: EncodedImages | None, class_names: list[str], *,
-                  train_transform: Transform, eval_transform: Transform, val_fraction: float, seed: int,
-                  train_fraction: float, check: str, check_splits: Collection[str]) -> DataSplits:
-    """Split the listing (when `val` is None, a seeded stratified `val_fraction` of `train` is held
-    out), keep the run's `train_fraction`, then check the images of the splits in `check_splits`
-    (the others are left to the dataset's fallback) and set the transforms.
+                  train_transform: Transform, eval_transform: Transform, plan: SplitPlan, check: str,
+                  check_splits: Collection[str]) -> DataSplits:
+    """Split the listing as `plan` says (when `val` is None it is held out of `train`), then check the
+    images of the splits in `check_splits` (the others are left to the dataset's fallback) and set
+    the transforms.
 
-    A held-out pair is checked as one pool, so that `max_bad_fraction` counts against the whole
-    source as it did before the split.
+    Splits carved from one listing are checked together, as the pool they came from, so that
+    `max_bad_fraction` counts against the whole listing as it did before the split.
     """
     unknown = set(check_splits) - set(SPLITS)
     if unknown:
         raise ValueError(f"check_splits must name splits among {SPLITS}, got {sorted(unknown)}")
     held_out = val is None
     if held_out:
-        train_idx, val_idx = split_indices(train.labels, val_fraction, seed)
+        train_idx, val_idx = split_indices(train.labels, plan.val_fraction, plan.seed)
         train, val = train.subset(train_idx, None), train.subset(val_idx, None)
-    if train_fraction < 1.0:  # data-scaling runs (paper Fig. 3): a nested class-balanced subset
-        train = take_fraction(train, train_fraction, seed)
-    chosen = {"train": train, "val": val}
-    wanted = [name for name in SPLITS if name in check_splits]
-    if held_out and len(wanted) == 2:
-        good = np.asarray(_good_indices(_joined(train, val), check), dtype=np.int64)
-        chosen["train"] = train.subset(good[good < len(train)], None)
-        chosen["val"] = val.subset(good[good >= len(train)] - len(train), None)
-    else:
-        for name in wanted:
-            chosen[name] = chosen[name].subset(_good_indices(chosen[name], check), None)
-    chosen["train"].transform, chosen["val"].transform = train_transform, eval_transform
-    return DataSplits(chosen["train"], chosen["val"], class_names, held_out=held_out)
+    train, dev = plan.carve(train)
+    parts = {"train": train, "dev": dev, "val": val}
+    for group in (SPLITS,) if held_out else (("train", "dev"), ("val",)):
+        names = [name for name in group if name in check_splits and parts[name] is not None]
+        if not names:
+            continue
+        good = np.asarray(_good_indices(_joined([parts[name] for name in names]), check), dtype=np.int64)
+        start = 0
+        for name in names:
+            end = start + len(parts[name])
+            parts[name] = parts[name].subset(good[(good >= start) & (good < end)] - start, None)
+            start = end
+    parts["train"].transform, parts["val"].transform = train_transform, eval_transform
+    if parts["dev"] is not None:
+        parts["dev"].transform = eval_transform
+    return DataSplits(parts["train"], parts["val"], class_names, held_out=held_out, dev=parts["dev"])
 
 
-def _joined(first: EncodedImages, second: EncodedImages) -> EncodedImages:
-    """first's images then second's, as one dataset (to check a held-out pair as the pool it came from)."""
-    pool = first.subset(range(len(first)), None)
-    pool.sources, pool.labels = first.sources + second.sources, first.labels + second.labels
+def _joined(parts: list[EncodedImages]) -> EncodedImages:
+    """The parts' images one after another, as one dataset (to check them as the pool they came from)."""
+    pool = parts[0].subset(range(len(parts[0])), None)
+    pool.sources = [source for part in parts for source in part.sources]
+    pool.labels = [label for part in parts for label in part.labels]
     return pool
 
 

@@ -31,7 +31,7 @@ from braceexpand import braceexpand
 from .datasets import EncodedImages, Transform
 from .images import IMAGE_EXTENSIONS, check_image, read_image
 from .scan import finish_splits
-from .splits import DataSplits
+from .splits import DataSplits, SplitPlan
 
 logger = logging.getLogger("vitlab")
 
@@ -161,7 +161,7 @@ def load_shard_set(paths: list[Path], class_names: list[str] | None, *, descript
 
 
 def load_shard_splits(location: str, train_transform: Transform, eval_transform: Transform, *,
-                      val_fraction: float, seed: int, train_fraction: float, max_bad_fraction: float, check: str,
+                      plan: SplitPlan, max_bad_fraction: float, check: str,
                       check_splits: Collection[str]) -> DataSplits:
     paths = expand_shards(location)
     folder = paths[0].parent
@@ -185,5 +185,4 @@ def load_shard_splits(location: str, train_transform: Transform, eval_transform:
     if bad:
         raise ValueError(f"shard label {bad[0]} is outside the {len(class_names)} classes of {folder}")
     return finish_splits(train, val, class_names, train_transform=train_transform, eval_transform=eval_transform,
-                         val_fraction=val_fraction, seed=seed, train_fraction=train_fraction, check=check,
-                         check_splits=check_splits)
+                         plan=plan, check=check, check_splits=check_splits)

@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 from torchvision.transforms import v2
 
-from vitlab.data import hold_out, load_datasets
+from vitlab.data import load_datasets
 from vitlab.evaluate import evaluate
 from vitlab.evaluate.predict import eval_transform
 from vitlab.model import BiTConfig, ConfigError, Preprocessing, ViTConfig, VisionTransformer, config_for, create_model
@@ -223,13 +223,12 @@ class Trainer:
             train_transform(vit_config.image_size, preprocessing, config.augment),
             eval_transform(vit_config.replace(preprocessing=preprocessing)),
             val_fraction=config.data.val_fraction, seed=config.run.seed, download=config.data.download,
-            train_fraction=config.data.train_fraction, max_bad_fraction=config.data.max_bad_fraction,
+            train_fraction=config.data.train_fraction, dev_fraction=config.data.dev_fraction,
+            dev_split=config.data.dev_split, max_bad_fraction=config.data.max_bad_fraction,
         )
         self.test_set = None
-        if config.data.dev_fraction:  # paper Appendix B.1.1 / Keras validation_split: validate on a dev split
-            self.test_set = splits.val
-            splits.train, splits.val = hold_out(splits.train, config.data.dev_fraction, config.run.seed,
-                                                config.data.dev_split, splits.val.transform)
+        if splits.dev is not None:  # paper Appendix B.1.1 / Keras validation_split: validate on a dev split
+            self.test_set, splits.val = splits.val, splits.dev
         names = list(splits.class_names)
         if len(names) < 2:  # one class: every prediction right, nothing learned
             raise ConfigError(f"data.source={config.data.source!r}: {len(names)} class ({', '.join(map(str, names))}); "
