@@ -135,13 +135,13 @@ def run_eval(args: argparse.Namespace) -> int:
 
     run, run_file = read_run(args.ckpt)
     settings = resolve_settings(args, run, run_file)
+    if args.split == "dev" and not settings.dev_fraction:
+        raise UserError(f"--split dev: {args.ckpt} was not trained with a dev split (data.dev_fraction)")
     device = resolve_device(settings.device)
     precision = resolve_precision(settings.precision, device)
     overrides = {"image_size": args.image_size} if args.image_size else {}
     model = load(args.ckpt, **overrides).to(device).eval()
     transform = eval_transform(model.config)
-    if args.split == "dev" and not settings.dev_fraction:
-        raise UserError(f"--split dev: {args.ckpt} was not trained with a dev split (data.dev_fraction)")
     if settings.dev_fraction and args.split == "val":
         log.info("the run validated on a dev split of %g of its training images (its summary's val_top1; "
                  "--split dev); --split val scores the source's validation split, the run's test split "
