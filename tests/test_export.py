@@ -193,7 +193,8 @@ def fresh_model(**options) -> vitlab.VisionTransformer:
 @pytest.mark.slow
 def test_zero_head_export_is_checked_on_a_copy_with_a_random_head(tmp_path, capsys):
     vitlab.save_pretrained(fresh_model(), tmp_path / "ckpt")
-    assert main(["export", "--ckpt", str(tmp_path / "ckpt"), "--format", "export", "--out", str(tmp_path / "m.pt2")]) == 0
+    target = str(tmp_path / "m.pt2")
+    assert main(["export", "--ckpt", str(tmp_path / "ckpt"), "--format", "export", "--out", target]) == 0
     out = capsys.readouterr().out
     difference, scale = re.search(r"max \|logit difference\| (\S+) .*, logits up to (\S+) \(", out).groups()
     assert float(difference) <= 1e-4 and float(scale) > 0.5, out  # compared on logits that vary with the input

@@ -47,7 +47,8 @@ class SplitPlan:
     dev_fraction: float | None = None
     dev_split: str = "stratified"
 
-    def carve(self, train: torch.utils.data.Dataset) -> tuple[torch.utils.data.Dataset, torch.utils.data.Dataset | None]:
+    def carve(self, train: torch.utils.data.Dataset,
+              ) -> tuple[torch.utils.data.Dataset, torch.utils.data.Dataset | None]:
         """(training images, dev split or None) from a source's training split."""
         dev = None
         if self.dev_fraction:

@@ -16,7 +16,9 @@ from .onnx import export_onnx
 from .peers import Unchecked, check_peer_folder
 from .program import export_program, read_program_config
 from .runtime import RUNTIMES, OnnxModel, open_model
-from .validate import FP32_TOLERANCE, ExportMismatchError, TracePlan, Validation, compare, has_zero_head, with_random_head
+from .validate import (
+    FP32_TOLERANCE, ExportMismatchError, TracePlan, Validation, compare, has_zero_head, with_random_head,
+)
 
 FORMATS = ("onnx", "export", "npz", "timm", "hf")
 

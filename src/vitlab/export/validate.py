@@ -37,8 +37,8 @@ class Validation:
 
     def __str__(self) -> str:
         sizes = ", ".join(map(str, self.batch_sizes))
-        text = (f"max |logit difference| {self.max_abs_diff:.3g} (tolerance {self.tolerance:g}) on batch sizes {sizes}, "
-                f"logits up to {self.max_abs_logit:.3g}")
+        text = (f"max |logit difference| {self.max_abs_diff:.3g} (tolerance {self.tolerance:g}) "
+                f"on batch sizes {sizes}, logits up to {self.max_abs_logit:.3g}")
         return f"{text} ({self.note})" if self.note else text
 
 
