@@ -17,7 +17,7 @@ import json
 import logging
 from pathlib import Path
 
-from . import UserError, add_checkpoint_argument
+from . import UserError, add_checkpoint_argument, load_checkpoint, memory_limit, writable_file
 from .train import DEVICES, PRECISIONS, _preview
 
 log = logging.getLogger("vitlab")
@@ -130,8 +130,8 @@ def run_eval(args: argparse.Namespace) -> int:
     from vitlab.evaluate import evaluate
     from vitlab.evaluate.predict import eval_transform
     from vitlab.train.loader import eval_loader
+    from vitlab.model.budget import check_memory
     from vitlab.train.precision import resolve_device, resolve_precision
-    from vitlab.weights import load
 
     run, run_file = read_run(args.ckpt)
     settings = resolve_settings(args, run, run_file)
@@ -139,8 +139,13 @@ def run_eval(args: argparse.Namespace) -> int:
         raise UserError(f"--split dev: {args.ckpt} was not trained with a dev split (data.dev_fraction)")
     device = resolve_device(settings.device)
     precision = resolve_precision(settings.precision, device)
+    out = Path(args.out) if args.out else (Path(args.ckpt) / EVAL_FILE if Path(args.ckpt).is_dir() else None)
+    if out is not None:
+        writable_file(out)  # one line now, not a traceback after the evaluation
     overrides = {"image_size": args.image_size} if args.image_size else {}
-    model = load(args.ckpt, **overrides).to(device).eval()
+    model = load_checkpoint(args, **overrides)
+    check_memory(model.config, settings.batch_size, limit=memory_limit(args), source=str(args.ckpt))
+    model = model.to(device).eval()
     transform = eval_transform(model.config)
     if settings.dev_fraction and args.split == "val":
         log.info("the run validated on a dev split of %g of its training images (its summary's val_top1; "
@@ -185,11 +190,9 @@ def run_eval(args: argparse.Namespace) -> int:
                      "from": str(run_file) if run_file else None},
     }
     print(f"{result.describe()}  ({result.count} images, {settings.data} {args.split})")
-    out = Path(args.out) if args.out else (Path(args.ckpt) / EVAL_FILE if Path(args.ckpt).is_dir() else None)
     if out is None:
         print("report not written: --ckpt is not a model folder; pass --out FILE")
         return 0
-    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n")
     print(f"written to {out}")
     return 0
