@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import vitlab
+from conftest import randomise_
 from vitlab.bench import BenchConfig, Case, CaseSpec, Mode, markdown, run_bench, write
 from vitlab.bench.flops import model_flops
 from vitlab.bench.gpu import main as gpu_main
@@ -38,11 +39,15 @@ def tiny_results():
 def test_every_peer_builds_the_same_size_and_outputs_logits():
     config = vitlab.config_for("mu/8", image_size=32, num_classes=5)
     counts = {}
+    images = torch.randn(2, 3, 32, 32)
     for name in IMPLEMENTATIONS:
         model = build(name, config).eval()
-        with torch.no_grad():
-            assert model(torch.randn(2, 3, 32, 32)).shape == (2, 5), name
         counts[name] = sum(p.numel() for p in model.parameters())
+        randomise_(model)  # vitlab's and torchvision's heads start at zero: logits all 0 whatever the input
+        with torch.no_grad():
+            logits = model(images)
+        assert logits.shape == (2, 5) and torch.isfinite(logits).all(), name
+        assert (logits[0] - logits[1]).abs().max() > 1e-3, f"{name}: the logits do not depend on the image"
     # Same architecture: the same parameter count up to the class token / position table layout.
     assert max(counts.values()) - min(counts.values()) <= config.dim, counts
 

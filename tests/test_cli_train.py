@@ -49,11 +49,13 @@ def test_eval_prints_and_writes_json(trained, tmp_path, capsys):
     report_path = tmp_path / "eval.json"
     assert main(["eval", "--ckpt", str(trained), "--data", "digits", "--out", str(report_path)]) == 0
     report = json.loads(report_path.read_text())
+    metrics = report["metrics"]
     summary = json.loads((trained / "summary.json").read_text())
-    assert report["count"] == 360 and report["split"] == "val" and report["image_size"] == [8, 8]
-    assert report["top1"] == pytest.approx(summary["val_top1"]) and report["top5"] == pytest.approx(summary["val_top5"])
-    assert 0.0 <= report["top1"] <= report["top5"] <= 1.0
-    assert f"top-1 {report['top1']:.4f}  top-5 {report['top5']:.4f}" in capsys.readouterr().out
+    assert metrics["count"] == 360 and report["split"] == "val" and report["image_size"] == [8, 8]
+    assert (metrics["top1"], metrics["top5"]) == (summary["val_top1"], summary["val_top5"])
+    assert 0.0 <= metrics["top1"] <= metrics["top5"] <= 1.0
+    assert report["trained_images_scored"] == 0 and report["settings"]["from"] == str(trained / "run.yaml")
+    assert f"top-1 {metrics['top1']:.4f}  top-5 {metrics['top5']:.4f}" in capsys.readouterr().out
 
 
 def test_predict_on_image_files(trained, tmp_path, capsys):
@@ -108,6 +110,24 @@ def test_bad_input_is_one_line_before_training(extra, message, tmp_path, capsys,
     error = capsys.readouterr().err.strip()
     assert error.startswith("vitlab train: error: ") and message in error and "\n" not in error
     assert not (tmp_path / "out" / "checkpoints").exists()
+
+
+@pytest.mark.fault("config", kinds=1)
+@pytest.mark.parametrize("recipe, flag", [("demo", "--epochs"), ("small-data", "--epochs"),
+                                          ("keras-example", "--steps"), ("small-data", "--steps")])
+def test_zero_length_names_its_flag_whatever_the_recipe_sets(recipe, flag, tmp_path, capsys):
+    assert main(["train", "--recipe", recipe, "--data", "digits", "--out", str(tmp_path / "out"), flag, "0"]) == 2
+    key = "schedule." + flag.removeprefix("--")
+    assert capsys.readouterr().err.strip() == f"vitlab train: error: {flag}: {key}=0: must be > 0"
+
+
+@pytest.mark.fault("cli", kinds=2)
+def test_zero_batch_size_for_predict_and_eval_is_one_line(trained, tmp_path, capsys):
+    image = write_digit_samples(tmp_path, 1)[0]
+    for command in (["predict", "--ckpt", str(trained), str(image)],
+                    ["eval", "--ckpt", str(trained), "--out", str(tmp_path / "e.json")]):
+        assert main([*command, "--batch-size", "0"]) == 2
+        assert capsys.readouterr().err.strip() == f"vitlab {command[0]}: error: --batch-size must be >= 1, got 0"
 
 
 def test_finetune_needs_a_checkpoint(capsys):

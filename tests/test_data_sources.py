@@ -160,6 +160,40 @@ def test_download_goes_through_torchvision(tmp_path, monkeypatch):
     assert calls == [(str(tmp_path), True)] and len(splits.class_names) == 100
 
 
+@pytest.mark.parametrize("protocol", [2, 4])
+def test_cifar_pickles_written_by_python3_with_bytes_keys(tmp_path, protocol):
+    folder = write_cifar(tmp_path, "cifar10")
+    for path in folder.iterdir():  # the same content re-pickled as Python 3 reads the originals with encoding="bytes"
+        content = pickle.loads(path.read_bytes())
+        as_bytes = {key.encode(): ([n.encode() for n in value] if key == "label_names" else value)
+                    for key, value in content.items()}
+        path.write_bytes(pickle.dumps(as_bytes, protocol=protocol))
+    splits = load_datasets(str(tmp_path), None, None)
+    assert (len(splits.train), len(splits.val)) == (30, 6)
+    assert splits.class_names == [f"class{i}" for i in range(10)]
+    first = pickle.loads((folder / "data_batch_1").read_bytes())
+    assert splits.train.labels[:6] == list(first[b"labels"])
+    assert np.asarray(splits.train[0][0])[0, 0].tolist() == first[b"data"][0][[0, 1024, 2048]].tolist()
+
+
+@pytest.mark.fault("data", kinds=1)
+@pytest.mark.parametrize("failure", ["offline", "corrupt"])
+def test_download_failure_is_one_line(tmp_path, monkeypatch, failure):
+    import urllib.error
+
+    import torchvision
+
+    def failing_cifar10(root, download):
+        if failure == "offline":
+            raise urllib.error.URLError("[Errno -3] Temporary failure in name resolution")
+        raise RuntimeError("File not found or corrupted.")
+
+    monkeypatch.setattr(torchvision.datasets, "CIFAR10", failing_cifar10)
+    with pytest.raises(ValueError, match=r"--download: cannot fetch cifar10 into '.*' \((.*name resolution|File not "
+                                         r"found or corrupted\.)\); copy the cifar-10-batches-py folder there"):
+        load_datasets(f"cifar10:{tmp_path}", None, None, download=True)
+
+
 # -- WebDataset shards -------------------------------------------------------------------------
 def png(grey: int, size: int = 8) -> bytes:
     buffer = io.BytesIO()

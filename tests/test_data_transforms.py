@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import random
 
 import numpy as np
 import pytest
@@ -70,8 +71,14 @@ def test_tiny_digits_images_upsample_with_gentle_crops():
     for transform in (train, evaluate):
         out = transform(digit)
         assert out.shape == (3, 16, 16) and -1.0 <= out.min() and out.max() <= 1.0
+        assert out.std() > 0.3  # the random digit's pixels, not a flat image
+    # Upsampling keeps each channel's mean brightness: the output is the digit, not a flat image.
+    expected_mean = torch.tensor(np.asarray(digit).mean(axis=(0, 1)) / 255 * 2 - 1, dtype=torch.float32)
+    torch.testing.assert_close(evaluate(digit).mean(dim=(1, 2)), expected_mean, atol=0.05, rtol=0)
     one_pixel = Image.new("RGB", (1, 1), (255, 0, 0))
-    assert train(one_pixel).shape == evaluate(one_pixel).shape == (3, 16, 16)
+    red = torch.tensor([1.0, -1.0, -1.0])[:, None, None].expand(3, 16, 16)
+    for transform in (train, evaluate):
+        torch.testing.assert_close(transform(one_pixel), red)
 
 
 def test_randaugment_is_included_and_changes_images():
@@ -87,7 +94,14 @@ def test_randaugment_is_included_and_changes_images():
 
 def test_transforms_pickle_for_dataloader_workers():
     transform = build_transforms(16, train=True, randaugment=(2, 10), **HALF)
-    assert isinstance(pickle.loads(pickle.dumps(transform)), v2.Compose)
+    clone = pickle.loads(pickle.dumps(transform))
+    assert isinstance(clone, v2.Compose)
+    image = Image.fromarray(np.random.default_rng(3).integers(0, 256, (24, 24, 3), dtype=np.uint8))
+    outputs = []
+    for candidate in (transform, clone):
+        random.seed(5), np.random.seed(5), torch.manual_seed(5)  # RandAugment draws from Python's random
+        outputs.append(candidate(image))
+    assert torch.equal(outputs[0], outputs[1]) and outputs[0].std() > 0.1  # the same random choices
 
 
 @pytest.mark.parametrize("options, match", [

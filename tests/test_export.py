@@ -182,6 +182,45 @@ def test_onnx_runtime_refuses_foreign_files(tmp_path):
         OnnxModel(tmp_path / "missing.onnx")
 
 
+# -- a zero head (fresh fine-tuning model) gives all-zero logits: the check must still be able to fail --
+def fresh_model(**options) -> vitlab.VisionTransformer:
+    """As created: random encoder, zero-initialised head (paper Sec. 3.2), so every logit is 0."""
+    model = vitlab.create_model(vitlab.ViTConfig(image_size=32, **{**SMALL, **options}, class_names=NAMES)).eval()
+    assert not model.head.weight.any()
+    return model
+
+
+@pytest.mark.slow
+def test_zero_head_export_is_checked_on_a_copy_with_a_random_head(tmp_path, capsys):
+    vitlab.save_pretrained(fresh_model(), tmp_path / "ckpt")
+    target = str(tmp_path / "m.pt2")
+    assert main(["export", "--ckpt", str(tmp_path / "ckpt"), "--format", "export", "--out", target]) == 0
+    out = capsys.readouterr().out
+    difference, scale = re.search(r"max \|logit difference\| (\S+) .*, logits up to (\S+) \(", out).groups()
+    assert float(difference) <= 1e-4 and float(scale) > 0.5, out  # compared on logits that vary with the input
+    assert "the head is zero" in out and "a copy with a random head" in out
+    written = torch.export.load(tmp_path / "m.pt2").module()
+    assert not written(inputs(2, 32)).any()  # the file itself is the model as it is, zero head and all
+
+
+@pytest.mark.fault("export", kinds=1)
+def test_zero_head_export_that_changed_the_encoder_fails(tmp_path, monkeypatch):
+    import vitlab.export
+
+    def load_with_a_changed_encoder(path, **overrides):
+        model = vitlab.load(path, **overrides)
+        with torch.no_grad():
+            model.norm.weight.mul_(1.01)  # what a faulty writer or reader might do
+        return model
+
+    monkeypatch.setattr(vitlab.export, "load", load_with_a_changed_encoder)
+    with pytest.raises(ExportMismatchError, match="disagrees with PyTorch"):
+        export_model(fresh_model(act="gelu_tanh"), "npz", tmp_path / "official")
+    monkeypatch.undo()
+    _, check = export_model(small_model(act="gelu_tanh"), "npz", tmp_path / "random")  # a non-zero head
+    assert check.note == "" and check.max_abs_logit > 0.5  # its own logits are informative: no copy needed
+
+
 # -- the command -------------------------------------------------------------------------------------
 def test_export_command_onnx_at_another_image_size(tmp_path, capsys):
     vitlab.save_pretrained(small_model(), tmp_path / "ckpt")

@@ -117,9 +117,18 @@ def test_loading_checks_the_backbone(tmp_path):
 
 def test_hybrid_at_a_new_resolution(tmp_path):
     model = randomise_(create_model(tiny_hybrid()))
-    loaded = load(export_hybrid_npz(model, tmp_path / "R_tiny.npz"), image_size=64, num_classes=3)
+    path = export_hybrid_npz(model, tmp_path / "R_tiny.npz")
+    loaded = load(path, image_size=64, num_classes=3)
     assert loaded.config.grid_size == (8, 8) and loaded.pos_embed.weight.shape == (1, 65, 32)
     assert loaded(images(64)).shape == (2, 3)
+    # The new head is zero, so compare the representation with the file loaded as it is, then resized.
+    reference = load(path)
+    reference.set_image_size(64)
+    with torch.no_grad():
+        got = loaded.forward_head(loaded.forward_features(images(64)), pre_logits=True)
+        expected = reference.forward_head(reference.forward_features(images(64)), pre_logits=True)
+    torch.testing.assert_close(got, expected, **TOLERANCE)
+    assert (got[0] - got[1]).abs().max() > 1e-3  # depends on the image
 
 
 def test_r50_b16_has_timm_layout_and_paper_sequence_length():

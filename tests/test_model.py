@@ -132,7 +132,10 @@ def test_reset_classifier_drops_pre_logits_and_zero_inits_head():
     assert model.config.representation_size is None and model.config.class_names == ["a", "b", "c"]
     assert torch.equal(model(torch.randn(2, 3, 16, 16)), torch.zeros(2, 3))
     model.reset_classifier(0)
-    assert model(torch.randn(2, 3, 16, 16)).shape == (2, 32)  # features only
+    images = torch.randn(2, 3, 16, 16)
+    features = model(images)  # features only: the pooled class token
+    assert features.shape == (2, 32) and (features[0] - features[1]).abs().max() > 1e-3
+    torch.testing.assert_close(features, model.forward_head(model.forward_features(images), pre_logits=True))
 
 
 def test_forward_head_pre_logits_is_the_representation():

@@ -125,9 +125,11 @@ def test_small_image_bit_models_train_at_32px(name):
     images = torch.randn(2, 3, 32, 32)
     features = model.forward_features(images)
     assert features.shape == (2, model.config.feature_dim, 4, 4)
+    assert (features[0] - features[1]).abs().max() > 0  # depends on the image
     randomise_(model.head, std=0.02)
     model.forward_head(features).square().mean().backward()
-    assert all(p.grad is not None for p in model.parameters())
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
+    assert model.head.weight.grad.abs().max() > 0 and next(model.parameters()).grad.abs().max() > 0
 
 
 def test_bit_interface_for_training_and_few_shot():

@@ -3,6 +3,8 @@ comes, E_pos is resampled in 2-D for a new resolution, and everything else start
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 import torch
 from torch import nn
@@ -29,9 +31,12 @@ def finetune_config(out, init, **model):
                        schedule={"steps": 4, "warmup_steps": 2}, run={"eval_every": 4})
 
 
-def test_head_reset_and_resolution_change(tmp_path, pretrained):
+def test_head_reset_and_resolution_change(tmp_path, pretrained, caplog):
     source, path = pretrained
-    trainer = Trainer(finetune_config(tmp_path / "ft", path, image_size=16))
+    with caplog.at_level(logging.INFO, logger="vitlab"):
+        trainer = Trainer(finetune_config(tmp_path / "ft", path, image_size=16))
+    assert any("new zero-initialised head: 32 x 10 (10 classes), replacing a representation layer and the "
+               "5-class head" in r.getMessage() for r in caplog.records)
     model = trainer.model
     assert model.config.num_classes == 10 and model.config.class_names == [str(d) for d in range(10)]
     assert model.config.representation_size is None and isinstance(model.pre_logits, nn.Identity)

@@ -15,7 +15,10 @@ import tempfile
 from pathlib import Path
 
 # Modules of vitlab.cli, each registering one or more subcommands.
-COMMAND_MODULES = ["models", "analyze", "evaluate_fewshot", "data", "bench", "export", "serve", "weights", "train", "experiment"]
+COMMAND_MODULES = [
+    "models", "analyze", "evaluate_fewshot", "data", "bench", "export", "serve", "weights", "train", "evaluate",
+    "experiment",
+]
 
 
 class UserError(Exception):

@@ -1,5 +1,5 @@
-"""`vitlab train | finetune | eval | predict | demo`: the command-line face of vitlab.train and
-vitlab.evaluate. Flags become fields of a typed TrainConfig; the trainer never sees argparse.
+"""`vitlab train | finetune | predict | demo` (and `eval`, in evaluate.py): the command-line face
+of vitlab.train and vitlab.evaluate. Flags become fields of a typed TrainConfig; the trainer never sees argparse.
 
 Precedence, lowest first: the recipe, `--config FILE`, the flags, `--set key=value`.
 """
@@ -72,19 +72,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     finetune.add_argument("--init", metavar="CKPT", required=True, help="anything vitlab.load accepts")
     _add_training_flags(finetune)
     finetune.set_defaults(func=run_train, default_recipe="paper-finetune")
-
-    evaluate = subparsers.add_parser("eval", help="top-1 / top-5 accuracy of a checkpoint on a dataset")
-    add_checkpoint_argument(evaluate)
-    evaluate.add_argument("--data", required=True, metavar="SRC", help="data source, e.g. digits or an ImageFolder")
-    evaluate.add_argument("--out", metavar="FILE", help="also write the result as JSON to FILE")
-    evaluate.add_argument("--split", choices=("val", "train"), default="val")
-    evaluate.add_argument("--image-size", type=int, help="evaluate at this resolution (E_pos resampled)")
-    _add_inference_flags(evaluate)
-    evaluate.add_argument("--workers", type=int, default=0, help="data-loader worker processes")
-    evaluate.add_argument("--val-fraction", type=float, default=0.2,
-                          help="held out as val when the source has no validation split")
-    evaluate.add_argument("--seed", type=int, default=0, help="seed of that split (use the training run's)")
-    evaluate.set_defaults(func=run_eval)
 
     predict = subparsers.add_parser("predict", help="class probabilities for image files")
     add_checkpoint_argument(predict)
@@ -180,6 +167,7 @@ def build_config(args: argparse.Namespace):
 
 
 def run_train(args: argparse.Namespace) -> int:
+    from vitlab.evaluate import describe_top5
     from vitlab.train import Diverged, Interrupted, Trainer
 
     from vitlab.cli import writable_folder
@@ -200,14 +188,15 @@ def run_train(args: argparse.Namespace) -> int:
     summary = result.summary
     if not trainer.processes.is_main:  # under torchrun, process 0 reports
         return 0
-    print(f"val top-1 {summary['val_top1']:.4f}  top-5 {summary['val_top5']:.4f}  after {summary['steps']} steps "
+    top5 = describe_top5(summary["val_top5"], len(trainer.class_names))
+    print(f"val top-1 {summary['val_top1']:.4f}  {top5}  after {summary['steps']} steps "
           f"in {summary['wall_time_s']:.0f} s")
     print(f"model folder: {result.out}  (vitlab.load({str(result.out)!r}))")
     print(f"training curve: {result.out / 'training_curve.png'}")
     return 0
 
 
-# -- eval ----------------------------------------------------------------------------------------------
+# -- predict -------------------------------------------------------------------------------------------
 def _load_for_inference(args: argparse.Namespace, **overrides):
     from vitlab.cli import load_checkpoint, memory_limit
     from vitlab.model.budget import check_memory
@@ -220,43 +209,11 @@ def _load_for_inference(args: argparse.Namespace, **overrides):
     return model.to(device).eval(), device, precision
 
 
-def run_eval(args: argparse.Namespace) -> int:
-    from vitlab.data import load_datasets
-    from vitlab.evaluate import evaluate
-    from vitlab.evaluate.predict import eval_transform
-    from vitlab.train.loader import eval_loader
-
-    from vitlab.cli import writable_file
-
-    if args.out:
-        writable_file(args.out)
-    overrides = {"image_size": args.image_size} if args.image_size else {}
-    model, device, precision = _load_for_inference(args, **overrides)
-    transform = eval_transform(model.config)
-    splits = load_datasets(args.data, transform, transform, val_fraction=args.val_fraction, seed=args.seed)
-    names = model.config.class_names
-    if names is not None and list(names) != list(splits.class_names):
-        raise ValueError(f"{args.ckpt} was trained on classes {_preview(names)}, but {args.data} has "
-                         f"{_preview(splits.class_names)}")
-    dataset = splits.val if args.split == "val" else splits.train
-    loader = eval_loader(dataset, args.batch_size, args.workers, pin_memory=device.type == "cuda")
-    result = evaluate(model, loader, device=device, autocast=precision.autocast)
-    report = {"ckpt": str(args.ckpt), "data": args.data, "split": args.split,
-              "image_size": list(model.config.image_size), **result.to_dict()}
-    print(f"top-1 {result.top1:.4f}  top-5 {result.top5:.4f}  ({result.count} images, {args.data} {args.split})")
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
-        print(f"written to {args.out}")
-    return 0
-
-
 def _preview(names: list[str], count: int = 5) -> str:
     shown = ", ".join(map(str, names[:count]))
     return f"[{shown}{', ...' if len(names) > count else ''}] ({len(names)})"
 
 
-# -- predict -------------------------------------------------------------------------------------------
 def run_predict(args: argparse.Namespace) -> int:
     from vitlab.cli import UserError
     from vitlab.data import BadImageError, read_image
@@ -265,6 +222,8 @@ def run_predict(args: argparse.Namespace) -> int:
 
     if args.topk < 1:
         raise UserError(f"--topk must be >= 1, got {args.topk}")
+    if args.batch_size < 1:
+        raise UserError(f"--batch-size must be >= 1, got {args.batch_size}")
     files = image_files(args.images)
     images, readable = [], []
     for path in files:

@@ -4,7 +4,8 @@ cifar-10-batches-py/: data_batch_1..5, test_batch, batches.meta (label_names)
 cifar-100-python/:    train, test, meta (fine_label_names); the 100 fine labels are the classes
 Each batch is a pickled dict: "data" uint8 (N, 3072), rows of 1024 red, 1024 green, 1024 blue
 values of a 32 x 32 image, and "labels" (CIFAR-10) or "fine_labels" (CIFAR-100). The test set is
-the validation split.
+the validation split. The official files were pickled by Python 2 (str keys once read as latin-1);
+files re-pickled by Python 3 may hold bytes keys (b"data") and bytes class names, read alike.
 
 vitlab reads the pickles itself rather than through torchvision.datasets.CIFAR10/100: those check
 the md5 of the official files (so no small test files) and unpickle without restriction. Here the
@@ -71,7 +72,12 @@ def read_pickle(path: Path) -> dict:
         raise ValueError(f"CIFAR file {str(path)!r} cannot be read: {error}") from None
     if not isinstance(content, dict):
         raise ValueError(f"CIFAR file {str(path)!r} holds a {type(content).__name__}, not a dict")
-    return content
+    return {_text(key): value for key, value in content.items()}
+
+
+def _text(value):
+    """b"data" -> "data": Python 3 keeps the byte strings that Python 2 pickled as str."""
+    return value.decode("latin1") if isinstance(value, bytes) else value
 
 
 def read_batch(path: Path, label_key: str) -> tuple[np.ndarray, np.ndarray]:
@@ -105,21 +111,30 @@ def load_cifar_splits(kind: str, location: str, train_transform: Transform, eval
     if download:
         from torchvision import datasets
 
-        (datasets.CIFAR10 if kind == "cifar10" else datasets.CIFAR100)(str(root), download=True)
+        try:
+            (datasets.CIFAR10 if kind == "cifar10" else datasets.CIFAR100)(str(root), download=True)
+        except (OSError, RuntimeError) as error:  # offline: URLError; a damaged archive: RuntimeError
+            reason = getattr(error, "reason", None) or error
+            raise ValueError(f"--download: cannot fetch {kind} into {str(root)!r} ({reason}); copy the "
+                             f"{layout.folder} folder there instead") from None
     folder = root if (root / layout.meta).is_file() else root / layout.folder
     if not folder.is_dir():
         raise FileNotFoundError(f"no {kind} python folder ({layout.folder}) in {str(root)!r}; "
                                 f"pass --download to fetch it")
     train = [read_batch(folder / name, layout.label_key) for name in layout.train]
     test_images, test_labels = read_batch(folder / layout.test, layout.label_key)
-    class_names = [str(name) for name in read_pickle(folder / layout.meta).get(layout.names_key, [])]
+    class_names = [str(_text(name)) for name in read_pickle(folder / layout.meta).get(layout.names_key, [])]
     labels = np.concatenate([labels for _, labels in train + [(None, test_labels)]])
     if not class_names or labels.min() < 0 or labels.max() >= len(class_names):
         raise ValueError(f"CIFAR meta file {str(folder / layout.meta)!r} lists {len(class_names)} "
                          f"class names for labels {labels.min()}..{labels.max()}")
+    # Keys name each image by batch file and row, so that datasets drawn from one copy compare.
+    train_keys = [f"{name}:{row}" for name, (_, batch_labels) in zip(layout.train, train)
+                  for row in range(len(batch_labels))]
     return DataSplits(
         train=ArrayImages(np.concatenate([images for images, _ in train]),
-                          np.concatenate([labels for _, labels in train]), train_transform),
-        val=ArrayImages(np.ascontiguousarray(test_images), test_labels, eval_transform),
+                          np.concatenate([labels for _, labels in train]), train_transform, train_keys),
+        val=ArrayImages(np.ascontiguousarray(test_images), test_labels, eval_transform,
+                        [f"{layout.test}:{row}" for row in range(len(test_labels))]),
         class_names=class_names,
     )

@@ -8,6 +8,7 @@ offsets and arrays, and so pickle cheaply into worker processes.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -15,7 +16,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from .images import BadImageError, read_image
+from .images import BadImageError, check_image, read_image
 
 logger = logging.getLogger("vitlab")
 
@@ -27,9 +28,14 @@ class TooManyBadImagesError(ValueError):
 
 
 class ArrayImages(torch.utils.data.Dataset):
-    """Images held as a uint8 array (N, H, W, 3) with integer labels (N,)."""
+    """Images held as a uint8 array (N, H, W, 3) with integer labels (N,).
 
-    def __init__(self, images: np.ndarray, labels: Sequence[int], transform: Transform = None) -> None:
+    `keys` name each image within its source (default "0".."N-1"), so that two datasets drawn from
+    one source can be compared image by image (see `sample_keys`).
+    """
+
+    def __init__(self, images: np.ndarray, labels: Sequence[int], transform: Transform = None,
+                 keys: Sequence[str] | None = None) -> None:
         if images.ndim != 4 or images.shape[-1] != 3 or images.dtype != np.uint8:
             raise ValueError(f"expected uint8 images of shape (N, H, W, 3), got {images.dtype} {images.shape}")
         if len(images) != len(labels):
@@ -37,6 +43,10 @@ class ArrayImages(torch.utils.data.Dataset):
         self.images = images
         self.labels = [int(label) for label in labels]
         self.transform = transform
+        self.keys = [str(i) for i in range(len(images))] if keys is None else list(keys)
+
+    def sample_keys(self) -> list[str]:
+        return self.keys
 
     def __len__(self) -> int:
         return len(self.images)
@@ -47,7 +57,8 @@ class ArrayImages(torch.utils.data.Dataset):
 
     def subset(self, indices: Sequence[int], transform: Transform) -> "ArrayImages":
         indices = np.asarray(indices, dtype=np.int64)
-        return ArrayImages(self.images[indices], [self.labels[i] for i in indices], transform)
+        return ArrayImages(self.images[indices], [self.labels[i] for i in indices], transform,
+                           [self.keys[i] for i in indices])
 
 
 class EncodedImages(torch.utils.data.Dataset):
@@ -72,6 +83,17 @@ class EncodedImages(torch.utils.data.Dataset):
     def read(self, source: Any) -> Image.Image:
         """Decode one image; subclasses that store bytes elsewhere override this."""
         return read_image(source)
+
+    def check(self, source: Any, decode: bool) -> None:
+        """Raise BadImageError if `source` cannot be used (`decode=False`: headers only)."""
+        check_image(source, decode=decode)
+
+    def key(self, source: Any) -> str:
+        """The same string for the same file however its path was spelled."""
+        return os.path.realpath(source)
+
+    def sample_keys(self) -> list[str]:
+        return [self.key(source) for source in self.sources]
 
     def __len__(self) -> int:
         return len(self.sources)

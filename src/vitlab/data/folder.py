@@ -13,12 +13,13 @@ from __future__ import annotations
 import logging
 import os
 from collections import Counter
+from collections.abc import Collection
 from pathlib import Path
 
 from .datasets import EncodedImages, Transform
-from .images import check_image, is_image_file
-from .scan import scan_images
-from .splits import DataSplits, split_indices
+from .images import is_image_file
+from .scan import finish_splits
+from .splits import DataSplits, SplitPlan
 
 VAL_DIRS = ("val", "validation")
 
@@ -36,9 +37,8 @@ def find_classes(directory: Path) -> list[str]:
     return classes
 
 
-def list_images(directory: Path, class_names: list[str], *, check: str, max_bad_fraction: float,
-                ) -> tuple[list[str], list[int]]:
-    """Paths and labels of the readable images under directory/<class>/, in sorted order."""
+def list_images(directory: Path, class_names: list[str]) -> tuple[list[str], list[int]]:
+    """Paths and labels of the image files under directory/<class>/, in sorted order (not yet checked)."""
     class_to_idx = {name: i for i, name in enumerate(class_names)}
     present = find_classes(directory)
     unknown = sorted(set(present) - set(class_to_idx))
@@ -47,12 +47,6 @@ def list_images(directory: Path, class_names: list[str], *, check: str, max_bad_
                          f"training classes {class_names}")
     samples = list_class_files(directory, {c: class_to_idx[c] for c in present})
     _require_images(directory, present, Counter(label for _, label in samples), class_names, "image files")
-    good = scan_images([path for path, _ in samples], lambda path, decode: check_image(path, decode=decode),
-                       mode=check, description=str(directory), max_bad_fraction=max_bad_fraction)
-    if len(good) < len(samples):
-        samples = [samples[i] for i in good]
-        _require_images(directory, present, Counter(label for _, label in samples), class_names,
-                        "readable images")
     return [path for path, _ in samples], [label for _, label in samples]
 
 
@@ -120,23 +114,28 @@ def _require_images(directory: Path, present: list[str], counts: Counter, class_
 
 
 def load_folder_splits(location: str, train_transform: Transform, eval_transform: Transform, *,
-                       val_fraction: float, seed: int, max_bad_fraction: float, check: str) -> DataSplits:
+                       plan: SplitPlan, max_bad_fraction: float, check: str,
+                       check_splits: Collection[str]) -> DataSplits:
     root = Path(location).expanduser()
     if not root.is_dir():
         raise FileNotFoundError(f"image folder {location!r} does not exist")
     train_dir = root / "train" if (root / "train").is_dir() else root
     val_dir = next((root / d for d in VAL_DIRS if (root / d).is_dir()), None) if train_dir != root else None
     class_names = find_classes(train_dir)
-    options = dict(check=check, max_bad_fraction=max_bad_fraction)
-    paths, labels = list_images(train_dir, class_names, **options)
 
-    def images(paths: list[str], labels: list[int], transform: Transform, where: Path) -> EncodedImages:
-        return EncodedImages(paths, labels, transform, max_bad_fraction=max_bad_fraction, description=str(where))
+    def listed(where: Path) -> EncodedImages:
+        return EncodedImages(*list_images(where, class_names), max_bad_fraction=max_bad_fraction,
+                             description=str(where))
 
-    if val_dir is not None:
-        val_paths, val_labels = list_images(val_dir, class_names, **options)
-        return DataSplits(images(paths, labels, train_transform, train_dir),
-                          images(val_paths, val_labels, eval_transform, val_dir), class_names)
-    pool = images(paths, labels, None, train_dir)
-    train_idx, val_idx = split_indices(labels, val_fraction, seed)
-    return DataSplits(pool.subset(train_idx, train_transform), pool.subset(val_idx, eval_transform), class_names)
+    splits = finish_splits(listed(train_dir), listed(val_dir) if val_dir is not None else None, class_names,
+                           train_transform=train_transform, eval_transform=eval_transform, plan=plan,
+                           check=check, check_splits=check_splits)
+    # A class whose every checked file is unreadable is an error, not a class that silently vanishes
+    # (judged on a whole listing: a folder's train and dev splits, or all of a split folder).
+    from_train = ["train"] + (["dev"] if splits.dev is not None else []) + (["val"] if splits.held_out else [])
+    groups = [(train_dir, from_train)] + ([] if splits.held_out else [(val_dir, ["val"])])
+    for where, names in groups:
+        if all(name in check_splits for name in names):
+            labels = Counter(label for name in names for label in getattr(splits, name).labels)
+            _require_images(where, find_classes(where), labels, class_names, "readable images")
+    return splits

@@ -2,18 +2,24 @@
 
 Checking up front names each unreadable file exactly once however many DataLoader workers and
 epochs follow, and stops a split that is mostly broken before any training time is spent on it.
+
+A source without a validation split is split on its file listing, before any file is checked, so
+that the split does not depend on which files decode: evaluation can check only the split it
+scores and still get exactly the split the run trained with.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
+import numpy as np
 from tqdm.auto import tqdm
 
-from .datasets import TooManyBadImagesError
+from .datasets import EncodedImages, TooManyBadImagesError, Transform
 from .images import BadImageError
+from .splits import DataSplits, SplitPlan, split_indices
 
 logger = logging.getLogger("vitlab")
 
@@ -22,6 +28,7 @@ EXAMPLES = 3  # unreadable files quoted in the error that stops a split
 # and reads only headers of larger ones, leaving the rare truncated JPEG to the dataset's fallback.
 AUTO_DECODE_LIMIT = 50_000
 CHECKS = ("auto", "decode", "header", "none")
+SPLITS = ("train", "dev", "val")
 
 
 def scan_images(sources: Sequence[Any], check: Callable[[Any, bool], None], *, mode: str,
@@ -62,3 +69,51 @@ def scan_images(sources: Sequence[Any], check: Callable[[Any, bool], None], *, m
     if bad:
         logger.warning("%d of %d images in %s cannot be decoded and are skipped", len(bad), total, description)
     return good
+
+
+def finish_splits(train: EncodedImages, val: EncodedImages | None, class_names: list[str], *,
+                  train_transform: Transform, eval_transform: Transform, plan: SplitPlan, check: str,
+                  check_splits: Collection[str]) -> DataSplits:
+    """Split the listing as `plan` says (when `val` is None it is held out of `train`), then check the
+    images of the splits in `check_splits` (the others are left to the dataset's fallback) and set
+    the transforms.
+
+    Splits carved from one listing are checked together, as the pool they came from, so that
+    `max_bad_fraction` counts against the whole listing as it did before the split.
+    """
+    unknown = set(check_splits) - set(SPLITS)
+    if unknown:
+        raise ValueError(f"check_splits must name splits among {SPLITS}, got {sorted(unknown)}")
+    held_out = val is None
+    if held_out:
+        train_idx, val_idx = split_indices(train.labels, plan.val_fraction, plan.seed)
+        train, val = train.subset(train_idx, None), train.subset(val_idx, None)
+    train, dev = plan.carve(train)
+    parts = {"train": train, "dev": dev, "val": val}
+    for group in (SPLITS,) if held_out else (("train", "dev"), ("val",)):
+        names = [name for name in group if name in check_splits and parts[name] is not None]
+        if not names:
+            continue
+        good = np.asarray(_good_indices(_joined([parts[name] for name in names]), check), dtype=np.int64)
+        start = 0
+        for name in names:
+            end = start + len(parts[name])
+            parts[name] = parts[name].subset(good[(good >= start) & (good < end)] - start, None)
+            start = end
+    parts["train"].transform, parts["val"].transform = train_transform, eval_transform
+    if parts["dev"] is not None:
+        parts["dev"].transform = eval_transform
+    return DataSplits(parts["train"], parts["val"], class_names, held_out=held_out, dev=parts["dev"])
+
+
+def _joined(parts: list[EncodedImages]) -> EncodedImages:
+    """The parts' images one after another, as one dataset (to check them as the pool they came from)."""
+    pool = parts[0].subset(range(len(parts[0])), None)
+    pool.sources = [source for part in parts for source in part.sources]
+    pool.labels = [label for part in parts for label in part.labels]
+    return pool
+
+
+def _good_indices(dataset: EncodedImages, check: str) -> list[int]:
+    return scan_images(dataset.sources, dataset.check, mode=check, description=dataset.description,
+                       max_bad_fraction=dataset.max_bad_fraction)

@@ -22,6 +22,7 @@ import json
 import logging
 import os
 import tarfile
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,8 +30,8 @@ from braceexpand import braceexpand
 
 from .datasets import EncodedImages, Transform
 from .images import IMAGE_EXTENSIONS, check_image, read_image
-from .scan import scan_images
-from .splits import DataSplits, split_indices
+from .scan import finish_splits
+from .splits import DataSplits, SplitPlan
 
 logger = logging.getLogger("vitlab")
 
@@ -56,6 +57,12 @@ class ShardImages(EncodedImages):
 
     def read(self, source: Member):
         return read_image(read_member(source), name=str(source))
+
+    def check(self, source: Member, decode: bool) -> None:
+        check_image(read_member(source), name=str(source), decode=decode)
+
+    def key(self, source: Member) -> str:
+        return f"{os.path.realpath(source.shard)}:{source.name}"
 
 
 def read_member(member: Member) -> bytes:
@@ -139,7 +146,7 @@ def read_class_names(folder: Path) -> list[str] | None:
     return None
 
 
-def load_shard_set(paths: list[Path], class_names: list[str] | None, *, description: str, check: str,
+def load_shard_set(paths: list[Path], class_names: list[str] | None, *, description: str,
                    max_bad_fraction: float) -> ShardImages:
     class_to_idx = {name: i for i, name in enumerate(class_names or [])}
     members: list[Member] = []
@@ -150,27 +157,25 @@ def load_shard_set(paths: list[Path], class_names: list[str] | None, *, descript
         labels += shard_labels
     if not members:
         raise ValueError(f"shards {description} hold no samples")
-    good = scan_images(members, lambda m, decode: check_image(read_member(m), name=str(m), decode=decode),
-                       mode=check, description=description, max_bad_fraction=max_bad_fraction)
-    members, labels = [members[i] for i in good], [labels[i] for i in good]
     return ShardImages(members, labels, max_bad_fraction=max_bad_fraction, description=description)
 
 
 def load_shard_splits(location: str, train_transform: Transform, eval_transform: Transform, *,
-                      val_fraction: float, seed: int, max_bad_fraction: float, check: str) -> DataSplits:
+                      plan: SplitPlan, max_bad_fraction: float, check: str,
+                      check_splits: Collection[str]) -> DataSplits:
     paths = expand_shards(location)
     folder = paths[0].parent
     train_paths = [p for p in paths if p.name.startswith("train-")]
     val_paths = [p for p in paths if p.name.startswith("val-")]
     named_split = Path(location).expanduser().is_dir() and bool(train_paths) and bool(val_paths)
     class_names = read_class_names(folder)
-    load = functools.partial(load_shard_set, class_names=class_names, check=check, max_bad_fraction=max_bad_fraction)
+    load = functools.partial(load_shard_set, class_names=class_names, max_bad_fraction=max_bad_fraction)
     if named_split:
         train = load(train_paths, description=f"{folder}/train-*.tar")
         val = load(val_paths, description=f"{folder}/val-*.tar")
         all_labels = train.labels + val.labels
     else:
-        train = load(paths, description=location)
+        train, val = load(paths, description=location), None
         all_labels = train.labels
     if class_names is None:
         class_names = [str(i) for i in range(max(all_labels) + 1)]
@@ -179,8 +184,5 @@ def load_shard_splits(location: str, train_transform: Transform, eval_transform:
     bad = [label for label in all_labels if not 0 <= label < len(class_names)]
     if bad:
         raise ValueError(f"shard label {bad[0]} is outside the {len(class_names)} classes of {folder}")
-    if named_split:
-        train.transform, val.transform = train_transform, eval_transform
-        return DataSplits(train, val, class_names)
-    train_idx, val_idx = split_indices(train.labels, val_fraction, seed)
-    return DataSplits(train.subset(train_idx, train_transform), train.subset(val_idx, eval_transform), class_names)
+    return finish_splits(train, val, class_names, train_transform=train_transform, eval_transform=eval_transform,
+                         plan=plan, check=check, check_splits=check_splits)

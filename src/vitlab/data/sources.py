@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Collection
 from pathlib import Path
 
 from .datasets import Transform
-from .scan import CHECKS
-from .splits import DataSplits
+from .scan import CHECKS, SPLITS
+from .splits import DataSplits, SplitPlan
 
 KINDS = ("digits", "imagefolder", "cifar10", "cifar100", "wds")
 SPEC_HELP = ("expected 'digits', an ImageFolder root, a CIFAR-10/100 python folder or WebDataset "
@@ -67,33 +68,46 @@ def load_datasets(
     *,
     val_fraction: float = 0.2,
     seed: int = 0,
+    train_fraction: float = 1.0,
+    dev_fraction: float | None = None,
+    dev_split: str = "stratified",
     download: bool = False,
     max_bad_fraction: float = 0.01,
     check: str = "auto",
+    check_splits: Collection[str] = SPLITS,
 ) -> DataSplits:
     """Train and val datasets for SRC, each applying its transform to RGB PIL images.
 
     Sources with a validation set of their own use it (ImageFolder val/, CIFAR's test batch,
     val-*.tar shards; `digits` has a fixed split); the others hold out a seeded stratified
-    `val_fraction`. Image files are checked as the datasets are built (`check`: "decode" fully
-    decodes each one, "header" only reads headers, "none" trusts them, "auto" decodes splits of up
-    to 50,000 images); unreadable ones are skipped and named once in the log, and more than
-    `max_bad_fraction` of a split stops here with an error.
+    `val_fraction`; `dev_fraction` carves a development split (DataSplits.dev) from the training
+    split, and `train_fraction` < 1 keeps that class-balanced share of the rest (see SplitPlan: all
+    seeded by `seed`, and decided on the file listing, so the same whatever decodes). The
+    image files of the splits in `check_splits` are checked as the datasets are built (`check`:
+    "decode" fully decodes each one, "header" only reads headers, "none" trusts them, "auto" decodes
+    splits of up to 50,000 images); unreadable ones are skipped and named once in the log, and more
+    than `max_bad_fraction` of a split stops here with an error.
     """
     if check not in CHECKS:
         raise ValueError(f"check must be one of {CHECKS}, got {check!r}")
     kind, location = parse_source(source)
-    if kind == "digits":
-        from .digits import load_digits_splits
+    plan = SplitPlan(val_fraction, seed, train_fraction, dev_fraction, dev_split)
+    if kind in ("digits", "cifar10", "cifar100"):  # decoded arrays with a fixed split: nothing to check
+        if kind == "digits":
+            from .digits import load_digits_splits
 
-        return load_digits_splits(train_transform, eval_transform)
-    if kind in ("cifar10", "cifar100"):
-        from .cifar import load_cifar_splits
+            splits = load_digits_splits(train_transform, eval_transform)
+        else:
+            from .cifar import load_cifar_splits
 
-        return load_cifar_splits(kind, location, train_transform, eval_transform, download=download)
+            splits = load_cifar_splits(kind, location, train_transform, eval_transform, download=download)
+        splits.train, splits.dev = plan.carve(splits.train)
+        if splits.dev is not None:
+            splits.dev.transform = eval_transform
+        return splits
     if download:
         raise ValueError(f"--download only fetches CIFAR-10/100, not {kind} source {location!r}")
-    options = dict(val_fraction=val_fraction, seed=seed, max_bad_fraction=max_bad_fraction, check=check)
+    options = dict(plan=plan, max_bad_fraction=max_bad_fraction, check=check, check_splits=check_splits)
     if kind == "imagefolder":
         from .folder import load_folder_splits
 

@@ -16,15 +16,46 @@ logger = logging.getLogger("vitlab")
 
 @dataclass
 class DataSplits:
-    """A training and a validation dataset of (image tensor (C, H, W), int label), and the class names."""
+    """A training and a validation dataset of (image tensor (C, H, W), int label), and the class names.
+
+    `held_out`: the source has no validation split of its own, so val was held out of the training
+    images by a seeded fraction (and evaluation must repeat the run's seed and fraction).
+    `dev`: a development split carved from the training split (SplitPlan.dev_fraction), or None.
+    """
 
     train: torch.utils.data.Dataset
     val: torch.utils.data.Dataset
     class_names: list[str]
+    held_out: bool = False
+    dev: torch.utils.data.Dataset | None = None
 
     @property
     def num_classes(self) -> int:
         return len(self.class_names)
+
+
+@dataclass(frozen=True)
+class SplitPlan:
+    """Which images go where, decided on the listing of a source before any image is decoded, so that
+    evaluation can rebuild a run's splits exactly: val held out by `val_fraction` when the source has
+    no validation split, then a dev split of `dev_fraction` (paper Appendix B.1.1; "stratified" or
+    Keras' "last"), then `train_fraction` of the rest kept (Fig. 3's data scaling); all seeded by `seed`."""
+
+    val_fraction: float = 0.2
+    seed: int = 0
+    train_fraction: float = 1.0
+    dev_fraction: float | None = None
+    dev_split: str = "stratified"
+
+    def carve(self, train: torch.utils.data.Dataset,
+              ) -> tuple[torch.utils.data.Dataset, torch.utils.data.Dataset | None]:
+        """(training images, dev split or None) from a source's training split."""
+        dev = None
+        if self.dev_fraction:
+            train, dev = hold_out(train, self.dev_fraction, self.seed, self.dev_split, None)
+        if self.train_fraction < 1.0:
+            train = take_fraction(train, self.train_fraction, self.seed)
+        return train, dev
 
 
 def split_indices(labels: Sequence[int], val_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:

@@ -3,7 +3,7 @@ and linear probes of the frozen representation."""
 
 from .fewshot import FewShotResult, extract_features, fewshot_accuracy, fit_least_squares
 from .linear_probe import LinearProbeResult, evaluate_representation, linear_probe
-from .metrics import Evaluation, evaluate, topk_correct
+from .metrics import Evaluation, describe_top5, evaluate, topk_correct
 from .predict import Prediction, predict_images
 
 __all__ = [
@@ -11,6 +11,7 @@ __all__ = [
     "FewShotResult",
     "LinearProbeResult",
     "Prediction",
+    "describe_top5",
     "evaluate",
     "evaluate_representation",
     "extract_features",

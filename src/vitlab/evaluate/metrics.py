@@ -21,15 +21,32 @@ def topk_correct(logits: torch.Tensor, labels: torch.Tensor, ks: Sequence[int] =
     return [int(hits[:, :k].any(dim=1).sum()) for k in ks]
 
 
+TOP5 = 5
+
+
 @dataclass
 class Evaluation:
+    """Accuracy over `count` images. `top5` is None (n/a) with 5 classes or fewer, where it would
+    count every image as correct."""
+
     top1: float
-    top5: float
+    top5: float | None
     loss: float
     count: int
+    num_classes: int
 
-    def to_dict(self) -> dict[str, float | int]:
+    def to_dict(self) -> dict[str, float | int | None]:
         return asdict(self)
+
+    def describe(self) -> str:
+        """"top-1 0.8125  top-5 0.9844", or "top-5 n/a" with the reason."""
+        return f"top-1 {self.top1:.4f}  {describe_top5(self.top5, self.num_classes)}"
+
+
+def describe_top5(top5: float | None, num_classes: int) -> str:
+    if top5 is None:
+        return f"top-5 n/a ({num_classes} classes: every image would count as correct)"
+    return f"top-5 {top5:.4f}"
 
 
 @torch.no_grad()
@@ -44,7 +61,7 @@ def evaluate(
     device = torch.device(device) if device is not None else next(model.parameters()).device
     was_training = model.training
     model.eval()
-    correct1 = correct5 = count = 0
+    correct1 = correct5 = count = num_classes = 0
     loss_sum = 0.0
     try:
         for images, labels in loader:
@@ -53,10 +70,12 @@ def evaluate(
                 logits = model(images)
             logits = logits.float()
             loss_sum += float(F.cross_entropy(logits, labels, reduction="sum"))
-            hits1, hits5 = topk_correct(logits, labels, (1, 5))
+            hits1, hits5 = topk_correct(logits, labels, (1, TOP5))
             correct1, correct5, count = correct1 + hits1, correct5 + hits5, count + len(labels)
+            num_classes = logits.shape[1]
     finally:
         model.train(was_training)
     if count == 0:
         raise ValueError("evaluation data is empty")
-    return Evaluation(top1=correct1 / count, top5=correct5 / count, loss=loss_sum / count, count=count)
+    top5 = correct5 / count if num_classes > TOP5 else None
+    return Evaluation(top1=correct1 / count, top5=top5, loss=loss_sum / count, count=count, num_classes=num_classes)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 from collections.abc import Callable, Sequence
@@ -31,10 +32,32 @@ class Validation:
     max_abs_diff: float
     batch_sizes: tuple[int, ...]
     tolerance: float
+    max_abs_logit: float = 0.0  # of the reference: a difference means little on near-zero logits
+    note: str = ""  # how the check was made, when not on the model itself
 
     def __str__(self) -> str:
         sizes = ", ".join(map(str, self.batch_sizes))
-        return f"max |logit difference| {self.max_abs_diff:.3g} (tolerance {self.tolerance:g}) on batch sizes {sizes}"
+        text = (f"max |logit difference| {self.max_abs_diff:.3g} (tolerance {self.tolerance:g}) "
+                f"on batch sizes {sizes}, logits up to {self.max_abs_logit:.3g}")
+        return f"{text} ({self.note})" if self.note else text
+
+
+def has_zero_head(model: torch.nn.Module) -> bool:
+    """True when the classifier's weights are all zero (a fresh fine-tuning head, paper Sec. 3.2): its
+    logits are then the same for every input, and comparing them checks nothing of the encoder."""
+    head = getattr(model, "head", None)
+    return isinstance(head, torch.nn.Linear) and not bool(head.weight.any())
+
+
+def with_random_head(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
+    """A copy of `model` (same graph) whose head has random weights of unit-scale logits."""
+    probe = copy.deepcopy(model)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        weight = probe.head.weight
+        weight.copy_(torch.randn(weight.shape, generator=generator) / math.sqrt(weight.shape[1]))
+        probe.head.bias.copy_(torch.randn(probe.head.bias.shape, generator=generator))
+    return probe
 
 
 def sample_images(batch: int, channels: int, size: tuple[int, int], seed: int = 0) -> torch.Tensor:
@@ -54,7 +77,7 @@ def compare(
     tolerance: float = FP32_TOLERANCE,
 ) -> Validation:
     """Run both on the same sample batches; raise ExportMismatchError above `tolerance`."""
-    worst = 0.0
+    worst = scale = 0.0
     for index, batch in enumerate(batch_sizes):
         images = sample_images(batch, channels, size, seed=index)
         expected = reference(images)
@@ -62,9 +85,10 @@ def compare(
         if tuple(got.shape) != tuple(expected.shape):
             raise ExportMismatchError(f"{source}: output shape {tuple(got.shape)}, PyTorch gives {tuple(expected.shape)}")
         difference = (got - expected).abs().max().item()
+        scale = max(scale, expected.abs().max().item())
         if math.isnan(difference) or difference > worst:  # max() would drop a NaN
             worst = difference
-    result = Validation(worst, tuple(batch_sizes), tolerance)
+    result = Validation(worst, tuple(batch_sizes), tolerance, scale)
     if not worst <= tolerance:  # also catches NaN
         raise ExportMismatchError(f"{source}: exported model disagrees with PyTorch: {result}")
     log.debug("%s: %s", source, result)

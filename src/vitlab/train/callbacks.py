@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from tqdm.auto import tqdm
 
+from vitlab.evaluate import describe_top5
+
 if TYPE_CHECKING:
     from .trainer import Trainer
 
@@ -67,8 +69,9 @@ class ProgressBar(Callback):
                      stats["loss"], stats["lr"], stats["img/s"], timedelta(seconds=round(eta)))
 
     def on_evaluate(self, trainer: Trainer, row: dict[str, Any]) -> None:
+        top5 = describe_top5(row["val_top5"], len(trainer.class_names))
         message = (f"step {row['step']} epoch {row['epoch']:.2f}: val top-1 {row['val_top1']:.4f}  "
-                   f"top-5 {row['val_top5']:.4f}  train loss {row['loss']:.4f}")
+                   f"{top5}  train loss {row['loss']:.4f}")
         if self.bar is not None:
             self.bar.write(message, file=sys.stderr)
         else:

@@ -185,7 +185,10 @@ class TrainConfig:
 
 SECTIONS: dict[str, type] = {name: hint for name, hint in typing.get_type_hints(TrainConfig).items() if name != "recipe"}
 
-# Setting one of a pair to a value clears the other: --steps replaces a recipe's epochs.
+# Setting one of a pair to a value clears the other: --steps replaces a recipe's epochs. A warm-up of 0
+# means none and leaves the other warm-up alone; a length of 0 still clears the other length, so that
+# its own range check names the flag.
+ZERO_MEANS_UNSET = {"schedule.warmup_steps", "schedule.warmup_epochs"}
 EXCLUSIVE = {
     "schedule.steps": "schedule.epochs",
     "schedule.epochs": "schedule.steps",
@@ -279,8 +282,8 @@ def set_value(config: TrainConfig, key: str, value: Any, origin: str) -> None:
         known = ", ".join(f.name for f in dataclasses.fields(section))
         raise ConfigError(f"{origin}: unknown key {key!r}; {section_name} has {known}")
     setattr(section, name, coerce(value, hints[name], f"{origin}: {key}"))
-    other = EXCLUSIVE.get(key)
-    if other is not None and getattr(section, name) not in (None, 0, 0.0):
+    other, new = EXCLUSIVE.get(key), getattr(section, name)
+    if other is not None and new is not None and (new != 0 or key not in ZERO_MEANS_UNSET):
         other_section, _, other_name = other.partition(".")
         default = getattr(type(getattr(config, other_section))(), other_name)
         setattr(getattr(config, other_section), other_name, None if default is None else type(default)(0))
@@ -344,3 +347,11 @@ def _plain(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
     return value
+
+
+def read_run_config(path: str | Path) -> TrainConfig:
+    """The resolved config a run wrote to DIR/run.yaml (it holds every field)."""
+    document = read_yaml(path)
+    config = apply_mapping(TrainConfig(), document, str(path))
+    config.recipe = str(document.get("recipe", config.recipe))
+    return config

@@ -29,6 +29,8 @@ def plot_training_curve(rows: Sequence[dict[str, Any]], path: str | Path, title:
     lr_axes.ticklabel_format(axis="y", style="sci", scilimits=(-2, 2))
 
     for key, label in (("val_top1", "val top-1"), ("val_top5", "val top-5")):
+        if any(row[key] is None for row in rows):  # top-5 is n/a with 5 classes or fewer
+            continue
         accuracy_axes.plot(steps, [100 * row[key] for row in rows], marker="o", label=label)
     accuracy_axes.set_xlabel("step")
     accuracy_axes.set_ylabel("accuracy (%)")

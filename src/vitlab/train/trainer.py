@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 from torchvision.transforms import v2
 
-from vitlab.data import hold_out, load_datasets, take_fraction
+from vitlab.data import load_datasets
 from vitlab.evaluate import evaluate
 from vitlab.evaluate.predict import eval_transform
 from vitlab.model import BiTConfig, ConfigError, Preprocessing, ViTConfig, VisionTransformer, config_for, create_model
@@ -233,15 +233,12 @@ class Trainer:
             train_transform(vit_config.image_size, preprocessing, config.augment),
             eval_transform(vit_config.replace(preprocessing=preprocessing)),
             val_fraction=config.data.val_fraction, seed=config.run.seed, download=config.data.download,
-            max_bad_fraction=config.data.max_bad_fraction,
+            train_fraction=config.data.train_fraction, dev_fraction=config.data.dev_fraction,
+            dev_split=config.data.dev_split, max_bad_fraction=config.data.max_bad_fraction,
         )
         self.test_set = None
-        if config.data.dev_fraction:  # paper Appendix B.1.1 / Keras validation_split: validate on a dev split
-            self.test_set = splits.val
-            splits.train, splits.val = hold_out(splits.train, config.data.dev_fraction, config.run.seed,
-                                                config.data.dev_split, splits.val.transform)
-        if config.data.train_fraction < 1.0:  # data-scaling runs (paper Fig. 3): a nested class-balanced subset
-            splits.train = take_fraction(splits.train, config.data.train_fraction, config.run.seed)
+        if splits.dev is not None:  # paper Appendix B.1.1 / Keras validation_split: validate on a dev split
+            self.test_set, splits.val = splits.val, splits.dev
         names = list(splits.class_names)
         if len(names) < 2:  # one class: every prediction right, nothing learned
             raise ConfigError(f"data.source={config.data.source!r}: {len(names)} class ({', '.join(map(str, names))}); "
@@ -250,7 +247,10 @@ class Trainer:
         check_memory(vit_config.replace(num_classes=len(names), class_names=names), config.micro_batch_size,
                      training=True, limit=limit, source="run.memory_limit")  # before the model is allocated
         if spec.init:
+            before = "a representation layer and " if getattr(model.config, "representation_size", None) else ""
             model.reset_classifier(len(names), class_names=names)  # paper 3.2: a zero-initialised head for the new classes
+            log.info("%s: new zero-initialised head: %d x %d (%d classes), replacing %sthe %d-class head",
+                     spec.init, model.config.feature_dim, len(names), len(names), before, vit_config.num_classes)
             model.config = model.config.replace(preprocessing=preprocessing)
         else:
             torch.manual_seed(config.run.seed)

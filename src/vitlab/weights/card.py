@@ -29,6 +29,8 @@ POSITIONS = {
 
 
 def _value(value: Any) -> str:
+    if value is None:  # e.g. val_top5 with 5 classes or fewer
+        return "n/a"
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 

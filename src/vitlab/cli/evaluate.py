@@ -1,0 +1,219 @@
+"""`vitlab eval`: top-1 / top-5 of a checkpoint on a split of a data source, split as its run split it.
+
+A run folder's run.yaml decides the split (run.seed, data.val_fraction, data.dev_fraction and
+dev_split, data.train_fraction), the bad-image limit, the device, precision and batch size, so that
+`vitlab eval --ckpt RUN` on the run's data scores exactly the run's validation images and reports
+the accuracy in its summary.json (a run with a dev split: --split dev gives its val_top1, --split val
+its test_top1). A flag that differs from the run says so in the log, and a scored image the run
+trained on is a warning.
+Only the scored split's images are checked. The report goes to RUN/eval.json (or --out) as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+from pathlib import Path
+
+from . import UserError, add_checkpoint_argument, load_checkpoint, memory_limit, writable_file
+from .train import DEVICES, PRECISIONS, _preview
+
+log = logging.getLogger("vitlab")
+
+EVAL_FILE = "eval.json"
+SPLITS = ("val", "dev", "train", "all")
+DEFAULT_BATCH_SIZE = 64  # without a run.yaml to take the run's evaluation batch from
+
+
+@dataclasses.dataclass
+class EvalSettings:
+    """What decides which images are scored and how; each field the run's unless a flag says otherwise."""
+
+    data: str | None
+    seed: int
+    val_fraction: float
+    train_fraction: float
+    dev_fraction: float | None
+    dev_split: str
+    max_bad_fraction: float
+    device: str
+    precision: str
+    batch_size: int
+
+
+# EvalSettings field -> (its flag or None, the run's TrainConfig key it defaults to)
+SETTING_FLAGS = {
+    "data": ("--data", "data.source"),
+    "seed": ("--seed", "run.seed"),
+    "val_fraction": ("--val-fraction", "data.val_fraction"),
+    "train_fraction": ("--train-fraction", "data.train_fraction"),
+    "dev_fraction": (None, "data.dev_fraction"),
+    "dev_split": (None, "data.dev_split"),
+    "max_bad_fraction": ("--max-bad-fraction", "data.max_bad_fraction"),
+    "device": ("--device", "run.device"),
+    "precision": ("--precision", "run.precision"),
+    "batch_size": ("--batch-size", "data.eval_batch_size"),
+}
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "eval", help="top-1 / top-5 accuracy of a checkpoint on a dataset",
+        description="Score a checkpoint on a split of a data source. For a run folder, the split, bad-image "
+                    "limit, device, precision and batch size are the run's (from its run.yaml) unless a flag changes "
+                    f"them; the JSON report goes to the folder's {EVAL_FILE} or --out.")
+    add_checkpoint_argument(parser)
+    parser.add_argument("--data", metavar="SRC", help="data source, e.g. digits or an ImageFolder (default: the run's)")
+    parser.add_argument("--out", metavar="FILE", help=f"JSON report (default: CKPT/{EVAL_FILE} for a model folder)")
+    parser.add_argument("--split", choices=SPLITS, default="val",
+                        help="val (default: the source's validation split), dev (the run's data.dev_fraction split "
+                             "of the training images), train (what the run trained on), or all of them")
+    parser.add_argument("--image-size", type=int, help="evaluate at this resolution (E_pos resampled)")
+    parser.add_argument("--batch-size", type=int, metavar="N", help="default: the run's evaluation batch, else 64")
+    parser.add_argument("--device", choices=DEVICES, help="default: the run's, else auto")
+    parser.add_argument("--precision", choices=PRECISIONS, help="default: the run's, else auto")
+    parser.add_argument("--workers", type=int, default=0, help="data-loader worker processes")
+    parser.add_argument("--seed", type=int, help="seed of the held-out split (default: the run's)")
+    parser.add_argument("--val-fraction", type=float, metavar="X",
+                        help="held out as val when the source has no validation split (default: the run's)")
+    parser.add_argument("--train-fraction", type=float, metavar="X",
+                        help="the class-balanced share of the training split the run used (default: the run's)")
+    parser.add_argument("--max-bad-fraction", type=float, metavar="X",
+                        help="unreadable images tolerated in the scored split (default: the run's)")
+    parser.set_defaults(func=run_eval)
+
+
+def read_run(ckpt: str):
+    """The TrainConfig of the run that wrote the model folder `ckpt`, and its run.yaml; (None, None) else."""
+    from vitlab.train.config import read_run_config
+    from vitlab.train.trainer import RUN_FILE
+
+    path = Path(ckpt) / RUN_FILE
+    if not path.is_file():
+        return None, None
+    return read_run_config(path), path
+
+
+def resolve_settings(args: argparse.Namespace, run, run_file: Path | None) -> EvalSettings:
+    """Each setting from its flag, else the run's, else the default of a new run; overrides logged."""
+    from vitlab.train.config import TrainConfig, lookup
+
+    base = run or TrainConfig()
+    values = {}
+    for name, (flag, key) in SETTING_FLAGS.items():
+        default = lookup(base, key)
+        if name == "data" and run is None:
+            default = None  # no guess: the data must be named
+        if name == "batch_size":
+            default = (default or 2 * base.micro_batch_size) if run is not None else DEFAULT_BATCH_SIZE
+        given = getattr(args, name) if flag else None
+        if given is None:
+            values[name] = default
+        else:
+            values[name] = given
+            if run is not None and given != default:
+                log.info("%s %s overrides the run's %s=%s (%s)", flag, given, key, default, run_file)
+    settings = EvalSettings(**values)
+    if settings.data is None:
+        raise UserError(f"--data is needed: {args.ckpt} has no run.yaml naming the data it was trained on")
+    if settings.batch_size < 1:
+        raise UserError(f"--batch-size must be >= 1, got {settings.batch_size}")
+    if not 0.0 <= settings.max_bad_fraction < 1.0:
+        raise UserError(f"--max-bad-fraction must be in [0, 1), got {settings.max_bad_fraction}")
+    return settings
+
+
+def run_eval(args: argparse.Namespace) -> int:
+    from vitlab.data import load_datasets
+    from vitlab.evaluate import evaluate
+    from vitlab.evaluate.predict import eval_transform
+    from vitlab.train.loader import eval_loader
+    from vitlab.model.budget import check_memory
+    from vitlab.train.precision import resolve_device, resolve_precision
+
+    run, run_file = read_run(args.ckpt)
+    settings = resolve_settings(args, run, run_file)
+    if args.split == "dev" and not settings.dev_fraction:
+        raise UserError(f"--split dev: {args.ckpt} was not trained with a dev split (data.dev_fraction)")
+    device = resolve_device(settings.device)
+    precision = resolve_precision(settings.precision, device)
+    out = Path(args.out) if args.out else (Path(args.ckpt) / EVAL_FILE if Path(args.ckpt).is_dir() else None)
+    if out is not None:
+        writable_file(out)  # one line now, not a traceback after the evaluation
+    overrides = {"image_size": args.image_size} if args.image_size else {}
+    model = load_checkpoint(args, **overrides)
+    check_memory(model.config, settings.batch_size, limit=memory_limit(args), source=str(args.ckpt))
+    model = model.to(device).eval()
+    transform = eval_transform(model.config)
+    if settings.dev_fraction and args.split == "val":
+        log.info("the run validated on a dev split of %g of its training images (its summary's val_top1; "
+                 "--split dev); --split val scores the source's validation split, the run's test split "
+                 "(its summary's test_top1)", settings.dev_fraction)
+    check_splits = ("train", "dev", "val") if args.split == "all" else (args.split,)
+    splits = load_datasets(settings.data, transform, transform, val_fraction=settings.val_fraction,
+                           seed=settings.seed, train_fraction=settings.train_fraction,
+                           dev_fraction=settings.dev_fraction, dev_split=settings.dev_split,
+                           max_bad_fraction=settings.max_bad_fraction, check_splits=check_splits)
+    names = model.config.class_names
+    if names is not None and list(names) != list(splits.class_names):
+        raise ValueError(f"{args.ckpt} was trained on classes {_preview(names)}, but {settings.data} has "
+                         f"{_preview(splits.class_names)}")
+    if splits.held_out and run is None:
+        log.info("%s has no run.yaml: %s's validation images held out with seed %d, val_fraction %g "
+                 "(pass the training run's --seed and --val-fraction)", args.ckpt, settings.data, settings.seed,
+                 settings.val_fraction)
+    parts = ([part for part in (splits.train, splits.dev, splits.val) if part is not None] if args.split == "all"
+             else [getattr(splits, args.split)])
+    trained = trained_in_run(run, run_file, settings, splits)
+    scored_keys = [key for part in parts for key in part.sample_keys()]
+    overlap = None if trained is None else sum(key in trained for key in scored_keys)
+    if overlap:
+        log.warning("%d of the %d scored images were in the run's training set (%s: seed %d, val_fraction %g, "
+                    "train_fraction %g); this is not a validation accuracy", overlap, len(scored_keys), run_file,
+                    run.run.seed, run.data.val_fraction, run.data.train_fraction)
+
+    import torch
+
+    dataset = parts[0] if len(parts) == 1 else torch.utils.data.ConcatDataset(parts)
+    loader = eval_loader(dataset, settings.batch_size, args.workers, pin_memory=device.type == "cuda")
+    result = evaluate(model, loader, device=device, autocast=precision.autocast)
+    report = {
+        "ckpt": str(args.ckpt),
+        "data": settings.data,
+        "split": args.split,
+        "image_size": list(model.config.image_size),
+        "metrics": result.to_dict(),
+        "trained_images_scored": overlap,  # null: no run.yaml to tell
+        "settings": {**dataclasses.asdict(settings), "precision": precision.name, "device": device.type,
+                     "from": str(run_file) if run_file else None},
+    }
+    print(f"{result.describe()}  ({result.count} images, {settings.data} {args.split})")
+    if out is None:
+        print("report not written: --ckpt is not a model folder; pass --out FILE")
+        return 0
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"written to {out}")
+    return 0
+
+
+def trained_in_run(run, run_file: Path | None, settings: EvalSettings, splits) -> set[str] | None:
+    """Keys of the images the run trained on (None without a run.yaml, or if its data cannot be listed)."""
+    from vitlab.data import load_datasets
+
+    if run is None:
+        return None
+    same = (settings.data, settings.seed, settings.val_fraction, settings.train_fraction) == (
+        run.data.source, run.run.seed, run.data.val_fraction, run.data.train_fraction)  # dev: always the run's
+    if same:
+        return set(splits.train.sample_keys())
+    try:  # listed only, nothing decoded
+        train = load_datasets(run.data.source, None, None, val_fraction=run.data.val_fraction, seed=run.run.seed,
+                              train_fraction=run.data.train_fraction, dev_fraction=run.data.dev_fraction,
+                              dev_split=run.data.dev_split, check_splits=()).train
+    except (OSError, ValueError) as error:
+        log.warning("cannot list the run's training data %s (%s); the scored images are not checked against it",
+                    run.data.source, error)
+        return None
+    return set(train.sample_keys())
