@@ -4,15 +4,14 @@ run's numbers and the settings), NAME.png (the plot, drawn like the paper's figu
 from __future__ import annotations
 
 import json
-import platform
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import torch
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from .provenance import provenance
 from .runner import Experiment, Results, Settings, seeds_of, steps_of
 
 # Column headers of the Markdown table; accuracies are shown in percent with their std over seeds.
@@ -57,6 +56,7 @@ def write_report(
     out.mkdir(parents=True, exist_ok=True)
     summary = results.summary()
     command = settings.command(experiment)
+    machine = provenance(settings.threads)
     budget = {"steps_per_run": steps_of(settings, experiment), "seeds": list(seeds_of(settings, experiment))}
     document = {
         "experiment": experiment.name,
@@ -71,7 +71,7 @@ def write_report(
         "runs": results.rows,
         "findings": results.findings,
         "wall_time_s": round(wall_time_s, 1),
-        "machine": {"torch": torch.__version__, "python": platform.python_version(), "threads": settings.threads},
+        "machine": machine,
     }
     paths = {kind: out / f"{experiment.name}.{kind}" for kind in ("md", "json", "png")}
     paths["json"].write_text(json.dumps(document, indent=1) + "\n")
@@ -82,6 +82,8 @@ def write_report(
         experiment.question,
         f"Data `{settings.data}` at {settings.image_size} px; {budget['steps_per_run']} optimiser steps per run; "
         f"seeds {seeds} (mean ± std over seeds where more than one); wall time {wall_time_s / 60:.1f} min.",
+        f"Commit `{machine['commit']}`, torch {machine['torch']}, CPU capability {machine['cpu_capability']}, "
+        f"{machine['threads']} thread(s) per run.",
         f"```\n{command}\n```",
     ]
     if results.models:
