@@ -62,7 +62,8 @@ def test_axial_embedding_similarity_counts_shared_row_and_column():
     torch.testing.assert_close(similarity, expected)
 
 
-@pytest.mark.parametrize("kind,words", [("none", "no position embedding"), ("relative", "relative position biases")])
+@pytest.mark.parametrize("kind,words", [("none", "no position embedding"), ("relative", "relative position embeddings"),
+                                        ("relative_bias", "relative position biases")])
 def test_models_without_patch_embeddings_are_refused(kind, words):
     with pytest.raises(ValueError, match=f"pos_embed='{kind}'.*{words}"):
         position_embedding_table(tiny(kind))

@@ -30,7 +30,7 @@ def reference(model: vitlab.VisionTransformer, images: torch.Tensor) -> torch.Te
         return model.forward_head(model.forward_features(images))
 
 
-@pytest.mark.parametrize("pos_embed", ["learned", "relative"])
+@pytest.mark.parametrize("pos_embed", ["learned", "relative", "relative_bias"])
 def test_class_token_only_last_layer_matches_all_tokens(pos_embed):
     model = tiny_model(pos_embed=pos_embed)
     images = torch.randn(3, 3, 32, 32)

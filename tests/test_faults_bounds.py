@@ -62,10 +62,14 @@ def architecture(**fields):
 
 
 # -- sizes: counted from the config, checked before building ---------------------------------------------
-@pytest.mark.parametrize("name", [*list_models("all"), "Ti/16:2d", "Ti/16:relative", "Ti/4:flatten"])
+@pytest.mark.parametrize("name", [*list_models("all"), "Ti/16:2d", "Ti/16:relative", "Ti/16:relative_bias",
+                                  "Ti/16:learned@every_layer", "Ti/16:2d@every_layer", "Ti/16:2d@every_layer_shared",
+                                  "Ti/4:flatten"])
 def test_the_parameter_count_is_the_models_own(name):
     variant, _, pos = name.partition(":")
-    options = {"pos_embed": pos} if pos in ("2d", "relative") else {}
+    pos, _, where = pos.partition("@")
+    options = {"pos_embed": pos, "pos_embed_at": where or "input"} if pos in ("learned", "2d", "relative",
+                                                                             "relative_bias") else {}
     if pos == "flatten":
         options = {"pool": "flatten", "image_size": 32, "head_hidden": (64, 32)}
     with torch.device("meta"):

@@ -63,6 +63,12 @@ OPTIONS = [
     dict(pool="gap", pos_embed="sincos"),
     dict(pool="token", pos_embed="relative"),
     dict(pool="gap", pos_embed="relative"),
+    dict(pool="token", pos_embed="relative_bias"),
+    dict(pool="gap", pos_embed="relative_bias"),
+    dict(pool="token", pos_embed="learned", pos_embed_at="every_layer"),
+    dict(pool="gap", pos_embed="learned", pos_embed_at="every_layer_shared"),
+    dict(pool="token", pos_embed="2d", pos_embed_at="every_layer"),
+    dict(pool="token", pos_embed="2d", pos_embed_at="every_layer_shared"),
     dict(pool="token", representation_size=24),
     dict(pool="flatten", head_hidden=(32, 16), head_dropout=0.5),
     dict(pool="token", act="gelu_tanh", norm_eps=1e-12, qkv_bias=False),
@@ -91,11 +97,13 @@ def test_options_forward_backward_and_attention_paths_agree(options):
         torch.testing.assert_close(weights.sum(-1), torch.ones(weights.shape[:-1]))
 
 
-@pytest.mark.parametrize("pos_embed", ["learned", "2d", "sincos", "relative", "none"])
+@pytest.mark.parametrize("pos_embed", ["learned", "2d", "sincos", "relative_bias", "none", "learned:every_layer",
+                                       "2d:every_layer_shared"])
 @pytest.mark.parametrize("pool", ["token", "gap"])
 def test_runtime_resolution_change_equals_resized_model(pos_embed, pool):
     """Running at a new (non-square) size resamples E_pos exactly as set_image_size does."""
-    model = randomise_(create_model(tiny(pos_embed=pos_embed, pool=pool))).eval()
+    kind, _, where = pos_embed.partition(":")
+    model = randomise_(create_model(tiny(pos_embed=kind, pos_embed_at=where or "input", pool=pool))).eval()
     images = torch.randn(2, 3, 24, 32)
     with torch.no_grad():
         on_the_fly = model(images)
@@ -117,9 +125,80 @@ def test_position_embedding_is_position_specific():
             return model(images), model(swapped)
     same, swapped = patch_shuffled_logits("none")
     torch.testing.assert_close(same, swapped, rtol=1e-5, atol=1e-5)
-    for kind in ("learned", "2d", "sincos", "relative"):
+    for kind in ("learned", "2d", "sincos", "relative", "relative_bias"):
         a, b = patch_shuffled_logits(kind)
         assert not torch.allclose(a, b, atol=1e-4), kind
+
+
+def test_relative_is_appendix_d4_relative_attention():
+    """Each query attends to learned per-offset embeddings; those logits q_i . r_(i-j) / sqrt(d) join
+    the content logits (Appendix D.4), so the position term depends on the query's content."""
+    model = randomise_(create_model(tiny(pos_embed="relative", depth=1))).eval()
+    attn, offsets = model.blocks[0].attn, model.relative_attention[0].weight  # (2T - 1, head_dim)
+    tokens = 1 + 16
+    assert offsets.shape == (2 * tokens - 1, 8)
+    x = torch.randn(2, tokens, 32)
+    with torch.no_grad():
+        _, weights = attn(x, need_weights=True, relative=offsets)
+        q, k, _ = attn.qkv(x).reshape(2, tokens, 3, 4, 8).permute(2, 0, 3, 1, 4)
+        position = torch.empty(2, 4, tokens, tokens)
+        for i in range(tokens):
+            for j in range(tokens):
+                position[:, :, i, j] = q[:, :, i] @ offsets[i - j + tokens - 1] / 8**0.5
+        expected = (q @ k.transpose(-2, -1) / 8**0.5 + position).softmax(-1)
+    torch.testing.assert_close(weights, expected, rtol=1e-5, atol=1e-6)
+    assert position.std() > 1e-2
+    assert not torch.allclose(position[0], position[1], atol=1e-3)  # content-dependent, unlike a bias table
+
+
+def test_relative_attention_refuses_another_grid():
+    model = create_model(tiny(pos_embed="relative"))
+    with pytest.raises(ValueError, match="relative.*4x4 patch grid; a 6x8 grid"):
+        model(torch.randn(1, 3, 24, 32))
+    with pytest.raises(ValueError, match="relative.*4x4 patch grid"):
+        model.set_image_size((24, 32))
+
+
+def manual_forward(model, tables) -> torch.Tensor:
+    """Eq. 1-4 with tables[l] added to the tokens before layer l (Table 8's "every layer" columns)."""
+    images = torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(0))
+    tokens, _ = model.patch_embed(images)
+    z = torch.cat([model.cls_token.expand(2, -1, -1), tokens], dim=1)
+    for block, table in zip(model.blocks, tables):
+        z, _ = block(z + table)
+    return model.head(model.norm(z)[:, 0])
+
+
+@pytest.mark.parametrize("kind", ["learned", "2d"])
+def test_pos_embed_at_every_layer_and_every_layer_shared(kind):
+    """every_layer: layer l gets its own E_pos before it; every_layer_shared: one E_pos before every
+    layer; input: E_pos only before the first (Table 8's three columns)."""
+    grid = (4, 4)
+    per_layer = randomise_(create_model(tiny(pos_embed=kind, pos_embed_at="every_layer", depth=3))).eval()
+    shared = randomise_(create_model(tiny(pos_embed=kind, pos_embed_at="every_layer_shared", depth=3))).eval()
+    stem = create_model(tiny(pos_embed=kind, depth=3)).eval()
+    stem.load_state_dict(shared.state_dict())
+    images = torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        tables = [layer(grid) for layer in per_layer.layer_pos_embed]
+        assert len(tables) == 3 and not torch.allclose(tables[0], tables[1])
+        torch.testing.assert_close(per_layer(images), manual_forward(per_layer, tables), rtol=1e-5, atol=1e-5)
+        table = shared.pos_embed(grid)
+        torch.testing.assert_close(shared(images), manual_forward(shared, [table] * 3), rtol=1e-5, atol=1e-5)
+        zero = torch.zeros_like(table)
+        torch.testing.assert_close(stem(images), manual_forward(stem, [table, zero, zero]), rtol=1e-5, atol=1e-5)
+        assert not torch.allclose(stem(images), shared(images), atol=1e-4)
+    assert sum(p.numel() for n, p in per_layer.named_parameters() if n.startswith("layer_pos_embed")) == (
+        3 * sum(p.numel() for n, p in shared.named_parameters() if n.startswith("pos_embed")))
+
+
+@pytest.mark.fault("config", kinds=4)
+def test_pos_embed_at_refuses_what_table_8_does_not_define():
+    for kind in ("none", "relative", "sincos"):
+        with pytest.raises(ConfigError, match=f"pos_embed_at 'every_layer'.*got pos_embed '{kind}'"):
+            tiny(pos_embed=kind, pos_embed_at="every_layer")
+    with pytest.raises(ConfigError, match="unknown pos_embed_at 'stem'"):
+        tiny(pos_embed_at="stem")
 
 
 def test_reset_classifier_drops_pre_logits_and_zero_inits_head():

@@ -35,7 +35,10 @@ def images(height: int = 32, width: int = 32, batch: int = 2) -> torch.Tensor:
         {"pool": "gap", "gap_norm": "before_pool", "act": "gelu_tanh"},
         {"representation_size": 24, "norm_eps": 1e-12},
         {"pos_embed": "2d", "qkv_bias": False},
-        {"pos_embed": "relative", "pos_resample": "bilinear"},
+        {"pos_embed": "relative_bias", "pos_resample": "bilinear"},
+        {"pos_embed": "relative"},
+        {"pos_embed": "learned", "pos_embed_at": "every_layer"},
+        {"pos_embed": "2d", "pos_embed_at": "every_layer_shared"},
         {"pos_embed": "sincos", "pool": "gap"},
         {"image_size": (32, 16), "head_hidden": (16,)},
     ],
@@ -84,7 +87,7 @@ def test_format_version_1_flat_file_still_loads(tmp_path):
     assert torch.equal(loaded(x), reference(x))
 
 
-@pytest.mark.fault("checkpoint", kinds=7)
+@pytest.mark.fault("checkpoint", kinds=8)
 def test_a_missing_field_is_refused_by_name_never_filled_with_a_default(tmp_path):
     """Today's default for a missing field would compute other numbers than the model was trained with."""
     from vitlab.model import BiTConfig, ResNetConfig
@@ -100,6 +103,7 @@ def test_a_missing_field_is_refused_by_name_never_filled_with_a_default(tmp_path
         ("vit", ["numerics", "act"], "'numerics.act'"),
         ("vit", ["numerics", "norm_eps"], "'numerics.norm_eps'"),
         ("vit", ["architecture", "mlp_out_act"], "'architecture.mlp_out_act'"),
+        ("vit", ["architecture", "pos_embed_at"], "'architecture.pos_embed_at'"),
         ("vit", ["preprocessing", "mean"], "'preprocessing.mean'"),
         ("hybrid", ["architecture", "backbone", "weight_std"], "'architecture.backbone.weight_std'"),
         ("bit", ["bit", "resnet", "norm_eps"], "'bit.resnet.norm_eps'"),
@@ -110,7 +114,7 @@ def test_a_missing_field_is_refused_by_name_never_filled_with_a_default(tmp_path
         for step in path[:-1]:
             part = part[step]
         del part[path[-1]]
-        with pytest.raises(CheckpointError, match=rf"config\.json: format_version 2 holds {re.escape(named)}"):
+        with pytest.raises(CheckpointError, match=rf"config\.json: format_version {FORMAT_VERSION} holds {re.escape(named)}"):
             read_config_document(document, tmp_path / "case")
     flat = version_1_document(vit.config)
     del flat["gap_norm"]
@@ -122,6 +126,27 @@ def read_config_document(document: dict, folder) -> None:
     folder.mkdir(exist_ok=True)
     (folder / "config.json").write_text(json.dumps(document))
     read_config(folder)
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_relative_of_versions_1_and_2_loads_as_relative_bias(tmp_path, version):
+    """Before version 3, pos_embed "relative" named the per-head 2-D logit bias; "relative" is now the
+    paper's relative attention, so older files migrate to "relative_bias" and keep their numbers."""
+    reference = randomise(create_model(ViTConfig(**TINY, pos_embed="relative_bias")))
+    reference.save_pretrained(tmp_path)
+    document = json.loads((tmp_path / "config.json").read_text())
+    document["architecture"]["pos_embed"] = "relative"
+    document["format_version"] = 2
+    if version == 1:
+        flat = {k: v for section in ("architecture", "numerics", "regularisation") for k, v in document[section].items()}
+        document = {"format": "vitlab", "format_version": 1, **flat,
+                    **{k: document[k] for k in ("preprocessing", "class_names", "name")}}
+    (tmp_path / "config.json").write_text(json.dumps(document))
+    loaded = vitlab.load(tmp_path)
+    assert loaded.config.pos_embed == "relative_bias" and loaded.config.pos_embed_at == "input"
+    x = images()
+    assert torch.equal(loaded(x), reference(x))
+    assert FORMAT_VERSION == 3
 
 
 def test_newer_format_version_is_refused(tmp_path):

@@ -16,12 +16,14 @@ def position_embedding_table(model: nn.Module) -> tuple[torch.Tensor, tuple[int,
     """The patch rows of E_pos, (N, D), and the grid they lie on, for learned, 2-D and sin-cos models."""
     config = model.config
     kind = config.pos_embed
+    if getattr(config, "pos_embed_at", "input") == "every_layer":
+        raise ValueError("position-embedding similarity reads one E_pos; pos_embed_at='every_layer' has one "
+                         f"per layer ({config.depth}); pick a layer's table from model.layer_pos_embed")
     if kind == "none" or model.pos_embed is None:
-        detail = (
-            "its relative position biases live in the attention layers, one number per offset and head"
-            if kind == "relative"
-            else "it has no position embedding"
-        )
+        detail = {
+            "relative": "its relative position embeddings live in the attention layers, one per 1-D offset",
+            "relative_bias": "its relative position biases live in the attention layers, one number per offset and head",
+        }.get(kind, "it has no position embedding")
         raise ValueError(f"position-embedding similarity needs per-patch embeddings; pos_embed={kind!r}: {detail}")
     grid = config.grid_size
     with torch.no_grad():

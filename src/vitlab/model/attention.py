@@ -25,6 +25,16 @@ def softmax_attention(
     return F.dropout(weights, dropout_p, training=dropout_p > 0) @ v, weights
 
 
+def relative_attention_logits(q: torch.Tensor, offsets: torch.Tensor, scale: float, num_keys: int) -> torch.Tensor:
+    """q (B, heads, Q, hd) against offset embeddings (2T - 1, hd) -> (B, heads, Q, T) logits for each
+    query i and key j, read at offset i - j (Appendix D.4)."""
+    per_offset = (q * scale) @ offsets.to(q.dtype).t()  # (B, heads, Q, 2T - 1)
+    queries = torch.arange(q.shape[2], device=q.device)
+    keys = torch.arange(num_keys, device=q.device)
+    index = queries[:, None] - keys[None, :] + (offsets.shape[0] - 1) // 2  # (Q, T), in [0, 2T - 2]
+    return per_offset.gather(-1, index.expand(*per_offset.shape[:2], -1, -1))
+
+
 # Query rows per block of the matmul path: a (B, heads, 100, T) block of weights stays in cache, and
 # fewer weights are alive at once. For Ti/16 (T = 197) in bf16, blocks of 80-100 rows ran fastest of
 # 16 to all 197, and took 23 MiB at batch 32 against 30 MiB unblocked.
@@ -77,10 +87,13 @@ class Attention(nn.Module):
         bias: torch.Tensor | None = None,
         need_weights: bool = False,
         num_queries: int | None = None,
+        relative: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """x (B, T, D), bias (heads, T, T) or None -> (B, Q, D) and, if asked, weights (B, heads, Q, T).
 
         Q = T, or the first `num_queries` tokens when only their outputs are wanted (all T are keys).
+        relative: offset embeddings (2T - 1, head_dim) of the paper's relative attention (Appendix
+        D.4), whose query-dependent logits join the bias; both paths below see the same logits.
         """
         batch, tokens, _ = x.shape
         qkv = self.qkv(x).reshape(batch, tokens, 3, self.num_heads, self.head_dim)
@@ -88,6 +101,9 @@ class Attention(nn.Module):
         if num_queries is not None:
             q = q[:, :, :num_queries]  # (B, heads, Q, head_dim)
             bias = bias[:, :num_queries] if bias is not None else None
+        if relative is not None:
+            logits = relative_attention_logits(q, relative, self.scale, tokens)  # (B, heads, Q, T)
+            bias = logits if bias is None else bias.to(q.dtype) + logits
         dropout_p = self.attn_dropout if self.training else 0.0
         if bias is not None:
             bias = bias.to(q.dtype)

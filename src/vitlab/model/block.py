@@ -83,9 +83,10 @@ class EncoderBlock(nn.Module):
         attn_bias: torch.Tensor | None = None,
         need_weights: bool = False,
         num_queries: int | None = None,
+        relative: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """z (B, T, D) -> (B, T, D), or only the first `num_queries` tokens' rows (B, Q, D)."""
-        attended, weights = self.attn(self.norm1(z), attn_bias, need_weights, num_queries)
+        attended, weights = self.attn(self.norm1(z), attn_bias, need_weights, num_queries, relative)
         if num_queries is not None:
             z = z[:, :num_queries]
         z = z + self.drop_path(attended)  # Eq. 2

@@ -73,12 +73,15 @@ def parameter_count(config: ViTConfig | BiTConfig) -> int:
     total += dim + dim * config.num_prefix_tokens  # patch bias, class token
     tokens = config.num_patches + config.num_prefix_tokens
     gh, gw = config.grid_size
-    total += {"learned": tokens * dim, "2d": (gh + gw) * (dim // 2) + config.num_prefix_tokens * dim, "none": 0, "sincos": 0,
-              "relative": 0}[config.pos_embed]
+    table = {"learned": tokens * dim, "2d": (gh + gw) * (dim // 2) + config.num_prefix_tokens * dim, "none": 0,
+             "sincos": 0, "relative": 0, "relative_bias": 0}[config.pos_embed]
+    total += table * (config.depth if config.pos_embed_at == "every_layer" else 1)  # Table 8's columns
     block = 4 * dim + dim * 3 * inner + inner * dim + dim + 2 * dim * mlp + mlp + dim
     block += 3 * inner if config.qkv_bias else 0
-    if config.pos_embed == "relative":
+    if config.pos_embed == "relative_bias":
         block += ((2 * gh - 1) * (2 * gw - 1) + 3) * config.num_heads
+    if config.pos_embed == "relative":  # one embedding per 1-D offset (Appendix D.4)
+        block += (2 * tokens - 1) * config.attn_head_dim
     total += config.depth * block + 2 * dim  # encoder blocks, final norm
     width = config.dim * config.num_patches if config.pool == "flatten" else dim
     for hidden in (*([config.representation_size] if config.representation_size else []), *config.head_hidden):
@@ -107,6 +110,8 @@ def activation_bytes(config: ViTConfig | BiTConfig, batch_size: int, *, training
     inner = config.num_heads * config.attn_head_dim
     attention = batch_size * config.num_heads * tokens * tokens
     block = batch_size * tokens * (4 * config.dim + 3 * inner + 2 * config.mlp_dim) + 2 * attention
+    if config.pos_embed == "relative":  # the queries' logits against every 1-D offset
+        block += batch_size * config.num_heads * tokens * (2 * tokens - 1)
     layers = config.depth if training else 1
     kept = config.depth * attention if keep_attention else 0
     return FLOAT_BYTES * (pixels + convolutions + layers * block + kept)

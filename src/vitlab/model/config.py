@@ -21,13 +21,18 @@ if TYPE_CHECKING:
     from .resnet import ResNetConfig
 
 Pooling = Literal["token", "gap", "flatten"]
-PositionEmbeddingKind = Literal["learned", "none", "2d", "sincos", "relative"]
+PositionEmbeddingKind = Literal["learned", "none", "2d", "sincos", "relative", "relative_bias"]
+PositionEmbeddingAt = Literal["input", "every_layer", "every_layer_shared"]
 Activation = Literal["gelu", "gelu_tanh"]
 GapNorm = Literal["before_pool", "after_pool"]
 ResampleMode = Literal["bicubic", "bilinear", "linear_zoom", "bicubic_aligned"]
 
 POOLINGS = ("token", "gap", "flatten")
-POSITION_EMBEDDINGS = ("learned", "none", "2d", "sincos", "relative")
+POSITION_EMBEDDINGS = ("learned", "none", "2d", "sincos", "relative", "relative_bias")
+# Table 8's columns: E_pos added once to the input (the default), one E_pos per layer added before
+# that layer, or one E_pos added before every layer. The paper has the last two for 1-D and 2-D only.
+POSITION_EMBEDDING_AT = ("input", "every_layer", "every_layer_shared")
+PER_LAYER_POSITION_EMBEDDINGS = ("learned", "2d")
 ACTIVATIONS = ("gelu", "gelu_tanh")
 GAP_NORMS = ("before_pool", "after_pool")
 RESAMPLE_MODES = ("bicubic", "bilinear", "linear_zoom", "bicubic_aligned")
@@ -95,6 +100,7 @@ class ViTConfig:
     head_hidden: tuple[int, ...] = ()  # extra GELU layers of an MLP head (the Keras example's head)
     # Position embedding (Table 8).
     pos_embed: PositionEmbeddingKind = "learned"
+    pos_embed_at: PositionEmbeddingAt = "input"
     pos_resample: ResampleMode = "bicubic"
     pos_resample_antialias: bool = True
     # Regularisation (Appendix B.1).
@@ -205,6 +211,15 @@ class ViTConfig:
         check(
             self.pos_embed in POSITION_EMBEDDINGS,
             f"unknown pos_embed {self.pos_embed!r}; choose one of {POSITION_EMBEDDINGS}",
+        )
+        check(
+            self.pos_embed_at in POSITION_EMBEDDING_AT,
+            f"unknown pos_embed_at {self.pos_embed_at!r}; choose one of {POSITION_EMBEDDING_AT}",
+        )
+        check(
+            self.pos_embed_at == "input" or self.pos_embed in PER_LAYER_POSITION_EMBEDDINGS,
+            f"pos_embed_at {self.pos_embed_at!r} needs a learned absolute E_pos {PER_LAYER_POSITION_EMBEDDINGS} "
+            f"(Table 8), got pos_embed {self.pos_embed!r}",
         )
         check(self.act in ACTIVATIONS, f"unknown act {self.act!r}; choose one of {ACTIVATIONS}")
         check(self.gap_norm in GAP_NORMS, f"unknown gap_norm {self.gap_norm!r}; choose one of {GAP_NORMS}")

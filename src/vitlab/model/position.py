@@ -3,9 +3,15 @@
 - learned: one learned vector per token (the paper's default, "1-D");
 - 2d: learned X and Y embeddings of D/2 each, concatenated per patch (Table 8, "2-D");
 - sincos: fixed 2-D sine-cosine embedding (big_vision's posemb_sincos_2d);
-- relative: a learned bias on the attention logits per relative offset and head (Table 8,
-  "relative"); it lives in the attention layers, see RelativePositionBias;
+- relative: the paper's relative embedding (Table 8 "relative", Appendix D.4): 1-D relative
+  attention, a learned embedding per offset p_q - p_k that each query attends to, the resulting
+  logits added to the attention logits; it lives in the attention layers, see
+  RelativeAttentionEmbedding;
+- relative_bias: a content-independent learned bias per head and 2-D offset (as BEiT), not the
+  paper's; see RelativePositionBias;
 - none: no position information (Table 8, "no pos. emb.").
+
+Where E_pos is added (Table 8's columns, ViTConfig.pos_embed_at) is the model's business (vit.py).
 """
 
 from __future__ import annotations
@@ -203,3 +209,38 @@ class RelativePositionBias(nn.Module):
         bias[:, 1:, 0] = self.prefix_bias[:, 1:2]  # patches attending to the class token
         bias[:, 0, 0] = self.prefix_bias[:, 2]
         return bias
+
+
+class RelativeAttentionEmbedding(nn.Module):
+    """Appendix D.4's "1-dimensional Relative Attention": for a query at sequence position p_q and a
+    key at p_k, the offset p_q - p_k has a learned embedding r (head_dim wide, one per offset as in
+    Shaw et al. 2018). An extra attention with the original queries and these embeddings as keys
+    gives logits q . r * scale, added to the content logits before the softmax (attention.py).
+
+    Positions are the 1-D token sequence (class token first, then patches in raster order), so the
+    table holds 2T - 1 offsets for T tokens. A raster offset has no meaning on another grid (the
+    same offset is another 2-D displacement), so this table is never resampled: another grid is refused.
+    """
+
+    def __init__(self, grid: tuple[int, int], head_dim: int, num_prefix_tokens: int):
+        super().__init__()
+        self.grid = tuple(grid)
+        self.num_tokens = num_prefix_tokens + grid[0] * grid[1]
+        self.weight = nn.Parameter(torch.empty(2 * self.num_tokens - 1, head_dim))  # offsets -(T-1) .. T-1
+        nn.init.trunc_normal_(self.weight, std=0.02)
+
+    def _check(self, grid: tuple[int, int]) -> None:
+        if tuple(grid) != self.grid:
+            raise ValueError(
+                f"pos_embed 'relative' (1-D relative attention) learned offsets for a {self.grid[0]}x{self.grid[1]} "
+                f"patch grid; a {grid[0]}x{grid[1]} grid gives its raster offsets other meanings, so it is refused"
+            )
+
+    def resize_grid(self, grid: tuple[int, int]) -> None:
+        self._check(grid)
+
+    def forward(self, grid: tuple[int, int]) -> torch.Tensor:
+        """The offset embeddings (2T - 1, head_dim), row T - 1 + (p_q - p_k) for offset p_q - p_k."""
+        self._check(grid)
+        return self.weight
+

@@ -24,6 +24,7 @@ from .timm_api import TimmInterface
 from .position import (
     AxialPositionEmbedding,
     LearnedPositionEmbedding,
+    RelativeAttentionEmbedding,
     RelativePositionBias,
     SinCosPositionEmbedding,
 )
@@ -38,7 +39,11 @@ def build_position_embedding(config: ViTConfig) -> nn.Module | None:
         return AxialPositionEmbedding(*args, *resample)
     if config.pos_embed == "sincos":
         return SinCosPositionEmbedding(config.dim, config.num_prefix_tokens)
-    return None  # "none", and "relative", which lives in the attention layers
+    return None  # "none", and the relative kinds, which live in the attention layers
+
+
+def per_layer(config: ViTConfig, make) -> nn.ModuleList:
+    return nn.ModuleList(make() for _ in range(config.depth))
 
 
 class VisionTransformer(TimmInterface, nn.Module):
@@ -54,18 +59,24 @@ class VisionTransformer(TimmInterface, nn.Module):
             else PatchEmbedding(config.patch_size, config.in_channels, dim)
         )
         self.cls_token = nn.Parameter(torch.zeros(1, 1, dim)) if config.class_token else None
-        self.pos_embed = build_position_embedding(config)
-        self.pos_drop = nn.Dropout(config.dropout if config.embed_dropout else 0.0)  # "right after adding E_pos" (B.1)
+        # Table 8's columns: one E_pos for the input, or before every layer (shared), or one per layer.
+        if config.pos_embed_at == "every_layer":
+            self.pos_embed = None
+            self.layer_pos_embed = per_layer(config, lambda: build_position_embedding(config))
+        else:
+            self.pos_embed = build_position_embedding(config)
+            self.layer_pos_embed = None
+        # "right after adding E_pos" (Appendix B.1), at the input
+        self.pos_drop = nn.Dropout(config.dropout if config.embed_dropout else 0.0)
+        grid, heads, prefix = config.grid_size, config.num_heads, config.num_prefix_tokens
+        resample = (config.pos_resample, config.pos_resample_antialias)
         self.relative_bias = (
-            nn.ModuleList(
-                RelativePositionBias(
-                    config.grid_size, config.num_heads, config.num_prefix_tokens,
-                    config.pos_resample, config.pos_resample_antialias,
-                )
-                for _ in range(config.depth)
-            )
-            if config.pos_embed == "relative"
-            else None
+            per_layer(config, lambda: RelativePositionBias(grid, heads, prefix, *resample))
+            if config.pos_embed == "relative_bias" else None
+        )
+        self.relative_attention = (
+            per_layer(config, lambda: RelativeAttentionEmbedding(grid, config.attn_head_dim, prefix))
+            if config.pos_embed == "relative" else None
         )
         # Stochastic depth grows linearly with depth (the DeiT rule).
         drop_rates = [config.drop_path * i / max(config.depth - 1, 1) for i in range(config.depth)]
@@ -113,10 +124,18 @@ class VisionTransformer(TimmInterface, nn.Module):
         tokens, grid = self.patch_embed(images)
         if self.cls_token is not None:
             tokens = torch.cat([self.cls_token.expand(tokens.shape[0], -1, -1), tokens], dim=1)
-        if self.pos_embed is not None:
-            # .to(tokens): the fixed sin-cos table is computed on the CPU whatever the model's device
-            tokens = tokens + self.pos_embed(grid).to(tokens)
-        return self.pos_drop(tokens), grid
+        return self.pos_drop(self.add_pos_embed(tokens, grid, 0)), grid
+
+    def add_pos_embed(self, tokens: torch.Tensor, grid: tuple[int, int], layer: int) -> torch.Tensor:
+        """Add the E_pos that goes before `layer` (layer 0: the input of Eq. 1), if any."""
+        if self.layer_pos_embed is not None:
+            table = self.layer_pos_embed[layer](grid)
+        elif self.pos_embed is not None and (layer == 0 or self.config.pos_embed_at == "every_layer_shared"):
+            table = self.pos_embed(grid)
+        else:
+            return tokens
+        # .to(tokens): the fixed sin-cos table is computed on the CPU whatever the model's device
+        return tokens + table.to(tokens)
 
     # -- Eq. 2-4 -------------------------------------------------------------------------------
     def encode(
@@ -131,12 +150,15 @@ class VisionTransformer(TimmInterface, nn.Module):
         attentions: list[torch.Tensor] = []
         last = len(self.blocks) - 1
         for index, block in enumerate(self.blocks):
+            if index > 0:
+                z = self.add_pos_embed(z, grid, index)  # Table 8's "every layer" columns
             bias = self.relative_bias[index](grid) if self.relative_bias is not None else None
+            relative = self.relative_attention[index](grid) if self.relative_attention is not None else None
             queries = self.config.num_prefix_tokens if prefix_only and index == last else None
             if self.grad_checkpointing and self.training and not need_weights:
-                z, _ = checkpoint(block, z, bias, False, queries, use_reentrant=False)
+                z, _ = checkpoint(block, z, bias, False, queries, relative, use_reentrant=False)
             else:
-                z, weights = block(z, bias, need_weights, queries)
+                z, weights = block(z, bias, need_weights, queries, relative)
                 if weights is not None:
                     attentions.append(weights)
         return self.norm(z), attentions
@@ -202,7 +224,7 @@ class VisionTransformer(TimmInterface, nn.Module):
         """Parameter names that take no weight decay: tokens, position tables, norms and biases."""
         return {
             name for name, param in self.named_parameters()
-            if param.dim() <= 1 or name.startswith(("cls_token", "pos_embed", "relative_bias"))
+            if param.dim() <= 1 or name.startswith(("cls_token", "pos_embed", "layer_pos_embed", "relative_bias", "relative_attention"))
         }
 
     def set_grad_checkpointing(self, enabled: bool = True) -> None:

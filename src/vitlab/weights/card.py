@@ -24,7 +24,8 @@ MAX_CLASSES_SHOWN = 20
 POOLING = {"token": "class token (Eq. 4)", "gap": "global average pooling", "flatten": "flattened tokens"}
 POSITIONS = {
     "learned": "learned 1-D", "2d": "learned 2-D (X and Y)", "sincos": "fixed sine-cosine",
-    "relative": "learned relative (attention bias)", "none": "none",
+    "relative": "learned 1-D relative attention (Appendix D.4)",
+    "relative_bias": "learned relative 2-D attention bias (not the paper's)", "none": "none",
 }
 
 
@@ -90,7 +91,9 @@ def _architecture(config: ViTConfig | BiTConfig, num_params: int) -> list[tuple[
         ("tokens", tokens),
         ("width D / depth / heads / MLP", f"{config.dim} / {config.depth} / {config.num_heads} / {config.mlp_dim}"),
         ("pooling", POOLING.get(config.pool, config.pool)),
-        ("position embedding", POSITIONS.get(config.pos_embed, config.pos_embed)),
+        ("position embedding", POSITIONS.get(config.pos_embed, config.pos_embed)
+         + {"every_layer": ", one per layer, added before each", "every_layer_shared": ", added before every layer"}.get(
+             config.pos_embed_at, "")),
         ("representation layer", config.representation_size or "none"),
         ("numerics", f"act {config.act}, LayerNorm eps {config.norm_eps:g}"),
         ("classes", config.num_classes),

@@ -1,13 +1,15 @@
 """vitlab's own checkpoint: a folder with config.json + model.safetensors (+ README.md, a model card).
 
-config.json (format_version 2) groups the ViTConfig fields by what they decide:
+config.json (format_version 3) groups the ViTConfig fields by what they decide:
 
-    {"format": "vitlab", "format_version": 2,
+    {"format": "vitlab", "format_version": 3,
      "architecture": {...}, "numerics": {...}, "regularisation": {...},
      "preprocessing": {...}, "class_names": [...] | null, "name": ... | null, "extra": {...}}
 
-Version 1 wrote the same fields flat beside "format"; every older version is migrated step by
-step to the current one on reading, so folders written by any vitlab release keep loading.
+Version 1 wrote the same fields flat beside "format"; versions 1-2 called the per-head 2-D logit
+bias pos_embed "relative" (version 3: "relative_bias"; "relative" is now the paper's). Every older
+version is migrated step by step to the current one on reading, so folders written by any vitlab
+release keep loading.
 A BiT ResNet (the paper's baseline) is written as {"format", "format_version", "bit": {BiTConfig
 fields}, "extra"}: the ViT sections do not describe it.
 
@@ -34,7 +36,7 @@ from .errors import CheckpointError
 from .files import read_shapes, read_state_dict
 
 FORMAT = "vitlab"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 
@@ -75,9 +77,11 @@ VERSION_1_VIT: dict[str, tuple[str, ...]] = {  # version 1: version 2's fields, 
     "": sum((VERSION_2_VIT[section] for section in (*SECTIONS, "")), ()),
     "preprocessing": PREPROCESSING_FIELDS, "backbone": RESNET_FIELDS,
 }
+VERSION_3_VIT = {**VERSION_2_VIT, "architecture": VERSION_2_VIT["architecture"] + ("pos_embed_at",)}
 VERSION_FIELDS: dict[int, tuple[dict[str, tuple[str, ...]], dict[str, tuple[str, ...]]]] = {
     1: (VERSION_1_VIT, VERSION_2_BIT),  # (a ViT's, a BiT ResNet's)
     2: (VERSION_2_VIT, VERSION_2_BIT),
+    3: (VERSION_3_VIT, VERSION_2_BIT),  # pos_embed "relative" renamed "relative_bias"; pos_embed_at added
 }
 
 
@@ -99,10 +103,24 @@ def _v1_to_v2(document: dict[str, Any]) -> dict[str, Any]:
     """Version 1 held the ViTConfig fields flat; version 2 groups them into sections."""
     flat = {k: v for k, v in document.items() if k not in ("format", "format_version", "extra")}
     config = ViTConfig.from_dict(flat)  # every field present: require_fields checked it
-    return config_to_json(config, document.get("extra"))
+    # Version 2 exactly, so that the later steps still run (version 1's "relative" is the bias too).
+    return {**config_to_json(config, document.get("extra")), "format_version": 2}
 
 
-MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2}
+def _v2_to_v3(document: dict[str, Any]) -> dict[str, Any]:
+    """Version 3 gives pos_embed "relative" to the paper's relative attention (Appendix D.4); the
+    per-head 2-D logit bias that version 2 called "relative" is now "relative_bias"."""
+    document = json.loads(json.dumps(document))  # a deep copy: the caller's dict stays as it was
+    architecture = document.get("architecture", {})
+    if architecture.get("pos_embed") == "relative":
+        architecture["pos_embed"] = "relative_bias"
+    if "bit" not in document:
+        architecture["pos_embed_at"] = "input"  # version 3's new field; before it E_pos went to the input only
+    document["format_version"] = 3
+    return document
+
+
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3}
 
 
 def require_fields(document: dict[str, Any], version: int, source: str) -> None:
