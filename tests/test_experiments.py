@@ -116,11 +116,25 @@ def test_data_scaling_end_to_end(tmp_path):
 
 @pytest.mark.slow
 def test_posemb_end_to_end(tmp_path):
+    """Every row and column of Table 8, and the two kinds outside it."""
     run_experiment("posemb", Settings(out=tmp_path, **TINY))
     shots = ("fewshot_1", "fewshot_5", "fewshot_10", "fewshot_25")
-    document = check_report(tmp_path, "posemb", rows=5, metrics=("val_top1", *shots))
-    assert [e["pos_embed"] for e in document["summary"]] == ["none", "1-D (learned)", "2-D (learned)", "sin-cos",
-                                                            "relative"]
+    document = check_report(tmp_path, "posemb", rows=10, metrics=("val_top1", *shots))
+    configs = [(e["pos_embed"], e["added"], e["paper_fewshot_5"]) for e in document["summary"]]
+    assert configs == [
+        ("none", "n/a", "61.4"),
+        ("1-D (learned)", "input", "64.2"), ("1-D (learned)", "every layer", "64.0"),
+        ("1-D (learned)", "every layer, shared", "64.3"),
+        ("2-D (learned)", "input", "64.0"), ("2-D (learned)", "every layer", "64.0"),
+        ("2-D (learned)", "every layer, shared", "64.0"),
+        ("relative (1-D attention)", "attention logits, every layer", "64.0"),
+        ("sin-cos (not in Table 8)", "input", ""),
+        ("2-D relative bias (not in Table 8)", "attention logits, every layer", ""),
+    ]
+    architectures = {name: json.loads((tmp_path / "runs" / name / "config.json").read_text())["architecture"]
+                     for name in ("posemb-learned-every_layer-seed0", "posemb-relative-seed0")}
+    assert architectures["posemb-learned-every_layer-seed0"]["pos_embed_at"] == "every_layer"
+    assert architectures["posemb-relative-seed0"]["pos_embed"] == "relative"
 
 
 @pytest.mark.slow

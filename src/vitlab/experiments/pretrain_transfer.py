@@ -85,8 +85,7 @@ def plot(axes: Axes, summary: list[dict[str, Any]]) -> None:
     labels = [e["start"] for e in summary]
     axes.bar(labels, [100 * e["val_top1"] for e in summary], yerr=[100 * e["val_top1_std"] for e in summary],
              capsize=4, color=["tab:orange", "tab:blue"][:len(labels)])
-    low = min(100 * e["val_top1"] for e in summary)
-    axes.set_ylim(max(0.0, low - 10), 100)
+    axes.set_ylim(0, 100)  # bars start at zero
     axes.set_ylabel("val top-1 after fine-tuning budget (%)")
 
 

@@ -18,7 +18,7 @@ from .runner import Experiment, Results, Settings, seeds_of, steps_of
 HEADERS = {
     "model": "model", "fraction": "fraction", "train_images": "training images", "pos_embed": "position embedding",
     "pool": "pooling", "lr": "learning rate", "start": "start", "val_top1": "val top-1 (%)",
-    "fewshot_1": "1-shot (%)", "fewshot_5": "5-shot (%)", "fewshot_10": "10-shot (%)", "fewshot_25": "25-shot (%)",
+    "added": "E_pos added at", "paper_fewshot_5": "Table 8, ImageNet 5-shot (%)", "fewshot_1": "1-shot (%)", "fewshot_5": "5-shot (%)", "fewshot_10": "10-shot (%)", "fewshot_25": "25-shot (%)",
 }
 
 
