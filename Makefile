@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.vitlab-installed
 TORCH_PINS ?= torch==2.14.1 torchvision==0.29.1
 
-.PHONY: install demo test test-fast clean browser bench
+.PHONY: install demo test test-fast clean browser bench experiments-doc
 
 install: $(STAMP)
 
@@ -40,6 +40,15 @@ test-fast: $(STAMP)
 # vitlab against timm, transformers and torchvision (docs/benchmarks.md); writes build/bench/bench.{json,md}.
 bench: $(STAMP)
 	$(PY) -m vitlab bench --preset standard --out build/bench
+
+# docs/experiments.md from the experiments' own outputs: every registered experiment with its default
+# budget on digits (finished run folders in EXP_DIR are resumed, not retrained), then the report.
+EXP_DIR ?= runs/exp
+
+experiments-doc: $(STAMP)
+	for name in $$($(PY) -c "from vitlab.experiments import EXPERIMENTS; print(*EXPERIMENTS)"); do \
+		$(PY) -m vitlab experiment $$name --data digits --out $(EXP_DIR) || exit 1; done
+	$(PY) -m vitlab experiment report --runs $(EXP_DIR) --out docs/experiments.md
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache

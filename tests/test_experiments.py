@@ -35,6 +35,10 @@ def check_report(out, name: str, rows: int, metrics: tuple[str, ...]) -> dict:
     assert table.count("\n| ") >= rows + 1  # header and one line per configuration
     assert document["budget"] == {"steps_per_run": 2, "seeds": [0]}
     assert document["command"].startswith(f"vitlab experiment {name} --data digits --out {out}")
+    machine = document["machine"]
+    assert machine["commit"] and machine["torch"] == torch.__version__
+    assert machine["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert f"Commit `{machine['commit']}`, torch {machine['torch']}, CPU capability {machine['cpu_capability']}" in table
     return document
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 NAMES = ("data-scaling", "posemb", "pooling", "pretrain-transfer", "lr-sweep")
+REPORT = "report"  # not an experiment: joins the experiments' outputs into one document
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -15,10 +16,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "pretrain-transfer: FractalDB pre-training vs training from scratch; lr-sweep: the fine-tuning "
                     "learning rate picked from Table 4's grid on a dev split of the training set, then trained on "
                     "all of it and tested (Appendix B.1.1). Writes DIR/NAME.md, "
-                    ".json and .png; budgets are optimiser steps, so results do not depend on the machine.")
-    parser.add_argument("name", choices=NAMES, metavar="NAME", help=", ".join(NAMES))
-    parser.add_argument("--data", required=True, help="data source: digits, an ImageFolder root, CIFAR, shards")
-    parser.add_argument("--out", required=True, help="output folder (every run's model folder goes to DIR/runs/)")
+                    ".json and .png; budgets are optimiser steps, so results do not depend on the machine. "
+                    "`vitlab experiment report --runs DIR --out docs/experiments.md` joins every registered "
+                    "experiment's outputs in DIR into one document.")
+    parser.add_argument("name", choices=(*NAMES, REPORT), metavar="NAME", help=", ".join((*NAMES, REPORT)))
+    parser.add_argument("--data", help="data source: digits, an ImageFolder root, CIFAR, shards (experiments)")
+    parser.add_argument("--out", required=True, help="output folder (every run's model folder goes to DIR/runs/); "
+                        "for report: the document to write")
+    parser.add_argument("--runs", help="report: the --out folder the experiments wrote")
     parser.add_argument("--budget-steps", type=int, help="optimiser steps per run on --data (default: the experiment's)")
     parser.add_argument("--seeds", type=int, nargs="+", help="seeds; results are averaged over them")
     parser.add_argument("--image-size", type=int, default=16, help="pixels (default 16, for digits; 32 for CIFAR)")
@@ -41,7 +46,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from vitlab.experiments import Settings, run_experiment
+    from vitlab.experiments import EXPERIMENTS, Settings, run_experiment
+
+    if args.name == REPORT:
+        from vitlab.experiments.document import write_document
+
+        if not args.runs:
+            raise ValueError("vitlab experiment report needs --runs DIR (the --out folder the experiments wrote)")
+        out, absent = write_document(args.runs, args.out, EXPERIMENTS)
+        print(f"{out}: {len(EXPERIMENTS) - len(absent)} of {len(EXPERIMENTS)} experiments"
+              + (f"; not found in {args.runs}: {', '.join(absent)}" if absent else ""))
+        return 0
+    if not args.data:
+        raise ValueError(f"vitlab experiment {args.name} needs --data (a source such as digits)")
 
     settings = Settings(
         data=args.data, out=args.out, budget_steps=args.budget_steps,

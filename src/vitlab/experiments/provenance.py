@@ -13,8 +13,8 @@ UNKNOWN = "unknown"
 
 
 def git_commit(directory: Path | None = None) -> str:
-    """Short hash of the checkout holding this code, with "-dirty" when tracked files differ from it;
-    "unknown" outside git (an installed wheel, an exported tree)."""
+    """Short hash of the checkout holding this code, with "-dirty" when the package's own tracked files
+    differ from it (documents beside it may change); "unknown" outside git (a wheel, an exported tree)."""
     where = directory or Path(__file__).resolve().parent
 
     def git(*args: str) -> str:
@@ -23,7 +23,7 @@ def git_commit(directory: Path | None = None) -> str:
 
     try:
         commit = git("rev-parse", "--short", "HEAD")
-        dirty = git("status", "--porcelain", "--untracked-files=no")
+        dirty = git("status", "--porcelain", "--untracked-files=no", "--", ".")  # "." is this package
     except (OSError, subprocess.SubprocessError):
         return UNKNOWN
     return f"{commit}-dirty" if dirty else commit
