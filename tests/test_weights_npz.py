@@ -150,6 +150,7 @@ def test_timm_npz_loader_gives_the_same_logits(tmp_path):
 def test_export_refuses_what_the_format_cannot_hold(tmp_path):
     for options, culprit in (
         ({"pos_embed": "2d"}, "pos_embed='2d'"),
+        ({"pos_embed_at": "every_layer_shared"}, "pos_embed_at='every_layer_shared'"),
         ({"pool": "gap", "gap_norm": "after_pool"}, "after_pool"),
         ({"head_hidden": (16,)}, "head_hidden"),
     ):

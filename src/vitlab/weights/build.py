@@ -25,7 +25,7 @@ MAX_LISTED = 20  # keys named per kind of mismatch; the rest are counted
 # Fields the weights decide; an override may repeat them but not contradict them.
 FIXED_BY_WEIGHTS = (
     "patch_size", "in_channels", "dim", "depth", "num_heads", "mlp_dim", "head_dim", "pool",
-    "representation_size", "head_hidden", "pos_embed", "qkv_bias", "gap_norm", "backbone",
+    "representation_size", "head_hidden", "pos_embed", "pos_embed_at", "qkv_bias", "gap_norm", "backbone",
 )
 
 

@@ -263,6 +263,8 @@ def check_exportable(config: ViTConfig) -> None:
     problems = []
     if config.pos_embed != "learned":
         problems.append(f"pos_embed={config.pos_embed!r} (only 'learned')")
+    if config.pos_embed_at != "input":
+        problems.append(f"pos_embed_at={config.pos_embed_at!r} (only 'input')")
     if config.pool not in ("token", "gap"):
         problems.append(f"pool={config.pool!r} (only 'token' or 'gap')")
     if config.pool == "gap" and config.gap_norm != "before_pool":
