@@ -20,7 +20,7 @@ import torch
 
 from . import data_scaling, lr_sweep, pooling, posemb, pretrain_transfer
 from .report import write_report
-from .runner import Experiment, Results, Settings
+from .runner import TRAINING_SECONDS, Experiment, Results, Settings
 
 log = logging.getLogger("vitlab")
 
@@ -37,11 +37,12 @@ def run_experiment(name: str, settings: Settings) -> tuple[Results, dict[str, Pa
     started = time.perf_counter()
     threads = torch.get_num_threads()
     torch.set_num_threads(settings.threads)  # the few-shot evaluations too, not only the training runs
+    TRAINING_SECONDS.clear()
     try:
         results = experiment.run(settings)
     finally:
         torch.set_num_threads(threads)
-    paths = write_report(experiment, settings, results, time.perf_counter() - started)
+    paths = write_report(experiment, settings, results, time.perf_counter() - started, sum(TRAINING_SECONDS))
     log.info("%s: %s", name, ", ".join(str(path) for path in paths.values()))
     return results, paths
 

@@ -50,6 +50,7 @@ def write_report(
     settings: Settings,
     results: Results,
     wall_time_s: float,
+    training_s: float | None = None,
 ) -> dict[str, Path]:
     """Write DIR/NAME.md, .json and .png; returns their paths."""
     out = settings.out
@@ -71,6 +72,7 @@ def write_report(
         "runs": results.rows,
         "findings": results.findings,
         "wall_time_s": round(wall_time_s, 1),
+        "training_s": round(training_s, 1) if training_s is not None else None,
         "machine": machine,
     }
     paths = {kind: out / f"{experiment.name}.{kind}" for kind in ("md", "json", "png")}
@@ -81,7 +83,9 @@ def write_report(
         f"# {experiment.name}: {experiment.reproduces}",
         experiment.question,
         f"Data `{settings.data}` at {settings.image_size} px; {budget['steps_per_run']} optimiser steps per run; "
-        f"seeds {seeds} (mean ± std over seeds where more than one); wall time {wall_time_s / 60:.1f} min.",
+        f"seeds {seeds} (mean ± std over seeds where more than one); "
+        + (f"training {training_s / 60:.1f} min summed over the runs as each ran, " if training_s is not None else "")
+        + f"this report's invocation {wall_time_s / 60:.1f} min (run folders found finished are not retrained).",
         f"Commit `{machine['commit']}`, torch {machine['torch']}, CPU capability {machine['cpu_capability']}, "
         f"{machine['threads']} thread(s) per run.",
         f"```\n{command}\n```",

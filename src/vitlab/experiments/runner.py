@@ -186,6 +186,11 @@ def describe_model(config: ViTConfig | BiTConfig) -> dict[str, Any]:
 
 
 # -- one training run ----------------------------------------------------------------------------
+# Training seconds of every run since the last reset, as each run measured itself (a resumed run
+# that had finished reports its original time): a report's wall time does not shrink on re-reporting.
+TRAINING_SECONDS: list[float] = []
+
+
 def train_run(
     settings: Settings,
     tag: str,
@@ -213,6 +218,7 @@ def train_run(
     config.run.resume = holds_checkpoints(out)
     started = time.perf_counter()
     result = Trainer(config, architecture=architecture).fit()
+    TRAINING_SECONDS.append(float(result.summary["wall_time_s"]))
     log.info("%s: val top-1 %.4f after %d steps (%.0f s)", tag, result.summary["val_top1"], steps,
              time.perf_counter() - started)
     return result
