@@ -120,3 +120,18 @@ def test_smallest_configuration_reproduces_its_recorded_numbers(tmp_path):
         assert result.summary["val_top1"] == recorded["val_top1"]
     else:
         assert abs(result.summary["val_top1"] - recorded["val_top1"]) <= TOLERANCE
+
+
+def test_posemb_findings_compare_each_column_with_the_numbers():
+    def entry(kind, added, score, std=0.001):
+        return {"pos_embed": posemb.LABELS[kind], "added": added, "seeds": [0, 1], "fewshot_5": score,
+                "fewshot_5_std": std, "val_top1": score, "val_top1_std": std}
+    summary = [entry("none", "n/a", 0.90), entry("learned", "input", 0.95), entry("learned", "every layer", 0.96),
+               entry("learned", "every layer, shared", 0.95), entry("2d", "input", 0.93),
+               entry("2d", "every layer", 0.92, std=0.02), entry("2d", "every layer, shared", 0.94),
+               entry("relative", "attention logits, every layer", 0.89)]
+    lines = posemb.findings(summary)
+    assert "relative (1-D attention) does not beat none, unlike Table 8" in lines[0]
+    assert lines[1] == ("5-shot linear, 1-D (learned): input 95.0%, every layer 96.0% (above input), "
+                        "every layer, shared 95.0% (tied with input, within the seeds' spread).")
+    assert "every layer 92.0% (below input, within the seeds' spread), every layer, shared 94.0% (above input)" in lines[2]

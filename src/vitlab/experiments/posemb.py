@@ -108,11 +108,17 @@ def findings(summary: list[dict[str, Any]]) -> list[str]:
             if (kind, WHERE["input"]) not in score:
                 continue
             base = score[kind, WHERE["input"]][key]
-            moves = [f"{WHERE[where]} {100 * score[kind, WHERE[where]][key]:.1f}% "
-                     f"({compare(score[kind, WHERE[where]][key], base)} input)"
+            moves = [versus(score[kind, WHERE[where]], score[kind, WHERE["input"]], key, WHERE[where])
                      for where in ("every_layer", "every_layer_shared") if (kind, WHERE[where]) in score]
             lines.append(f"{name}, {kind}: input {100 * base:.1f}%, " + ", ".join(moves) + ".")
     return lines
+
+
+def versus(entry: dict[str, Any], base: dict[str, Any], key: str, name: str) -> str:
+    """"every layer 96.0% (below input, within the seeds' spread)": the word and the noise from the numbers."""
+    noise = max(entry[f"{key}_std"], base[f"{key}_std"])
+    within = ", within the seeds' spread" if abs(entry[key] - base[key]) <= noise and len(entry["seeds"]) > 1 else ""
+    return f"{name} {100 * entry[key]:.1f}% ({compare(entry[key], base[key])} input{within})"
 
 
 def plot(axes: Axes, summary: list[dict[str, Any]]) -> None:
