@@ -42,7 +42,8 @@ def run_experiment(name: str, settings: Settings) -> tuple[Results, dict[str, Pa
         results = experiment.run(settings)
     finally:
         torch.set_num_threads(threads)
-    paths = write_report(experiment, settings, results, time.perf_counter() - started, sum(TRAINING_SECONDS))
+    training = sum(TRAINING_SECONDS) if TRAINING_SECONDS else None  # None: the runs went through another path
+    paths = write_report(experiment, settings, results, time.perf_counter() - started, training)
     log.info("%s: %s", name, ", ".join(str(path) for path in paths.values()))
     return results, paths
 
