@@ -23,6 +23,7 @@ from test_faults_input import one_line_error
 from vitlab.model import ConfigError, ViTConfig, create_model, list_models
 from vitlab.model.budget import memory_needed, parameter_count
 from vitlab.weights import CheckpointError
+from vitlab.weights.folder import FORMAT_VERSION
 
 TINY = ViTConfig(image_size=16, patch_size=8, dim=32, depth=1, num_heads=2, mlp_dim=64, num_classes=3,
                  class_names=["a", "b", "c"])
@@ -195,7 +196,8 @@ BAD_FIELDS = {
     "antialias-int": (lambda d: d["numerics"].update(pos_resample_antialias=1), "pos_resample_antialias: expected true/false"),
     "section-list": (lambda d: d.update(architecture=[1]), "'architecture' must be a JSON object, got list"),
     "name-list": (lambda d: d.update(name=["x"]), "name: expected a string"),
-    "section-missing": (lambda d: d.pop("architecture"), "format_version 2 holds a 'architecture' object; it is missing"),
+    "section-missing": (lambda d: d.pop("architecture"),
+                        f"format_version {FORMAT_VERSION} holds a 'architecture' object; it is missing"),
 }
 
 
