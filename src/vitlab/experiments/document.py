@@ -26,7 +26,8 @@ PREAMBLE = """\
 
 The paper's claims are comparisons: ViT against a BiT ResNet and a ResNet+ViT hybrid as the
 training set grows (Figs. 3-4), the position-embedding ablation (Table 8), class token against
-global average pooling (Fig. 9), and "pre-train large, then transfer". `vitlab experiment NAME`
+global average pooling (Fig. 9), "pre-train large, then transfer", and the fine-tuning learning
+rate picked on a dev split (Appendix B.1.1, Table 4). `vitlab experiment NAME`
 reruns each on your data and budget with one command:
 
 ```bash
@@ -34,6 +35,7 @@ reruns each on your data and budget with one command:
 # options: --budget-steps N --seeds 0 1 2 --image-size 32 --threads 1
 #          --fractions 0.1 0.25 0.5 1 (data-scaling)   --lrs 3e-4 1e-3 3e-3 1e-2 (pooling)
 #          --pretrain-data SRC --pretrain-steps N --fractal-classes C --fractal-per-class N --fractal-size S
+#          --row pets --init CKPT (lr-sweep)
 ```
 
 ```python
