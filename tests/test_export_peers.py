@@ -186,6 +186,9 @@ REFUSED = [
     ("timm", dict(pos_embed="2d"), "pos_embed='2d'"),
     ("hf", dict(pos_embed="sincos"), "pos_embed='sincos'"),
     ("timm", dict(pos_embed="relative"), "pos_embed='relative'"),
+    ("timm", dict(pos_embed="relative_bias"), "pos_embed='relative_bias'"),
+    ("timm", dict(pos_embed_at="every_layer"), "pos_embed_at='every_layer'"),
+    ("hf", dict(pos_embed_at="every_layer_shared"), "pos_embed_at='every_layer_shared'"),
     ("hf", dict(pos_embed="none"), "pos_embed='none'"),
     ("timm", dict(norm_eps=1e-12), "norm_eps=1e-12"),
 ]
