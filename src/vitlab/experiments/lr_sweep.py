@@ -28,7 +28,7 @@ from vitlab.train.checkpoint import holds_checkpoints
 from vitlab.train.config import ModelSpec
 from vitlab.train.paper_tables import DEV_FRACTIONS, TABLE_4, TABLE_4_BATCH_SIZE
 
-from .runner import RUNS, Experiment, Results, Settings, describe_model, plot_lines, seeds_of, vit_config
+from .runner import RUNS, TRAINING_SECONDS, Experiment, Results, Settings, describe_model, plot_lines, seeds_of, vit_config
 
 log = logging.getLogger("vitlab")
 
@@ -59,6 +59,7 @@ def finetune_run(settings: Settings, tag: str, *, seed: int, lr: float, steps: i
     trainer = Trainer(config, architecture=architecture)
     started = time.perf_counter()
     result = trainer.fit()
+    TRAINING_SECONDS.append(float(result.summary["wall_time_s"]))  # the report sums the runs' own times
     log.info("%s: val top-1 %.4f after %d steps (%.0f s)", tag, result.summary["val_top1"], steps,
              time.perf_counter() - started)
     return result
