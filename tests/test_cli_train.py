@@ -112,7 +112,7 @@ def test_bad_input_is_one_line_before_training(extra, message, tmp_path, capsys,
     assert not (tmp_path / "out" / "checkpoints").exists()
 
 
-@pytest.mark.fault("config", kinds=1)
+@pytest.mark.fault("bad-config", kinds=1)
 @pytest.mark.parametrize("recipe, flag", [("demo", "--epochs"), ("small-data", "--epochs"),
                                           ("keras-example", "--steps"), ("small-data", "--steps")])
 def test_zero_length_names_its_flag_whatever_the_recipe_sets(recipe, flag, tmp_path, capsys):
@@ -121,7 +121,7 @@ def test_zero_length_names_its_flag_whatever_the_recipe_sets(recipe, flag, tmp_p
     assert capsys.readouterr().err.strip() == f"vitlab train: error: {flag}: {key}=0: must be > 0"
 
 
-@pytest.mark.fault("cli", kinds=2)
+@pytest.mark.fault("bad-input", kinds=2)
 def test_zero_batch_size_for_predict_and_eval_is_one_line(trained, tmp_path, capsys):
     image = write_digit_samples(tmp_path, 1)[0]
     for command in (["predict", "--ckpt", str(trained), str(image)],

@@ -176,7 +176,7 @@ def test_cifar_pickles_written_by_python3_with_bytes_keys(tmp_path, protocol):
     assert np.asarray(splits.train[0][0])[0, 0].tolist() == first[b"data"][0][[0, 1024, 2048]].tolist()
 
 
-@pytest.mark.fault("data", kinds=1)
+@pytest.mark.fault("bad-input", kinds=1)
 @pytest.mark.parametrize("failure", ["offline", "corrupt"])
 def test_download_failure_is_one_line(tmp_path, monkeypatch, failure):
     import urllib.error

@@ -119,7 +119,7 @@ def test_top5_is_na_with_five_classes_or_fewer():
     assert 0 < many.top5 <= 1 and many.top1 <= many.top5
 
 
-@pytest.mark.fault("cli", kinds=1)
+@pytest.mark.fault("bad-input", kinds=1)
 def test_a_model_folder_without_run_yaml_needs_data_and_cannot_tell_training_images(tmp_path, capsys):
     import vitlab
 

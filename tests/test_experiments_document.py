@@ -69,7 +69,7 @@ def test_report_joins_every_registered_experiment_and_says_which_are_missing(tmp
     assert text.index("## data-scaling") < text.index("## pooling") < text.index("## lr-sweep")
 
 
-@pytest.mark.fault("cli", kinds=3)
+@pytest.mark.fault("bad-input", kinds=3)
 def test_report_command_refuses_what_it_cannot_join(tmp_path, capsys):
     assert main(["experiment", "report", "--out", str(tmp_path / "x.md")]) != 0
     assert "needs --runs" in capsys.readouterr().err

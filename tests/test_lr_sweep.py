@@ -32,7 +32,7 @@ def test_lr_sweep_picks_on_the_dev_split_and_tests_the_whole_training_set(tmp_pa
     assert "lr-sweep" in EXPERIMENTS
 
 
-@pytest.mark.fault("config", kinds=2)
+@pytest.mark.fault("bad-config", kinds=2)
 def test_lr_sweep_refuses_an_unknown_row_and_a_grid_without_a_dev_split(tmp_path):
     with pytest.raises(ValueError, match="--row"):
         Settings(row="mnist")

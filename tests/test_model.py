@@ -192,7 +192,7 @@ def test_pos_embed_at_every_layer_and_every_layer_shared(kind):
         3 * sum(p.numel() for n, p in shared.named_parameters() if n.startswith("pos_embed")))
 
 
-@pytest.mark.fault("config", kinds=4)
+@pytest.mark.fault("bad-config", kinds=4)
 def test_pos_embed_at_refuses_what_table_8_does_not_define():
     for kind in ("none", "relative", "sincos"):
         with pytest.raises(ConfigError, match=f"pos_embed_at 'every_layer'.*got pos_embed '{kind}'"):

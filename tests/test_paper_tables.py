@@ -105,7 +105,7 @@ def test_pretrain_recipe_takes_the_model_from_the_cli_and_defaults_to_b16():
     assert get_recipe("paper-pretrain").recipe == "paper-pretrain:jft:B/16"
 
 
-@pytest.mark.fault("config", kinds=1)  # per case
+@pytest.mark.fault("bad-config", kinds=1)  # per case
 @pytest.mark.parametrize("name, choices, words", [
     ("paper-pretrain:imagenet21k:H/14", {}, ["'H/14'", "'imagenet21k'"]),
     ("paper-pretrain:imagenet:BiT-R50x1", {}, ["BiT-R50x1"]),
@@ -158,7 +158,7 @@ def test_every_schedule_reaches_its_decay(recipe, caplog):
     assert "warm-up" not in caplog.text
 
 
-@pytest.mark.fault("config", kinds=2)
+@pytest.mark.fault("bad-config", kinds=2)
 def test_a_warmup_as_long_as_the_run_is_warned_with_both_numbers(caplog):
     config = get_recipe("paper-finetune:cifar10")
     optimizer = build_optimizer(torch.nn.Linear(2, 2), config.optim)

@@ -53,7 +53,7 @@ def test_small_bit_pickle_headless_and_with_a_head(tmp_path):
     assert vitlab.load(path, num_classes=3).config.num_classes == 3
 
 
-@pytest.mark.fault("checkpoint", kinds=3)
+@pytest.mark.fault("bad-checkpoint", kinds=3)
 @pytest.mark.parametrize(
     "name, named",
     [("resnetv2_50", "BatchNorm"), ("resnetv2_50d_gn", "a deep stem"), ("resnetv2_50d_frn", "a deep stem")],

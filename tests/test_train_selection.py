@@ -40,7 +40,7 @@ def test_stratified_is_class_balanced_seeded_and_disjoint():
     assert indices(hold_out(tagged(200), 0.1, seed=2)[1]) != indices(held)
 
 
-@pytest.mark.fault("config", kinds=2)
+@pytest.mark.fault("bad-config", kinds=2)
 def test_bad_dev_fractions_are_refused():
     with pytest.raises(ValueError, match="dev fraction"):
         hold_out(tagged(10), 1.0, seed=0)

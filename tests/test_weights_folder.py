@@ -87,7 +87,7 @@ def test_format_version_1_flat_file_still_loads(tmp_path):
     assert torch.equal(loaded(x), reference(x))
 
 
-@pytest.mark.fault("checkpoint", kinds=8)
+@pytest.mark.fault("bad-checkpoint", kinds=8)
 def test_a_missing_field_is_refused_by_name_never_filled_with_a_default(tmp_path):
     """Today's default for a missing field would compute other numbers than the model was trained with."""
     from vitlab.model import BiTConfig, ResNetConfig

@@ -87,7 +87,7 @@ def test_small_timm_architectures_load_without_num_heads(tmp_path, name, options
     assert expected.abs().max() > 1e-2
 
 
-@pytest.mark.fault("checkpoint", kinds=4)
+@pytest.mark.fault("bad-checkpoint", kinds=4)
 def test_shapes_shared_by_several_head_counts_ask_for_num_heads(tmp_path):
     """vit_base_patch16_gap_224 (16 heads) has the shapes of timm's SigLIP base models (12)."""
     with torch.device("meta"):
@@ -109,7 +109,7 @@ def test_shapes_shared_by_several_head_counts_ask_for_num_heads(tmp_path):
         vitlab.load(tiny)
 
 
-@pytest.mark.fault("checkpoint", kinds=1)
+@pytest.mark.fault("bad-checkpoint", kinds=1)
 @pytest.mark.parametrize(
     "options, named",
     [
