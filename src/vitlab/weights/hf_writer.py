@@ -51,6 +51,15 @@ TOP_KEYS = {
 }
 
 
+def labels_and_dtype(names: list[str]) -> dict[str, Any]:
+    """The class names as transformers' configs hold them, and the weights' dtype."""
+    return {
+        "id2label": {str(i): name for i, name in enumerate(names)},
+        "label2id": {name: i for i, name in enumerate(names)},
+        "dtype": "float32",
+    }
+
+
 def hf_config(model: VisionTransformer) -> dict[str, Any]:
     """config.json for ViTForImageClassification; raises ConfigError for what it cannot hold."""
     config = check_peer(model, HF)
@@ -79,9 +88,7 @@ def hf_config(model: VisionTransformer) -> dict[str, Any]:
         "num_channels": config.in_channels,
         "qkv_bias": config.qkv_bias,
         "encoder_stride": config.patch_size,
-        "id2label": {str(i): name for i, name in enumerate(names)},
-        "label2id": {name: i for i, name in enumerate(names)},
-        "dtype": "float32",
+        **labels_and_dtype(names),
     }
 
 
@@ -157,9 +164,7 @@ def hf_bit_config(model: BiTResNet) -> dict[str, Any]:
         "hidden_act": "relu",
         "global_padding": None, "embedding_dynamic_padding": False,
         "out_features": [f"stage{len(widths)}"],
-        "id2label": {str(i): name for i, name in enumerate(names)},
-        "label2id": {name: i for i, name in enumerate(names)},
-        "dtype": "float32",
+        **labels_and_dtype(names),
     }
 
 
