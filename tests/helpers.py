@@ -1,15 +1,78 @@
-"""Tiny training runs for the train and CLI tests: a one-layer ViT (width 32) on 8 px digits."""
+"""What the tests share: paths, random weights, tiny training runs, image and dataset files written in
+their real formats, the command line's one-line errors, and what a tree of processes is doing (/proc).
+
+Test files import from here, never from one another.
+"""
 
 from __future__ import annotations
 
+import io
+import os
+import pickle
+import signal
+import socket
+import struct
+import threading
+import zlib
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
+from PIL import Image
+from safetensors.torch import save_file
 
-from vitlab.train import TrainConfig, get_recipe
+from vitlab.train import Callback, TrainConfig, get_recipe
+from vitlab.train import checkpoint as ckpt
 from vitlab.train.config import apply_mapping
 
+REPO_ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = REPO_ROOT / "tests" / "fixtures"  # files kept in the repository (see each folder's README)
+VIT_JAX_FIXTURE = FIXTURES / "vit_jax"
+TOLERANCE = dict(rtol=1e-5, atol=1e-5)  # the bar for fp32 logits against a peer
+
+
+# -- models and weights --------------------------------------------------------------------------------
+def randomise_(module: torch.nn.Module, std: float = 0.2) -> torch.nn.Module:
+    """Give every parameter random values so that every sub-layer (zero-initialised heads too) matters."""
+    generator = torch.Generator().manual_seed(1234)
+    with torch.no_grad():
+        for param in module.parameters():
+            param.copy_(torch.randn(param.shape, generator=generator) * std)
+    return module
+
+
+def images(height: int = 32, width: int | None = None, batch: int = 2, channels: int = 3) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(7)
+    return torch.randn(batch, channels, height, width or height, generator=generator)
+
+
+def random_eval(module: torch.nn.Module) -> torch.nn.Module:
+    """Random values in every parameter (zero-initialised heads would hide mistakes), eval mode."""
+    return randomise_(module).eval()
+
+
+def save_state_dict(module: torch.nn.Module, path: Path) -> Path:
+    """A peer's state dict as the peer's users store it: .safetensors, or a .pth pickle."""
+    state = {key: value.detach().contiguous() for key, value in module.state_dict().items()}
+    if path.suffix == ".safetensors":
+        save_file(state, str(path))
+    else:
+        torch.save(state, path)
+    return path
+
+
+class MarkerPayload:
+    """Unpickling this object calls open(marker, "w"): a stand-in for arbitrary code."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+# -- training ------------------------------------------------------------------------------------------
 TINY: dict[str, dict[str, Any]] = {
     "model": {"variant": "mu/4", "image_size": 8},
     "data": {"source": "digits", "batch_size": 32},
@@ -39,3 +102,244 @@ def assert_bitwise_equal(first: dict[str, torch.Tensor], second: dict[str, torch
     assert first.keys() == second.keys()
     different = [name for name in first if not torch.equal(first[name], second[name])]
     assert not different, f"tensors differ: {different[:5]}"
+
+
+def assert_same_state(a: dict, b: dict, where: str = "") -> None:
+    """Nested dicts/lists of tensors and numbers, compared bitwise."""
+    assert type(a) is type(b), where
+    if isinstance(a, dict):
+        assert a.keys() == b.keys(), where
+        for key in a:
+            assert_same_state(a[key], b[key], f"{where}.{key}")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_same_state(x, y, f"{where}[{i}]")
+    elif isinstance(a, torch.Tensor):
+        assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b), f"{where} differs"
+    else:
+        assert a == b, f"{where}: {a!r} != {b!r}"
+
+
+def final_state(out: Path) -> dict:
+    """What must not depend on interruptions: the learned state of the last checkpoint."""
+    state = ckpt.load_checkpoint(ckpt.latest_checkpoint(out))
+    return {key: state[key] for key in ("step", "epoch", "batch_in_epoch", "model", "optimizer", "scheduler",
+                                        "ema", "loss_sum", "loss_count", "rng")}
+
+
+class SignalAt(Callback):
+    """Sends this process `signum` after optimiser step `step`, as a user's Ctrl-C or a scheduler would."""
+
+    def __init__(self, step: int, signum: int = signal.SIGTERM) -> None:
+        self.step, self.signum = step, signum
+
+    def on_step_end(self, trainer, loss):
+        if trainer.step == self.step:
+            os.kill(os.getpid(), self.signum)
+
+
+# -- data: image folders, CIFAR releases, odd and bad image files ----------------------------------------
+def write_class_folders(root: Path, classes: dict[str, int], size: int = 8) -> list[Path]:
+    """classes: name -> number of images; each class a distinct solid grey level, written as PNG."""
+    paths = []
+    for label, (name, count) in enumerate(classes.items()):
+        (root / name).mkdir(parents=True, exist_ok=True)
+        for i in range(count):
+            path = root / name / f"{i:05d}.png"
+            Image.new("RGB", (size, size), (label * 40, label * 40, label * 40)).save(path)
+            paths.append(path)
+    return paths
+
+
+def write_cifar(root: Path, kind: str, per_batch: int = 6, seed: int = 0) -> Path:
+    """A small CIFAR release in the official layout: protocol-2 pickles of uint8 (N, 3072) rows."""
+    rng = np.random.default_rng(seed)
+    if kind == "cifar10":
+        folder, batches, test, meta = root / "cifar-10-batches-py", [f"data_batch_{i}" for i in range(1, 6)], "test_batch", "batches.meta"
+        label_key, names = "labels", {"label_names": [f"class{i}" for i in range(10)]}
+    else:
+        folder, batches, test, meta = root / "cifar-100-python", ["train"], "test", "meta"
+        label_key, names = "fine_labels", {"fine_label_names": [f"fine{i}" for i in range(100)],
+                                           "coarse_label_names": [f"coarse{i}" for i in range(20)]}
+    folder.mkdir(parents=True)
+    classes = len(next(iter(names.values())))
+    for name in batches + [test]:
+        batch = {"batch_label": name, "data": rng.integers(0, 256, (per_batch, 3072), dtype=np.uint8),
+                 label_key: rng.integers(0, classes, per_batch).tolist(),
+                 "filenames": [f"img{i}.png" for i in range(per_batch)]}
+        if kind == "cifar100":
+            batch["coarse_labels"] = rng.integers(0, 20, per_batch).tolist()
+        (folder / name).write_bytes(pickle.dumps(batch, protocol=2))
+    (folder / meta).write_bytes(pickle.dumps(names, protocol=2))
+    return folder
+
+
+def encode(image: Image.Image, fmt: str, **options) -> bytes:
+    buffer = io.BytesIO()
+    image.save(buffer, fmt, **options)
+    return buffer.getvalue()
+
+
+def noise(size=(24, 16), mode="RGB", seed=0) -> Image.Image:
+    rng = np.random.default_rng(seed)
+    channels = len(mode) if mode in ("RGB", "RGBA", "CMYK") else 1
+    pixels = rng.integers(0, 256, (size[1], size[0], channels), dtype=np.uint8)
+    return Image.fromarray(pixels.squeeze(-1) if channels == 1 else pixels, mode)
+
+
+def png_header_only(width: int, height: int) -> bytes:
+    """A PNG whose IHDR claims width x height pixels (1-bit grey), with a tiny IDAT: a bomb's header."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+    ihdr = struct.pack(">IIBBBBB", width, height, 1, 0, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"\0" * 64)) + chunk(b"IEND", b"")
+
+
+def exif_rotated_jpeg() -> bytes:
+    """A 24 x 16 JPEG whose EXIF orientation 6 says "rotate 90 degrees clockwise to display"."""
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    return encode(noise(), "JPEG", exif=exif)
+
+
+def palette_with_transparency() -> bytes:
+    image = Image.new("P", (4, 4), 0)
+    image.putpalette([255, 0, 0, 0, 0, 255] + [0] * 762)  # index 0 red, index 1 blue
+    image.putpixel((0, 0), 1)
+    return encode(image, "PNG", transparency=1)  # blue is transparent
+
+
+def rgba_half_transparent() -> bytes:
+    image = Image.new("RGBA", (4, 4), (255, 0, 0, 255))
+    image.putpixel((0, 0), (0, 0, 255, 0))
+    return encode(image, "PNG")
+
+
+def sixteen_bit_grey() -> bytes:
+    pixels = np.array([[0, 32768, 65535, 257]], dtype=np.uint16)
+    return encode(Image.fromarray(pixels), "PNG")
+
+
+def animated_gif() -> bytes:
+    frames = [Image.new("RGB", (8, 8), colour) for colour in ((255, 0, 0), (0, 0, 255))]
+    return encode(frames[0], "GIF", save_all=True, append_images=frames[1:], duration=100, loop=0)
+
+
+# file name -> bytes: valid but unusual images, each must decode to RGB and be used.
+ODD_IMAGES = {
+    "png_named_as.jpg": lambda: encode(noise(), "PNG"),
+    "one_pixel.png": lambda: encode(Image.new("RGB", (1, 1), (10, 20, 30)), "PNG"),
+    "grey.jpg": lambda: encode(noise(mode="L"), "JPEG"),
+    "bilevel.bmp": lambda: encode(noise(mode="L").convert("1"), "BMP"),
+    "palette_transparent.png": palette_with_transparency,
+    "rgba.png": rgba_half_transparent,
+    "grey_alpha.png": lambda: encode(noise(mode="L").convert("LA"), "PNG"),
+    "cmyk.jpg": lambda: encode(Image.new("CMYK", (8, 8), (0, 0, 0, 0)), "JPEG"),
+    "sixteen_bit.png": sixteen_bit_grey,
+    "exif_rotated.jpg": exif_rotated_jpeg,
+    "animated.gif": animated_gif,
+    "photo.tiff": lambda: encode(noise(), "TIFF"),
+    "photo.webp": lambda: encode(noise(), "WEBP"),
+}
+
+
+def truncated(data: bytes, keep: float = 0.6) -> bytes:
+    return data[: int(len(data) * keep)]
+
+
+# file name -> (bytes, words the reason must contain): each must be refused with BadImageError.
+BAD_IMAGES = {
+    "empty.jpg": (lambda: b"", "empty"),
+    "truncated.jpg": (lambda: truncated(encode(noise((32, 32)), "JPEG", quality=95)), "truncated"),
+    "truncated.png": (lambda: truncated(encode(noise((32, 32)), "PNG")), "truncated"),
+    "text_not_image.png": (lambda: b"this is a caption, not a picture\n" * 4, "not an image"),
+    "drawing.svg": (lambda: b'<svg xmlns="http://www.w3.org/2000/svg" width="8" height="8"/>', "not an image"),
+    "phone.heic": (lambda: b"\x00\x00\x00\x18ftypheic\x00\x00\x00\x00heicmif1" + b"\0" * 64, "not an image"),
+    "vector.eps": (lambda: encode(noise(mode="L"), "EPS"), "not an image"),  # would need Ghostscript
+    "bomb.png": (lambda: png_header_only(20_000, 20_000), "decompression bomb"),  # > 2x the limit: PIL error
+    "mild_bomb.png": (lambda: png_header_only(10_000, 10_000), "decompression bomb"),  # 1-2x: PIL only warns
+    "garbage.jpg": (lambda: b"\xff\xd8\xff\xe0" + bytes(range(256)) * 3, ""),
+}
+
+
+# -- the command line ---------------------------------------------------------------------------------
+def one_line_error(capsys, argv: list[str]) -> str:
+    """Run `vitlab ARGV`; it must fail with status 2 and a single line on stderr, which is returned."""
+    from vitlab.cli import main
+
+    status = main(argv)
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("vitlab ")]
+    assert status == 2 and len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+# -- processes, read from Linux's /proc: their children, the addresses they listen on ----------------------
+HAS_PROC = Path("/proc/self/task").is_dir() and Path("/proc/net/tcp").is_file()
+
+
+def children(pid: int) -> list[int]:
+    """Direct children of `pid`, oldest (lowest id) first; none once it has exited."""
+    try:
+        return sorted(int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split())
+    except (FileNotFoundError, ProcessLookupError):
+        return []
+
+
+def tree(pids: list[int]) -> list[int]:
+    found, todo = [], list(pids)
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo += children(pid)
+    return found
+
+
+def _address(hex_address: str) -> str:
+    """/proc/net/tcp{,6} "0100007F:1F90" -> "127.0.0.1" (each 32-bit word is in host byte order)."""
+    host = bytes.fromhex(hex_address.split(":")[0])
+    words = b"".join(host[i:i + 4][::-1] for i in range(0, len(host), 4))
+    return socket.inet_ntop(socket.AF_INET if len(words) == 4 else socket.AF_INET6, words)
+
+
+def listening_addresses(pids: list[int]) -> set[tuple[str, int]]:
+    """(host, port) of every TCP socket in state LISTEN held open by one of `pids`."""
+    inodes = set()
+    for pid in pids:
+        try:
+            for fd in Path(f"/proc/{pid}/fd").iterdir():
+                target = os.readlink(fd)
+                if target.startswith("socket:["):
+                    inodes.add(target[8:-1])
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue  # exited meanwhile
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for row in Path(table).read_text().splitlines()[1:]:
+            fields = row.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
+                found.add((_address(fields[1]), int(fields[1].split(":")[1], 16)))
+    return found
+
+
+class ListenerWatch:
+    """Samples, in a thread, the listening addresses of some processes and their descendants."""
+
+    def __init__(self, pids: list[int], every_s: float = 0.2) -> None:
+        self.pids, self.every_s = pids, every_s
+        self.seen: set[tuple[str, int]] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every_s):
+            self.seen |= listening_addresses(tree(self.pids))
+
+    def __enter__(self) -> "ListenerWatch":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()

@@ -19,7 +19,7 @@ from fastapi.testclient import TestClient
 from PIL import Image
 
 import vitlab
-from conftest import randomise_
+from helpers import randomise_
 from vitlab.analysis import analyze, attention_maps, filters_as_images
 from vitlab.cli import main
 from vitlab.export import OnnxModel, export_model

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import randomise_
+from helpers import randomise_
 from vitlab.analysis import attention_maps, attention_rollout, masked_image, output_token_map, upsample_map
 from vitlab.model import create_model
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import vitlab
-from conftest import randomise_
+from helpers import randomise_
 from vitlab.bench import BenchConfig, Case, CaseSpec, Mode, markdown, run_bench, write
 from vitlab.bench.flops import model_flops
 from vitlab.bench.gpu import main as gpu_main

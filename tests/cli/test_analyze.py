@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from conftest import randomise_
+from helpers import randomise_
 from vitlab.cli import main
 from vitlab.model import create_model
 

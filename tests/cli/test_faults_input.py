@@ -16,23 +16,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from train_helpers import TINY_FLAGS, tiny_config
-from test_weights_bad_input import MarkerPayload
-from vitlab.cli import main
+from helpers import MarkerPayload, TINY_FLAGS, one_line_error, tiny_config
 from vitlab.model import ConfigError, ViTConfig, create_model
 from vitlab.train import Trainer
 from vitlab.train import get_recipe
 from vitlab.train.checkpoint import record_checksums
 from vitlab.train.config import SECTIONS, apply_mapping, coerce, parse_assignment, set_value
-
-
-def one_line_error(capsys, argv: list[str]) -> str:
-    """Run `vitlab ARGV`; it must fail with status 2 and a single line on stderr, which is returned."""
-    status = main(argv)
-    err = capsys.readouterr().err
-    lines = [line for line in err.splitlines() if line.startswith("vitlab ")]
-    assert status == 2 and len(lines) == 1 and "Traceback" not in err, err
-    return lines[0]
 
 
 # -- configs -------------------------------------------------------------------------------------------

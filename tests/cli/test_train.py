@@ -13,7 +13,7 @@ import pytest
 import yaml
 from PIL import Image
 
-from train_helpers import TINY_FLAGS
+from helpers import TINY_FLAGS
 from vitlab.cli import build_parser, main
 from vitlab.cli.train import build_config, write_digit_samples
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from test_faults_input import one_line_error
+from helpers import one_line_error
 from vitlab.cli import main
 from vitlab.data import BadImageError, load_datasets, read_image
 from vitlab.data.images import MAX_ASPECT_RATIO, check_image

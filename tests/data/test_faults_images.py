@@ -10,8 +10,7 @@ import sys
 
 import pytest
 
-from test_data_folder import write_class_folders
-from test_data_images import BAD_IMAGES, ODD_IMAGES
+from helpers import BAD_IMAGES, ODD_IMAGES, write_class_folders
 from vitlab.cli import main
 
 TINY_MODEL = ["--recipe", "demo", "--image-size", "8", "--batch-size", "64", "--threads", "1",

@@ -11,24 +11,12 @@ import pytest
 import torch
 from PIL import Image
 
-from test_data_images import BAD_IMAGES, ODD_IMAGES
+from helpers import BAD_IMAGES, ODD_IMAGES, write_class_folders
 from vitlab.data import TooManyBadImagesError, build_transforms, load_datasets
 
 HALF = dict(mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5))
 TRAIN = build_transforms(16, train=True, crop_pct=1.0, scale=(0.6, 1.0), **HALF)
 EVAL = build_transforms(16, train=False, crop_pct=1.0, **HALF)
-
-
-def write_class_folders(root: Path, classes: dict[str, int], size: int = 8) -> list[Path]:
-    """classes: name -> number of images; each class a distinct solid grey level, written as PNG."""
-    paths = []
-    for label, (name, count) in enumerate(classes.items()):
-        (root / name).mkdir(parents=True, exist_ok=True)
-        for i in range(count):
-            path = root / name / f"{i:05d}.png"
-            Image.new("RGB", (size, size), (label * 40, label * 40, label * 40)).save(path)
-            paths.append(path)
-    return paths
 
 
 def unreadable_names(caplog) -> list[str]:

@@ -2,106 +2,18 @@
 
 from __future__ import annotations
 
-import io
-import struct
-import zlib
-
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
+from helpers import (
+    BAD_IMAGES, ODD_IMAGES, animated_gif, encode, exif_rotated_jpeg, noise, palette_with_transparency,
+    rgba_half_transparent, sixteen_bit_grey, truncated,
+)
 from vitlab.data import BadImageError, read_image
 from vitlab.data.images import MAX_IMAGE_PIXELS, check_image
-
-
-def encode(image: Image.Image, fmt: str, **options) -> bytes:
-    buffer = io.BytesIO()
-    image.save(buffer, fmt, **options)
-    return buffer.getvalue()
-
-
-def noise(size=(24, 16), mode="RGB", seed=0) -> Image.Image:
-    rng = np.random.default_rng(seed)
-    channels = len(mode) if mode in ("RGB", "RGBA", "CMYK") else 1
-    pixels = rng.integers(0, 256, (size[1], size[0], channels), dtype=np.uint8)
-    return Image.fromarray(pixels.squeeze(-1) if channels == 1 else pixels, mode)
-
-
-def png_header_only(width: int, height: int) -> bytes:
-    """A PNG whose IHDR claims width x height pixels (1-bit grey), with a tiny IDAT: a bomb's header."""
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-    ihdr = struct.pack(">IIBBBBB", width, height, 1, 0, 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"\0" * 64)) + chunk(b"IEND", b"")
-
-
-def exif_rotated_jpeg() -> bytes:
-    """A 24 x 16 JPEG whose EXIF orientation 6 says "rotate 90 degrees clockwise to display"."""
-    exif = Image.Exif()
-    exif[0x0112] = 6
-    return encode(noise(), "JPEG", exif=exif)
-
-
-def palette_with_transparency() -> bytes:
-    image = Image.new("P", (4, 4), 0)
-    image.putpalette([255, 0, 0, 0, 0, 255] + [0] * 762)  # index 0 red, index 1 blue
-    image.putpixel((0, 0), 1)
-    return encode(image, "PNG", transparency=1)  # blue is transparent
-
-
-def rgba_half_transparent() -> bytes:
-    image = Image.new("RGBA", (4, 4), (255, 0, 0, 255))
-    image.putpixel((0, 0), (0, 0, 255, 0))
-    return encode(image, "PNG")
-
-
-def sixteen_bit_grey() -> bytes:
-    pixels = np.array([[0, 32768, 65535, 257]], dtype=np.uint16)
-    return encode(Image.fromarray(pixels), "PNG")
-
-
-def animated_gif() -> bytes:
-    frames = [Image.new("RGB", (8, 8), colour) for colour in ((255, 0, 0), (0, 0, 255))]
-    return encode(frames[0], "GIF", save_all=True, append_images=frames[1:], duration=100, loop=0)
-
-
-# file name -> bytes: valid but unusual images, each must decode to RGB and be used.
-ODD_IMAGES = {
-    "png_named_as.jpg": lambda: encode(noise(), "PNG"),
-    "one_pixel.png": lambda: encode(Image.new("RGB", (1, 1), (10, 20, 30)), "PNG"),
-    "grey.jpg": lambda: encode(noise(mode="L"), "JPEG"),
-    "bilevel.bmp": lambda: encode(noise(mode="L").convert("1"), "BMP"),
-    "palette_transparent.png": palette_with_transparency,
-    "rgba.png": rgba_half_transparent,
-    "grey_alpha.png": lambda: encode(noise(mode="L").convert("LA"), "PNG"),
-    "cmyk.jpg": lambda: encode(Image.new("CMYK", (8, 8), (0, 0, 0, 0)), "JPEG"),
-    "sixteen_bit.png": sixteen_bit_grey,
-    "exif_rotated.jpg": exif_rotated_jpeg,
-    "animated.gif": animated_gif,
-    "photo.tiff": lambda: encode(noise(), "TIFF"),
-    "photo.webp": lambda: encode(noise(), "WEBP"),
-}
-
-
-def truncated(data: bytes, keep: float = 0.6) -> bytes:
-    return data[: int(len(data) * keep)]
-
-
-# file name -> (bytes, words the reason must contain): each must be refused with BadImageError.
-BAD_IMAGES = {
-    "empty.jpg": (lambda: b"", "empty"),
-    "truncated.jpg": (lambda: truncated(encode(noise((32, 32)), "JPEG", quality=95)), "truncated"),
-    "truncated.png": (lambda: truncated(encode(noise((32, 32)), "PNG")), "truncated"),
-    "text_not_image.png": (lambda: b"this is a caption, not a picture\n" * 4, "not an image"),
-    "drawing.svg": (lambda: b'<svg xmlns="http://www.w3.org/2000/svg" width="8" height="8"/>', "not an image"),
-    "phone.heic": (lambda: b"\x00\x00\x00\x18ftypheic\x00\x00\x00\x00heicmif1" + b"\0" * 64, "not an image"),
-    "vector.eps": (lambda: encode(noise(mode="L"), "EPS"), "not an image"),  # would need Ghostscript
-    "bomb.png": (lambda: png_header_only(20_000, 20_000), "decompression bomb"),  # > 2x the limit: PIL error
-    "mild_bomb.png": (lambda: png_header_only(10_000, 10_000), "decompression bomb"),  # 1-2x: PIL only warns
-    "garbage.jpg": (lambda: b"\xff\xd8\xff\xe0" + bytes(range(256)) * 3, ""),
-}
 
 
 @pytest.mark.fault("images")

@@ -14,7 +14,7 @@ import pytest
 import torch
 from PIL import Image
 
-from test_data_images import BAD_IMAGES
+from helpers import BAD_IMAGES, write_cifar
 from vitlab.data import build_transforms, load_datasets, parse_source
 
 HALF = dict(mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5))
@@ -51,29 +51,6 @@ def test_digits_are_grey_rgb_scaled_to_0_255():
 
 
 # -- CIFAR -------------------------------------------------------------------------------------
-def write_cifar(root: Path, kind: str, per_batch: int = 6, seed: int = 0) -> Path:
-    """A small CIFAR release in the official layout: protocol-2 pickles of uint8 (N, 3072) rows."""
-    rng = np.random.default_rng(seed)
-    if kind == "cifar10":
-        folder, batches, test, meta = root / "cifar-10-batches-py", [f"data_batch_{i}" for i in range(1, 6)], "test_batch", "batches.meta"
-        label_key, names = "labels", {"label_names": [f"class{i}" for i in range(10)]}
-    else:
-        folder, batches, test, meta = root / "cifar-100-python", ["train"], "test", "meta"
-        label_key, names = "fine_labels", {"fine_label_names": [f"fine{i}" for i in range(100)],
-                                           "coarse_label_names": [f"coarse{i}" for i in range(20)]}
-    folder.mkdir(parents=True)
-    classes = len(next(iter(names.values())))
-    for name in batches + [test]:
-        batch = {"batch_label": name, "data": rng.integers(0, 256, (per_batch, 3072), dtype=np.uint8),
-                 label_key: rng.integers(0, classes, per_batch).tolist(),
-                 "filenames": [f"img{i}.png" for i in range(per_batch)]}
-        if kind == "cifar100":
-            batch["coarse_labels"] = rng.integers(0, 20, per_batch).tolist()
-        (folder / name).write_bytes(pickle.dumps(batch, protocol=2))
-    (folder / meta).write_bytes(pickle.dumps(names, protocol=2))
-    return folder
-
-
 @pytest.mark.parametrize("kind", ["cifar10", "cifar100"])
 def test_cifar_pickles_as_distributed(tmp_path, kind):
     folder = write_cifar(tmp_path, kind)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import randomise_
+from helpers import randomise_
 from vitlab.evaluate import extract_features, fewshot_accuracy, fit_least_squares, linear_probe
 from vitlab.evaluate.fewshot import BIAS_CONSTANT, sample_shots
 from vitlab.model import create_model

@@ -13,8 +13,7 @@ import pytest
 import torch
 from PIL import Image
 
-from test_data_images import BAD_IMAGES
-from test_data_sources import write_cifar
+from helpers import BAD_IMAGES, write_cifar
 from vitlab.cli import main
 from vitlab.evaluate import evaluate
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import pytest
 import torch
 from matplotlib.figure import Figure
 
+from helpers import REPO_ROOT
 from vitlab.cli import main
 from vitlab.experiments import EXPERIMENTS, Settings
 from vitlab.experiments import data_scaling, posemb, pretrain_transfer
@@ -19,7 +19,7 @@ from vitlab.experiments.provenance import git_commit
 from vitlab.experiments.runner import train_run, vit_config
 from vitlab.experiments.wording import trend
 
-DOCS = Path(__file__).resolve().parents[1] / "docs"
+DOCS = REPO_ROOT / "docs"
 ASSETS = DOCS / "experiments"
 # Another torch release or CPU kernel set (AVX2 vs AVX512) rounds differently and 300 steps carry
 # that on; 2 points is 7 of digits' 360 validation images.

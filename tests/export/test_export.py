@@ -13,7 +13,7 @@ import torch
 from PIL import Image
 
 import vitlab
-from conftest import randomise_
+from helpers import randomise_
 from vitlab.cli import main
 from vitlab.export import (
     ExportMismatchError,

@@ -12,7 +12,7 @@ import torch
 from PIL import Image
 
 import vitlab
-from conftest import randomise_
+from helpers import randomise_
 from vitlab.cli import main
 from vitlab.data import build_transforms
 from vitlab.model import ConfigError, ViTConfig

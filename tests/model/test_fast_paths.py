@@ -12,7 +12,7 @@ import copy
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import randomise_
+from helpers import randomise_
 
 import vitlab
 from vitlab.model.attention import QUERY_BLOCK, blocked_attention, matmul_attention_is_faster, softmax_attention

@@ -13,11 +13,10 @@ from timm.layers import GroupNormAct, HybridEmbed, StdConv2dSame
 from timm.models.resnetv2 import ResNetV2
 from timm.models.vision_transformer import VisionTransformer as TimmViT
 
-from conftest import randomise_
+from helpers import TOLERANCE, images, randomise_, save_state_dict
 from vitlab.model import ConfigError, ResNetConfig, ViTConfig, config_for, create_model, list_models
 from vitlab.weights import load
 from vitlab.weights.hybrid import export_hybrid_npz
-from weights_helpers import TOLERANCE, images, save_state_dict
 
 # Tiny but complete: two stages (a projecting and a plain unit in the first), width 32 so that
 # GroupNorm keeps its 32 groups, which checkpoints do not record.

@@ -9,7 +9,7 @@ import torch
 from timm.layers import GroupNormAct, StdConv2d, StdConv2dSame
 from timm.models.resnetv2 import ResNetV2
 
-from conftest import randomise_
+from helpers import randomise_
 from vitlab.model import BiTConfig, BiTResNet, ConfigError, ResNetConfig, config_for, create_model, list_models
 from vitlab.model.resnet import ResNet, StdConv2d as VitlabStdConv2d, bit_resnet_config, pad_same
 

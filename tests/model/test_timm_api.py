@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import vitlab
-from conftest import randomise_
+from helpers import randomise_
 from vitlab.model import ConfigError
 from vitlab.model.aliases import TIMM_HYBRIDS, TIMM_PLAIN, from_timm_name
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import randomise_
+from helpers import randomise_
 from vitlab.model import ConfigError, ViTConfig, config_for, create_model, list_models
 
 HEAVY = {"L", "H"}

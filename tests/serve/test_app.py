@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 from PIL import Image
 
 import vitlab
-from conftest import randomise_
+from helpers import randomise_
 from vitlab.cli import main
 from vitlab.data import BadImageError
 from vitlab.model import Preprocessing, ViTConfig

@@ -15,7 +15,7 @@ import pytest
 from PIL import Image, ImageDraw
 
 import vitlab
-from conftest import REPO_ROOT, randomise_
+from helpers import REPO_ROOT, randomise_
 from vitlab.model import ViTConfig
 from vitlab.serve import ImageClassifier
 

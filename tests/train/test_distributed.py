@@ -17,7 +17,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from proc_helpers import HAS_PROC, ListenerWatch, children
+from helpers import HAS_PROC, ListenerWatch, children
 from vitlab.train import checkpoint as ckpt
 
 # A few SGD steps of a tiny ViT on digits with a deterministic crop, so that the only difference

@@ -202,7 +202,7 @@ def test_every_file_of_a_sharded_checkpoint_is_checksummed(tmp_path):
 @pytest.mark.fault("checkpoints", kinds=3)
 def test_resume_passes_over_a_flipped_latest_finds_one_without_a_pointer_and_says_when_none_is_left(
         tmp_path, caplog, capsys):
-    from train_helpers import TINY_FLAGS, tiny_config
+    from helpers import TINY_FLAGS, tiny_config
     from vitlab.cli import main
     from vitlab.train import Trainer
 

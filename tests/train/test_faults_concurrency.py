@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from train_helpers import TINY_FLAGS, tiny_config
+from helpers import TINY_FLAGS, tiny_config
 from vitlab.cli import main
 from vitlab.model import ConfigError
 from vitlab.train import Trainer

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from test_data_folder import write_class_folders
+from helpers import write_class_folders
 
 STEP_LINE = re.compile(r"step (\d+)/\d+ ")
 RUN_SECONDS = 120  # a run that has not ended by then hangs

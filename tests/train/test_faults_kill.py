@@ -21,8 +21,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from test_resume import assert_same_state, final_state
-from train_helpers import TINY_FLAGS
+from helpers import TINY_FLAGS, assert_same_state, final_state
 from vitlab.train import checkpoint as ckpt
 from vitlab.train.callbacks import read_metrics
 

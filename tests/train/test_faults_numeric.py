@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from train_helpers import TINY_FLAGS, tiny_config
+from helpers import TINY_FLAGS, tiny_config
 from vitlab.cli import main
 from vitlab.train import Callback, Diverged, Trainer
 from vitlab.train import checkpoint as ckpt

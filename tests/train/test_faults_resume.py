@@ -1,56 +1,18 @@
 """Resuming (issue 6): a resume checkpoint that does not fit the run, or is not a checkpoint at all, is
-one CheckpointError naming the file, and no code in it runs. Helpers shared by the fault tests."""
+one CheckpointError naming the file, and no code in it runs."""
 
 from __future__ import annotations
 
-import os
-import signal
 from pathlib import Path
 
 import pytest
 import torch
 
-from test_weights_bad_input import MarkerPayload
-from train_helpers import tiny_config
+from helpers import MarkerPayload, tiny_config
 from vitlab.model import ConfigError
-from vitlab.train import Callback, Trainer
+from vitlab.train import Trainer
 from vitlab.train import checkpoint as ckpt
 from vitlab.weights import CheckpointError
-
-
-def assert_same_state(a: dict, b: dict, where: str = "") -> None:
-    """Nested dicts/lists of tensors and numbers, compared bitwise."""
-    assert type(a) is type(b), where
-    if isinstance(a, dict):
-        assert a.keys() == b.keys(), where
-        for key in a:
-            assert_same_state(a[key], b[key], f"{where}.{key}")
-    elif isinstance(a, (list, tuple)):
-        assert len(a) == len(b), where
-        for i, (x, y) in enumerate(zip(a, b)):
-            assert_same_state(x, y, f"{where}[{i}]")
-    elif isinstance(a, torch.Tensor):
-        assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b), f"{where} differs"
-    else:
-        assert a == b, f"{where}: {a!r} != {b!r}"
-
-
-def final_state(out: Path) -> dict:
-    """What must not depend on interruptions: the learned state of the last checkpoint."""
-    state = ckpt.load_checkpoint(ckpt.latest_checkpoint(out))
-    return {key: state[key] for key in ("step", "epoch", "batch_in_epoch", "model", "optimizer", "scheduler",
-                                        "ema", "loss_sum", "loss_count", "rng")}
-
-
-class SignalAt(Callback):
-    """Sends this process `signum` after optimiser step `step`, as a user's Ctrl-C or a scheduler would."""
-
-    def __init__(self, step: int, signum: int = signal.SIGTERM) -> None:
-        self.step, self.signum = step, signum
-
-    def on_step_end(self, trainer, loss):
-        if trainer.step == self.step:
-            os.kill(os.getpid(), self.signum)
 
 
 def test_resume_refuses_other_settings_and_a_foreign_architecture(tmp_path):

@@ -9,8 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from conftest import randomise_
-from train_helpers import tiny_config
+from helpers import randomise_, tiny_config
 from vitlab import load
 from vitlab.model import ConfigError, create_model, resample_pos_embed
 from vitlab.train import Trainer

@@ -108,7 +108,7 @@ def test_reflect_fill_shows_the_image_beyond_its_border():
 def test_a_tiny_keras_example_run_keeps_its_best_epoch_and_reports_the_test_split(tmp_path):
     from vitlab.train import Trainer
 
-    from train_helpers import tiny_config
+    from helpers import tiny_config
 
     config = tiny_config(tmp_path / "keras", "keras-example", model={"image_size": 12, "head_hidden": [32, 16]},
                          data={"batch_size": 128}, schedule={"epochs": 2, "steps": None, "warmup_steps": 0},

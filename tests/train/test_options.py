@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from train_helpers import assert_bitwise_equal, state_of, tiny_config
+from helpers import assert_bitwise_equal, state_of, tiny_config
 from vitlab import load
 from vitlab.train import Trainer
 

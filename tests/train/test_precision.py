@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from train_helpers import tiny_config
+from helpers import tiny_config
 from vitlab.model import ConfigError
 from vitlab.train import Callback, Trainer
 from vitlab.train.precision import resolve_device, resolve_precision

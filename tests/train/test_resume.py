@@ -8,8 +8,7 @@ import signal
 import pytest
 import torch
 
-from test_resume import SignalAt  # sends this process a signal after a chosen step
-from train_helpers import assert_bitwise_equal, state_of, tiny_config
+from helpers import SignalAt, assert_bitwise_equal, state_of, tiny_config
 from vitlab.model import ConfigError
 from vitlab.train import Interrupted, Trainer
 from vitlab.train.callbacks import read_metrics

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from PIL import Image, ImageDraw
 
-from train_helpers import tiny_config
+from helpers import tiny_config
 from vitlab import load
 from vitlab.train import Trainer
 

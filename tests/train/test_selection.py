@@ -14,7 +14,7 @@ from vitlab.data.datasets import ArrayImages
 from vitlab.train import Trainer
 from vitlab.train.selection import BestWeights
 
-from train_helpers import tiny_config
+from helpers import tiny_config
 
 
 def tagged(n: int, classes: int = 4) -> ArrayImages:

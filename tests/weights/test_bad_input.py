@@ -11,19 +11,9 @@ from safetensors.torch import save_file
 import vitlab
 from vitlab.model import ViTConfig, create_model
 from vitlab.weights import CheckpointError
-from weights_helpers import images, random_eval, save_state_dict
+from helpers import MarkerPayload, images, random_eval, save_state_dict
 
 timm_vit = pytest.importorskip("timm.models.vision_transformer")
-
-
-class MarkerPayload:
-    """Unpickling this object calls open(marker, "w"): a stand-in for arbitrary code."""
-
-    def __init__(self, marker):
-        self.marker = str(marker)
-
-    def __reduce__(self):
-        return (open, (self.marker, "w"))
 
 
 @pytest.mark.fault("pickles")

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import vitlab
-from weights_helpers import TOLERANCE
+from helpers import TOLERANCE
 
 WIDTH, HEADS, MLP, DEPTH, PATCH, IMAGE, CLASSES = 32, 4, 64, 2, 8, (32, 24), 5
 BLOCK = ("LayerNorm_0", "MultiHeadDotProductAttention_0", "LayerNorm_1", "MlpBlock_0")  # current Flax names

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import vitlab
-from conftest import randomise_
+from helpers import randomise_
 from vitlab.cli import main
 from vitlab.model import ConfigError, config_for
 from vitlab.weights import CatalogueError, CheckpointError

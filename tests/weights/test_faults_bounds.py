@@ -19,7 +19,7 @@ import torch
 from safetensors.torch import save_file
 
 import vitlab
-from test_faults_input import one_line_error
+from helpers import one_line_error
 from vitlab.model import ConfigError, ViTConfig, create_model, list_models
 from vitlab.model.budget import memory_needed, parameter_count
 from vitlab.weights import CheckpointError

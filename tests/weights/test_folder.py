@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 import vitlab
-from conftest import randomise_
+from helpers import randomise_
 from vitlab.model import Preprocessing, ViTConfig, create_model
 from vitlab.weights import CheckpointError
 from vitlab.weights.folder import FORMAT_VERSION, read_config

@@ -15,7 +15,7 @@ from huggingface_hub import ModelCard, constants
 from safetensors.torch import save_file
 
 import vitlab
-from conftest import REPO_ROOT, randomise_
+from helpers import REPO_ROOT, randomise_
 from vitlab.model import Preprocessing, ViTConfig
 from vitlab.weights import CheckpointError
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import vitlab
-from weights_helpers import TOLERANCE, images, random_eval
+from helpers import TOLERANCE, images, random_eval
 
 transformers = pytest.importorskip("transformers")
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import vitlab
-from weights_helpers import TOLERANCE, images, random_eval, save_state_dict
+from helpers import TOLERANCE, images, random_eval, save_state_dict
 
 timm_vit = pytest.importorskip("timm.models.vision_transformer")
 timm_layers = pytest.importorskip("timm.layers")

@@ -9,7 +9,7 @@ import torch
 import vitlab
 from vitlab.model import BiTResNet
 from vitlab.weights import CheckpointError
-from weights_helpers import TOLERANCE, images, random_eval, save_state_dict
+from helpers import TOLERANCE, images, random_eval, save_state_dict
 
 timm = pytest.importorskip("timm")
 

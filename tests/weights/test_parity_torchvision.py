@@ -8,7 +8,7 @@ from torchvision.models.vision_transformer import VisionTransformer as Torchvisi
 
 import vitlab
 from vitlab.weights import CheckpointError
-from weights_helpers import TOLERANCE, images, random_eval, save_state_dict
+from helpers import TOLERANCE, images, random_eval, save_state_dict
 
 
 def torchvision_model(image_size=32, patch_size=8, hidden_dim=64, num_heads=4, **options):

@@ -69,7 +69,7 @@ sweep). The compared models are listed in each section with their forward FLOPs 
 
 (`make experiments-doc` runs every experiment with its default budget, then that command). The
 sentences under each table are computed from its numbers. On CPU, the same commit, torch version
-and CPU capability reproduce each number exactly (`tests/test_experiments.py` retrains the smallest
+and CPU capability reproduce each number exactly (`tests/experiments/test_experiments.py` retrains the smallest
 configuration and compares it with its recorded JSON).
 
 ---
