@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+
 @pytest.fixture(autouse=True)
 def _seed_everything():
     torch.manual_seed(0)
