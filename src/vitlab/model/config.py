@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from .fields import ConfigError, check_fields
+from vitlab.config_fields import ConfigError, check_fields
 
 if TYPE_CHECKING:
     from .resnet import ResNetConfig

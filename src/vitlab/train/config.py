@@ -9,7 +9,6 @@ bad one is reported in one line naming the key, the value and where it came from
 from __future__ import annotations
 
 import dataclasses
-import math
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -18,9 +17,10 @@ from typing import Any, Literal
 
 import yaml
 
-from vitlab import textfiles
-from vitlab.model.config import ConfigError, Pooling, PositionEmbeddingKind
-from vitlab.model.fields import coerce, describe, show
+# The engine that sets and reads these configs; its names stay importable from here.
+from vitlab.config_fields import (ConfigError, apply_mapping, coerce, describe, finite_checks, lookup,  # noqa: F401
+                                  parse_assignment, plain, read_yaml, sections, set_value, show)
+from vitlab.model.config import Pooling, PositionEmbeddingKind
 
 Interpolation = Literal["bilinear", "bicubic", "nearest"]
 
@@ -163,13 +163,26 @@ class TrainConfig:
     schedule: ScheduleSpec = field(default_factory=ScheduleSpec)
     run: RunSpec = field(default_factory=RunSpec)
 
+    # How vitlab.config_fields sets keys. Setting one of a pair to a value clears the other: --steps
+    # replaces a recipe's epochs. A warm-up of 0 means none and leaves the other warm-up alone; a length
+    # of 0 still clears the other length, so that its own range check names the flag.
+    EXCLUSIVE: typing.ClassVar[dict[str, str]] = {
+        "schedule.steps": "schedule.epochs",
+        "schedule.epochs": "schedule.steps",
+        "schedule.warmup_steps": "schedule.warmup_epochs",
+        "schedule.warmup_epochs": "schedule.warmup_steps",
+    }
+    ZERO_MEANS_UNSET: typing.ClassVar[frozenset[str]] = frozenset({"schedule.warmup_steps", "schedule.warmup_epochs"})
+    SET_ELSEWHERE: typing.ClassVar[dict[str, str]] = {
+        "recipe": "the recipe is chosen with --recipe or a top-level 'recipe:' key"}
+
     def validate(self, origins: Mapping[str, str] | None = None) -> "TrainConfig":
         """Raise ConfigError naming the first out-of-range value (and, from `origins`, the file or
         flag that set it); returns self."""
-        for key, ok, requirement in [*_finite_checks(self), *_range_checks(self)]:
+        for key, ok, requirement in [*finite_checks(self), *_range_checks(self)]:
             if not ok:
                 where = f"{origins[key]}: " if origins and key in origins else ""
-                raise ConfigError(f"{where}{key}={_plain(lookup(self, key))!r}: {requirement}")
+                raise ConfigError(f"{where}{key}={plain(lookup(self, key))!r}: {requirement}")
         return self
 
     @property
@@ -177,35 +190,13 @@ class TrainConfig:
         return self.data.batch_size // self.optim.grad_accum
 
     def to_dict(self) -> dict[str, Any]:
-        return _plain(dataclasses.asdict(self))
+        return plain(dataclasses.asdict(self))
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
 
 
-SECTIONS: dict[str, type] = {name: hint for name, hint in typing.get_type_hints(TrainConfig).items() if name != "recipe"}
-
-# Setting one of a pair to a value clears the other: --steps replaces a recipe's epochs. A warm-up of 0
-# means none and leaves the other warm-up alone; a length of 0 still clears the other length, so that
-# its own range check names the flag.
-ZERO_MEANS_UNSET = {"schedule.warmup_steps", "schedule.warmup_epochs"}
-EXCLUSIVE = {
-    "schedule.steps": "schedule.epochs",
-    "schedule.epochs": "schedule.steps",
-    "schedule.warmup_steps": "schedule.warmup_epochs",
-    "schedule.warmup_epochs": "schedule.warmup_steps",
-}
-
-
-def _finite_checks(config: TrainConfig) -> list[tuple[str, bool, str]]:
-    """Every number must be finite: YAML reads .inf and .nan as floats, which no range check rejects."""
-    checks = []
-    for section in SECTIONS:
-        for name, value in dataclasses.asdict(getattr(config, section)).items():
-            numbers = value if isinstance(value, (list, tuple)) else [value]
-            finite = all(math.isfinite(v) for v in numbers if isinstance(v, float))
-            checks.append((f"{section}.{name}", finite, "must be a finite number"))
-    return checks
+SECTIONS: dict[str, type] = sections(TrainConfig)
 
 
 def _range_checks(config: TrainConfig) -> list[tuple[str, bool, str]]:
@@ -259,94 +250,6 @@ def _range_checks(config: TrainConfig) -> list[tuple[str, bool, str]]:
         ("run.threads", r.threads is None or r.threads >= 1, "must be >= 1 or null"),
         ("run.memory_limit", r.memory_limit is None or r.memory_limit > 0, "must be > 0 GiB or null"),
     ]
-
-
-# -- reading values: YAML files and --set key=value ------------------------------------------------
-def lookup(config: TrainConfig, key: str) -> Any:
-    section, _, name = key.partition(".")
-    return getattr(getattr(config, section), name) if name else getattr(config, section)
-
-
-def set_value(config: TrainConfig, key: str, value: Any, origin: str) -> None:
-    """Set `section.field` to `value` after checking it against the field's type."""
-    section_name, dot, name = key.partition(".")
-    if section_name not in SECTIONS or not dot:
-        if key in ("recipe",):
-            raise ConfigError(f"{origin}: the recipe is chosen with --recipe or a top-level 'recipe:' key")
-        hint = _suggest(key)
-        raise ConfigError(f"{origin}: unknown key {key!r}; keys are SECTION.FIELD with SECTION one of "
-                          f"{', '.join(SECTIONS)}{hint}")
-    section = getattr(config, section_name)
-    hints = typing.get_type_hints(type(section))
-    if name not in {f.name for f in dataclasses.fields(section)}:
-        known = ", ".join(f.name for f in dataclasses.fields(section))
-        raise ConfigError(f"{origin}: unknown key {key!r}; {section_name} has {known}")
-    setattr(section, name, coerce(value, hints[name], f"{origin}: {key}"))
-    other, new = EXCLUSIVE.get(key), getattr(section, name)
-    if other is not None and new is not None and (new != 0 or key not in ZERO_MEANS_UNSET):
-        other_section, _, other_name = other.partition(".")
-        default = getattr(type(getattr(config, other_section))(), other_name)
-        setattr(getattr(config, other_section), other_name, None if default is None else type(default)(0))
-
-
-def apply_mapping(config: TrainConfig, mapping: Any, origin: str) -> TrainConfig:
-    """Apply a nested {section: {field: value}} mapping (a YAML file's content) to `config`."""
-    if mapping is None:
-        return config
-    if not isinstance(mapping, dict):
-        raise ConfigError(f"{origin}: expected a mapping of sections ({', '.join(SECTIONS)}), got {_show(mapping)}")
-    for section_name, values in mapping.items():
-        if section_name == "recipe":
-            continue
-        if section_name in SECTIONS and not isinstance(values, dict):
-            raise ConfigError(f"{origin}: section {section_name!r} must be a mapping of fields, got {_show(values)}")
-        for name, value in (values.items() if isinstance(values, dict) else [("", values)]):
-            set_value(config, f"{section_name}.{name}" if name else str(section_name), value, origin)
-    return config
-
-
-def read_yaml(path: str | Path) -> dict[str, Any]:
-    """A YAML config file, bounded in size, without aliases (textfiles.py says why)."""
-    path = Path(path)
-    try:
-        content = textfiles.read_yaml(path)
-    except FileNotFoundError:
-        raise FileNotFoundError(f"config file {str(path)!r} does not exist") from None
-    except textfiles.TextFileError as error:
-        raise ConfigError(str(error)) from None
-    if content is not None and not isinstance(content, dict):
-        raise ConfigError(f"{path}: expected a mapping of sections, got {_show(content)}")
-    return content or {}
-
-
-def parse_assignment(text: str) -> tuple[str, Any]:
-    """"optim.lr=1e-3" -> ("optim.lr", 0.001); the value is read as YAML (numbers, lists, null)."""
-    key, sep, raw = text.partition("=")
-    if not sep or not key.strip():
-        raise ConfigError(f"--set {text!r}: expected KEY=VALUE, e.g. optim.lr=0.001")
-    try:
-        value = textfiles.load_yaml(raw, "--set") if raw.strip() else ""
-    except textfiles.TextFileError:
-        value = raw
-    return key.strip(), value
-
-
-# -- type checking: one function for every typed config (vitlab.model.fields) ------------------------
-_show = show
-
-
-def _suggest(key: str) -> str:
-    matches = [f"{section}.{key}" for section, cls in SECTIONS.items() if key in {f.name for f in dataclasses.fields(cls)}]
-    return f" (did you mean {' or '.join(matches)}?)" if matches else ""
-
-
-def _plain(value: Any) -> Any:
-    """Tuples to lists, recursively, so that YAML and JSON hold plain values."""
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
 
 
 def read_run_config(path: str | Path) -> TrainConfig:

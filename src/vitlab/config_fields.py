@@ -1,0 +1,271 @@
+"""The config-field engine: typed dataclass configs checked, set by key, and read from YAML.
+
+`coerce(value, annotation, where)` returns the value as the annotation describes it, or raises a
+one-line ConfigError naming `where`, the expected type and what was given. `check_fields(instance)`
+runs it over every field of a config dataclass, so that a config.json with `"qkv_bias": "yes"` or
+`"num_classes": 10.5` is refused where it is read instead of failing (or passing) deep in the model.
+
+A config made of sections (a dataclass whose fields are dataclasses, such as TrainConfig) is changed
+by key: `set_value(config, "optim.lr", "1e-3", origin)`, `apply_mapping(config, yaml_document, origin)`
+and `parse_assignment("optim.lr=1e-3")` for `--set`. The config class may declare, as class
+variables, `EXCLUSIVE` (setting one key clears another), `ZERO_MEANS_UNSET` (keys whose 0 clears
+nothing), `SET_ELSEWHERE` (top-level keys and how they are set instead) and `RENAMED` (old keys a
+file may still hold, and their new names).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import numbers
+import types
+import typing
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal, Union
+
+from vitlab import textfiles
+from vitlab.errors import ConfigError
+
+
+def coerce(value: Any, annotation: Any, where: str, *, strict: bool = False) -> Any:
+    """`value` as the type `annotation` describes, or ConfigError naming `where`.
+
+    `strict` is for values read from files: no numbers written as strings, only finite floats.
+    Without it a string from a command-line flag may stand for a number ("12", "1e-3").
+    """
+    origin = typing.get_origin(annotation)
+    if origin in (Union, types.UnionType):
+        options = typing.get_args(annotation)
+        if value is None and type(None) in options:
+            return None
+        for option in options:
+            if option is type(None):
+                continue
+            if dataclasses.is_dataclass(option) and isinstance(value, dict):
+                return coerce(value, option, where, strict=strict)  # the mapping's own problem, named
+            try:
+                return coerce(value, option, where, strict=strict)
+            except ConfigError:
+                continue
+    elif origin is Literal:
+        if value in typing.get_args(annotation) and not isinstance(value, bool):
+            return value
+    elif origin is tuple:
+        args = typing.get_args(annotation)
+        if isinstance(value, (list, tuple)):
+            if len(args) == 2 and args[1] is Ellipsis:
+                return tuple(coerce(item, args[0], where, strict=strict) for item in value)
+            if len(value) == len(args):
+                return tuple(coerce(item, arg, where, strict=strict) for item, arg in zip(value, args))
+    elif origin is list:
+        (item_type,) = typing.get_args(annotation) or (Any,)
+        if isinstance(value, (list, tuple)):
+            return [coerce(item, item_type, where, strict=strict) for item in value]
+    elif annotation is Any:
+        return value
+    elif dataclasses.is_dataclass(annotation):
+        if isinstance(value, annotation):
+            return value
+        if isinstance(value, dict):
+            return from_mapping(annotation, value, where)
+    elif annotation is bool:
+        if isinstance(value, bool):
+            return value
+    elif annotation is int:
+        if isinstance(value, numbers.Integral) and not isinstance(value, bool):  # numpy's integers too
+            return int(value)
+        if isinstance(value, str) and not strict:  # "12" from a flag; int() also refuses "²" and "+-5"
+            try:
+                return int(value)
+            except ValueError:
+                pass
+    elif annotation is float:
+        number: float | None = None
+        if isinstance(value, numbers.Real) and not isinstance(value, bool):
+            number = float(value)
+        elif isinstance(value, str) and not strict:  # YAML 1.1 reads "1e-3" as a string
+            try:
+                number = float(value)
+            except ValueError:
+                pass
+        if number is not None and (math.isfinite(number) or not strict):
+            return number
+    elif annotation is str:
+        if isinstance(value, str):
+            return value
+    else:
+        raise TypeError(f"unsupported config annotation {annotation!r}")
+    raise ConfigError(f"{where}: expected {describe(annotation)}, got {show(value)}")
+
+
+def from_mapping(cls: type, data: dict[str, Any], where: str) -> Any:
+    """A config dataclass from a JSON/YAML mapping: unknown keys are named, the rest type-checked by
+    the class itself (its __post_init__ calls check_fields)."""
+    from_dict = getattr(cls, "from_dict", None)
+    if from_dict is not None:  # the class names its unknown keys itself
+        return from_dict(data)
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(str(key) for key in set(data) - known)
+    if unknown:
+        raise ConfigError(f"{where}: unknown keys {', '.join(unknown)}; {cls.__name__} has {', '.join(sorted(known))}")
+    return cls(**data)
+
+
+def check_fields(instance: Any, hints: dict[str, Any], *, skip: tuple[str, ...] = ()) -> None:
+    """Coerce every field of a config dataclass in place (strictly), or raise ConfigError naming it.
+
+    A Literal field holding some other string is left to the class's own validation, whose message
+    lists the choices in the words of that field.
+    """
+    for f in dataclasses.fields(instance):
+        if f.name in skip:
+            continue
+        value = getattr(instance, f.name)
+        annotation = hints[f.name]
+        if isinstance(value, str) and _is_literal(annotation):
+            continue
+        setattr(instance, f.name, coerce(value, annotation, f.name, strict=True))
+
+
+def _is_literal(annotation: Any) -> bool:
+    if typing.get_origin(annotation) is Literal:
+        return True
+    if typing.get_origin(annotation) in (Union, types.UnionType):
+        return any(typing.get_origin(a) is Literal for a in typing.get_args(annotation))
+    return False
+
+
+def describe(annotation: Any) -> str:
+    origin = typing.get_origin(annotation)
+    if origin in (Union, types.UnionType):
+        return " or ".join("null" if a is type(None) else describe(a) for a in typing.get_args(annotation))
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in typing.get_args(annotation))
+    if origin is tuple:
+        args = typing.get_args(annotation)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return f"a list of {describe(args[0])}"
+        return f"a list of {len(args)} ({', '.join(describe(a) for a in args)})"
+    if origin is list:
+        args = typing.get_args(annotation)
+        plural = {str: "strings", int: "integers", float: "numbers", bool: "true/false values"}
+        return f"a list of {plural.get(args[0], describe(args[0]))}" if args else "a list"
+    if dataclasses.is_dataclass(annotation):
+        return f"a mapping of {annotation.__name__} fields"
+    return {bool: "true/false", int: "an integer", float: "a number", str: "a string"}.get(
+        annotation, str(annotation)
+    )
+
+
+def show(value: Any) -> str:
+    text = f"{type(value).__name__} {value!r}" if not isinstance(value, (int, float)) or isinstance(value, bool) else repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+# -- configs of sections: setting values by key ------------------------------------------------------
+def sections(cls: type) -> dict[str, type]:
+    """The fields of a config that are themselves dataclasses, by name, with their classes."""
+    return {name: hint for name, hint in typing.get_type_hints(cls).items() if dataclasses.is_dataclass(hint)}
+
+
+def lookup(config: Any, key: str) -> Any:
+    """The value of "section.field" (or of a whole section)."""
+    section, _, name = key.partition(".")
+    return getattr(getattr(config, section), name) if name else getattr(config, section)
+
+
+def set_value(config: Any, key: str, value: Any, origin: str) -> None:
+    """Set `section.field` to `value` after checking it against the field's type."""
+    cls = type(config)
+    known_sections = sections(cls)
+    section_name, dot, name = key.partition(".")
+    if section_name not in known_sections or not dot:
+        elsewhere = getattr(cls, "SET_ELSEWHERE", {})
+        if key in elsewhere:
+            raise ConfigError(f"{origin}: {elsewhere[key]}")
+        raise ConfigError(f"{origin}: unknown key {key!r}; keys are SECTION.FIELD with SECTION one of "
+                          f"{', '.join(known_sections)}{_suggest(known_sections, key)}")
+    section = getattr(config, section_name)
+    hints = typing.get_type_hints(type(section))
+    if name not in {f.name for f in dataclasses.fields(section)}:
+        known = ", ".join(f.name for f in dataclasses.fields(section))
+        raise ConfigError(f"{origin}: unknown key {key!r}; {section_name} has {known}")
+    setattr(section, name, coerce(value, hints[name], f"{origin}: {key}"))
+    other, new = getattr(cls, "EXCLUSIVE", {}).get(key), getattr(section, name)
+    if other is not None and new is not None and (new != 0 or key not in getattr(cls, "ZERO_MEANS_UNSET", ())):
+        other_section, _, other_name = other.partition(".")
+        default = getattr(type(getattr(config, other_section))(), other_name)
+        setattr(getattr(config, other_section), other_name, None if default is None else type(default)(0))
+
+
+def apply_mapping(config: Any, mapping: Any, origin: str) -> Any:
+    """Apply a nested {section: {field: value}} mapping (a YAML file's content) to `config`; top-level
+    keys that are not sections (TrainConfig's recipe) are the caller's."""
+    known_sections = sections(type(config))
+    if mapping is None:
+        return config
+    if not isinstance(mapping, dict):
+        raise ConfigError(f"{origin}: expected a mapping of sections ({', '.join(known_sections)}), got {show(mapping)}")
+    plain_fields = {f.name for f in dataclasses.fields(config)} - set(known_sections)
+    for section_name, values in mapping.items():
+        if section_name in plain_fields:
+            continue
+        if section_name in known_sections and not isinstance(values, dict):
+            raise ConfigError(f"{origin}: section {section_name!r} must be a mapping of fields, got {show(values)}")
+        for name, value in (values.items() if isinstance(values, dict) else [("", values)]):
+            set_value(config, f"{section_name}.{name}" if name else str(section_name), value, origin)
+    return config
+
+
+def _suggest(known_sections: Mapping[str, type], key: str) -> str:
+    matches = [f"{section}.{key}" for section, cls in known_sections.items()
+               if key in {f.name for f in dataclasses.fields(cls)}]
+    return f" (did you mean {' or '.join(matches)}?)" if matches else ""
+
+
+def finite_checks(config: Any) -> list[tuple[str, bool, str]]:
+    """Every number must be finite: YAML reads .inf and .nan as floats, which no range check rejects."""
+    checks = []
+    for section in sections(type(config)):
+        for name, value in dataclasses.asdict(getattr(config, section)).items():
+            numbers = value if isinstance(value, (list, tuple)) else [value]
+            finite = all(math.isfinite(v) for v in numbers if isinstance(v, float))
+            checks.append((f"{section}.{name}", finite, "must be a finite number"))
+    return checks
+
+
+def plain(value: Any) -> Any:
+    """Tuples to lists, recursively, so that YAML and JSON hold plain values."""
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    return value
+
+
+# -- reading values: YAML files and --set key=value ------------------------------------------------
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    """A YAML config file, bounded in size, without aliases (textfiles.py says why)."""
+    path = Path(path)
+    try:
+        content = textfiles.read_yaml(path)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"config file {str(path)!r} does not exist") from None
+    except textfiles.TextFileError as error:
+        raise ConfigError(str(error)) from None
+    if content is not None and not isinstance(content, dict):
+        raise ConfigError(f"{path}: expected a mapping of sections, got {show(content)}")
+    return content or {}
+
+
+def parse_assignment(text: str) -> tuple[str, Any]:
+    """"optim.lr=1e-3" -> ("optim.lr", 0.001); the value is read as YAML (numbers, lists, null)."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"--set {text!r}: expected KEY=VALUE, e.g. optim.lr=0.001")
+    try:
+        value = textfiles.load_yaml(raw, "--set") if raw.strip() else ""
+    except textfiles.TextFileError:
+        value = raw
+    return key.strip(), value
