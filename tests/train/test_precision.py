@@ -10,7 +10,7 @@ import torch
 from helpers import tiny_config
 from vitlab.model import ConfigError
 from vitlab.train import Callback, Trainer
-from vitlab.train.precision import resolve_device, resolve_precision
+from vitlab.model.runtime import resolve_device, resolve_precision
 
 
 def test_cpu_defaults_to_fp32_and_refuses_fp16():

@@ -21,6 +21,7 @@ import yaml
 from vitlab.config_fields import (ConfigError, apply_mapping, coerce, describe, finite_checks, lookup,  # noqa: F401
                                   parse_assignment, plain, read_yaml, sections, set_value, show)
 from vitlab.model.config import Pooling, PositionEmbeddingKind
+from vitlab.model.runtime import Device, PrecisionName
 
 Interpolation = Literal["bilinear", "bicubic", "nearest"]
 
@@ -136,8 +137,8 @@ class RunSpec:
 
     out: str | None = None
     seed: int = 0
-    device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
-    precision: Literal["auto", "bf16", "fp16", "fp32"] = "auto"
+    device: Device = "auto"
+    precision: PrecisionName = "auto"
     eval_every: int | None = None  # steps; None: at the end of every epoch
     log_every: int = 50  # steps between log lines when stderr is not a terminal
     ckpt_every_steps: int | None = None  # besides every evaluation and the end of the run
