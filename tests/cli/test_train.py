@@ -15,7 +15,8 @@ from PIL import Image
 
 from helpers import TINY_FLAGS
 from vitlab.cli import build_parser, main
-from vitlab.cli.train import build_config, write_digit_samples
+from vitlab.cli.demo import write_digit_samples
+from vitlab.cli.train import build_config
 
 METRIC_KEYS = {"step", "epoch", "loss", "lr", "val_top1", "val_top5", "images_per_s"}
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 # Modules of vitlab.cli, each registering one or more subcommands.
 COMMAND_MODULES = [
-    "models", "analyze", "evaluate_fewshot", "data", "bench", "export", "serve", "weights", "train", "evaluate",
-    "experiment",
+    "models", "analyze", "evaluate_fewshot", "data", "bench", "export", "serve", "weights", "train", "predict", "demo",
+    "evaluate", "experiment",
 ]
 
 
@@ -32,6 +32,26 @@ def add_checkpoint_argument(parser: argparse.ArgumentParser) -> None:
     """--ckpt, as every command that reads a model spells it, and the memory the model may take."""
     parser.add_argument("--ckpt", required=True, metavar="CKPT", help=CKPT_HELP)
     add_memory_argument(parser)
+
+
+DEVICE_HELP = "where to run the model (default: auto)"
+
+
+def add_runtime_arguments(parser: argparse.ArgumentParser, *, default: str | None = "auto",
+                          device_help: str | None = None, precision_help: str | None = None,
+                          precision: bool = True) -> None:
+    """--device and --precision, their choices the one list of each (vitlab.model.runtime)."""
+    from vitlab.model.runtime import DEVICES, PRECISIONS
+
+    parser.add_argument("--device", choices=DEVICES, default=default, help=device_help)
+    if precision:
+        parser.add_argument("--precision", choices=PRECISIONS, default=default, help=precision_help)
+
+
+def preview(names: list[str], count: int = 5) -> str:
+    """The first few of a list of names and how many there are: "[a, b, ...] (10)"."""
+    shown = ", ".join(map(str, names[:count]))
+    return f"[{shown}{', ...' if len(names) > count else ''}] ({len(names)})"
 
 
 def add_memory_argument(parser: argparse.ArgumentParser) -> None:

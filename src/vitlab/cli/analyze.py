@@ -12,16 +12,11 @@ import logging
 
 import torch
 
-from . import add_checkpoint_argument
+from . import DEVICE_HELP, add_checkpoint_argument, add_runtime_arguments
 
 logger = logging.getLogger("vitlab")
 
 DEFAULT_IMAGES = 128
-
-
-def add_device_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda", "mps"),
-                        help="where to run the model (default: auto)")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -45,7 +40,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--show", type=int, default=6, help="images drawn with their maps (default: 6)")
     parser.add_argument("--max-images", type=int, default=DEFAULT_IMAGES,
                         help=f"images read at most, all used for the attention distance (default: {DEFAULT_IMAGES})")
-    add_device_argument(parser)
+    add_runtime_arguments(parser, device_help=DEVICE_HELP, precision=False)
     parser.set_defaults(func=run)
 
 
@@ -71,7 +66,7 @@ def load_images(paths: list[str] | None, transform, limit: int) -> torch.Tensor:
 def run(args: argparse.Namespace) -> int:
     from vitlab.analysis import analyze, parse_what
     from vitlab.evaluate.predict import eval_transform
-    from vitlab.train.precision import resolve_device
+    from vitlab.model.runtime import resolve_device
     from vitlab.cli import load_checkpoint
 
     what = parse_what(args.what)  # a bad --what fails before the model is loaded

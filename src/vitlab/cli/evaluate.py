@@ -17,8 +17,8 @@ import json
 import logging
 from pathlib import Path
 
-from . import UserError, add_checkpoint_argument, load_checkpoint, memory_limit, writable_file
-from .train import DEVICES, PRECISIONS, _preview
+from . import (UserError, add_checkpoint_argument, add_runtime_arguments, load_checkpoint, memory_limit, preview,
+               writable_file)
 
 log = logging.getLogger("vitlab")
 
@@ -72,8 +72,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "of the training images), train (what the run trained on), or all of them")
     parser.add_argument("--image-size", type=int, help="evaluate at this resolution (E_pos resampled)")
     parser.add_argument("--batch-size", type=int, metavar="N", help="default: the run's evaluation batch, else 64")
-    parser.add_argument("--device", choices=DEVICES, help="default: the run's, else auto")
-    parser.add_argument("--precision", choices=PRECISIONS, help="default: the run's, else auto")
+    add_runtime_arguments(parser, default=None, device_help="default: the run's, else auto",
+                          precision_help="default: the run's, else auto")
     parser.add_argument("--workers", type=int, default=0, help="data-loader worker processes")
     parser.add_argument("--seed", type=int, help="seed of the held-out split (default: the run's)")
     parser.add_argument("--val-fraction", type=float, metavar="X",
@@ -131,7 +131,7 @@ def run_eval(args: argparse.Namespace) -> int:
     from vitlab.evaluate.predict import eval_transform
     from vitlab.train.loader import eval_loader
     from vitlab.model.budget import check_memory
-    from vitlab.train.precision import resolve_device, resolve_precision
+    from vitlab.model.runtime import resolve_device, resolve_precision
 
     run, run_file = read_run(args.ckpt)
     settings = resolve_settings(args, run, run_file)
@@ -158,8 +158,8 @@ def run_eval(args: argparse.Namespace) -> int:
                            max_bad_fraction=settings.max_bad_fraction, check_splits=check_splits)
     names = model.config.class_names
     if names is not None and list(names) != list(splits.class_names):
-        raise ValueError(f"{args.ckpt} was trained on classes {_preview(names)}, but {settings.data} has "
-                         f"{_preview(splits.class_names)}")
+        raise ValueError(f"{args.ckpt} was trained on classes {preview(names)}, but {settings.data} has "
+                         f"{preview(splits.class_names)}")
     if splits.held_out and run is None:
         log.info("%s has no run.yaml: %s's validation images held out with seed %d, val_fraction %g "
                  "(pass the training run's --seed and --val-fraction)", args.ckpt, settings.data, settings.seed,

@@ -6,8 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from . import add_checkpoint_argument
-from .analyze import add_device_argument
+from . import DEVICE_HELP, add_checkpoint_argument, add_runtime_arguments
 
 
 def parse_shots(text: str) -> list[int]:
@@ -40,7 +39,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--workers", type=int, default=0, help="data-loading processes (default: 0)")
     parser.add_argument("--out", help="also write the results to this JSON file")
-    add_device_argument(parser)
+    add_runtime_arguments(parser, device_help=DEVICE_HELP, precision=False)
     parser.set_defaults(func=run)
 
 
@@ -48,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     from vitlab.data import load_datasets
     from vitlab.evaluate import evaluate_representation
     from vitlab.evaluate.predict import eval_transform
-    from vitlab.train.precision import resolve_device
+    from vitlab.model.runtime import resolve_device
     from vitlab.cli import load_checkpoint
 
     if args.seeds < 1:

@@ -1,5 +1,5 @@
-"""`vitlab train | finetune | predict | demo` (and `eval`, in evaluate.py): the command-line face
-of vitlab.train and vitlab.evaluate. Flags become fields of a typed TrainConfig; the trainer never sees argparse.
+"""`vitlab train | finetune`: the command-line face of vitlab.train. Flags become fields of a typed
+TrainConfig; the trainer never sees argparse.
 
 Precedence, lowest first: the recipe, `--config FILE`, the flags, `--set key=value`.
 """
@@ -7,13 +7,10 @@ Precedence, lowest first: the recipe, `--config FILE`, the flags, `--set key=val
 from __future__ import annotations
 
 import argparse
-import json
 import logging
-import shlex
 import sys
-from pathlib import Path
 
-from . import add_checkpoint_argument, add_memory_argument
+from . import CKPT_HELP, add_memory_argument, add_runtime_arguments
 
 log = logging.getLogger("vitlab")
 
@@ -21,7 +18,7 @@ log = logging.getLogger("vitlab")
 FLAG_KEYS = {
     "data": "data.source",
     "model": "model.variant",
-    "init": "model.init",
+    "ckpt": "model.init",
     "out": "run.out",
     "image_size": "model.image_size",
     "epochs": "schedule.epochs",
@@ -42,13 +39,11 @@ FLAG_KEYS = {
     "max_bad_steps": "run.max_bad_steps",
     "ema": "optim.ema_decay",
     "compile": "run.compile",
-    "grad_ckpt": "run.grad_checkpointing",
+    "grad_checkpointing": "run.grad_checkpointing",
     "memory_limit": "run.memory_limit",
     "data_parallel": "run.data_parallel",
     "download": "data.download",
 }
-DEVICES = ("auto", "cpu", "cuda", "mps")
-PRECISIONS = ("auto", "bf16", "fp16", "fp32")
 SIGNAL_EXIT = {"SIGINT": 130, "SIGTERM": 143}
 
 
@@ -69,27 +64,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Load CKPT, replace its head by a zero-initialised one for the new classes, resample the "
                     f"position embeddings if --image-size differs, and train. Recipes: {recipes} "
                     "(default paper-finetune).")
-    finetune.add_argument("--init", metavar="CKPT", required=True, help="anything vitlab.load accepts")
+    # --ckpt as every command that reads a model spells it; --init, its earlier name, still works.
+    finetune.add_argument("--ckpt", "--init", dest="ckpt", metavar="CKPT", required=True, help=CKPT_HELP)
     _add_training_flags(finetune)
     finetune.set_defaults(func=run_train, default_recipe="paper-finetune")
-
-    predict = subparsers.add_parser("predict", help="class probabilities for image files")
-    add_checkpoint_argument(predict)
-    predict.add_argument("images", nargs="+", metavar="IMAGE_OR_DIR", help="image files or folders of them")
-    predict.add_argument("--topk", type=int, default=5, metavar="K", help="classes shown per image (default 5)")
-    predict.add_argument("--json", action="store_true", help="print JSON instead of text")
-    predict.add_argument("--runtime", choices=("torch", "onnx"), default="torch",
-                         help="onnx: --ckpt is a file from `vitlab export --format onnx`, run by onnxruntime")
-    _add_inference_flags(predict)
-    predict.set_defaults(func=run_predict)
-
-    demo = subparsers.add_parser(
-        "demo", help="train a small ViT on the built-in digits, evaluate it, predict a few images",
-        description="Runs `vitlab train --recipe demo`, `vitlab eval` and `vitlab predict` on a few digits "
-                    "saved as PNG, printing each command first.")
-    demo.add_argument("--out", default="runs/demo", metavar="DIR", help="model folder (default runs/demo)")
-    demo.add_argument("--samples", type=int, default=6, help="validation digits to save and predict")
-    demo.set_defaults(func=run_demo)
 
 
 def _add_training_flags(parser: argparse.ArgumentParser) -> None:
@@ -109,9 +87,8 @@ def _add_training_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lr", type=float, metavar="X", help="peak learning rate")
     parser.add_argument("--seed", type=int, metavar="N")
     parser.add_argument("--resume", action="store_true", default=None, help="continue from DIR/checkpoints/latest")
-    parser.add_argument("--device", choices=DEVICES)
-    parser.add_argument("--precision", choices=PRECISIONS,
-                        help="auto: bf16 on GPUs with bf16, fp16 on other GPUs, fp32 on CPU")
+    add_runtime_arguments(parser, default=None,
+                          precision_help="auto: bf16 on GPUs with bf16, fp16 on other GPUs, fp32 on CPU")
     parser.add_argument("--workers", type=int, metavar="N", help="data-loader worker processes")
     parser.add_argument("--threads", type=int, metavar="N", help="CPU threads for torch")
     parser.add_argument("--eval-every", type=int, metavar="STEPS", help="default: every epoch")
@@ -123,17 +100,12 @@ def _add_training_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ema", type=float, nargs="?", const=0.9999, metavar="DECAY",
                         help="average the weights (Polyak/EMA; default decay 0.9999)")
     parser.add_argument("--compile", action="store_true", default=None, help="torch.compile the model")
-    parser.add_argument("--grad-ckpt", action="store_true", default=None, help="gradient checkpointing")
+    parser.add_argument("--grad-checkpointing", "--grad-ckpt", dest="grad_checkpointing", action="store_true",
+                        default=None, help="gradient checkpointing (recompute activations in the backward pass)")
     add_memory_argument(parser)
     parser.add_argument("--data-parallel", choices=("ddp", "fsdp"),
                         help="under torchrun: ddp copies the model to every process, fsdp shards it (default ddp)")
     parser.add_argument("--download", action="store_true", default=None, help="fetch CIFAR-10/100 if missing")
-
-
-def _add_inference_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--batch-size", type=int, default=64, metavar="N")
-    parser.add_argument("--device", choices=DEVICES, default="auto")
-    parser.add_argument("--precision", choices=PRECISIONS, default="auto")
 
 
 # -- train / finetune --------------------------------------------------------------------------------
@@ -162,7 +134,7 @@ def build_config(args: argparse.Namespace):
         origins[key] = f"--set {text}"
         set_value(config, key, value, origins[key])
     if args.command == "finetune" and not config.model.init:
-        raise ValueError("finetune needs --init CKPT")
+        raise ValueError("finetune needs --ckpt CKPT")
     return config.validate(origins)
 
 
@@ -193,99 +165,4 @@ def run_train(args: argparse.Namespace) -> int:
           f"in {summary['wall_time_s']:.0f} s")
     print(f"model folder: {result.out}  (vitlab.load({str(result.out)!r}))")
     print(f"training curve: {result.out / 'training_curve.png'}")
-    return 0
-
-
-# -- predict -------------------------------------------------------------------------------------------
-def _load_for_inference(args: argparse.Namespace, **overrides):
-    from vitlab.cli import load_checkpoint, memory_limit
-    from vitlab.model.budget import check_memory
-    from vitlab.train.precision import resolve_device, resolve_precision
-
-    device = resolve_device(args.device)
-    precision = resolve_precision(args.precision, device)
-    model = load_checkpoint(args, **overrides)
-    check_memory(model.config, args.batch_size, limit=memory_limit(args), source=str(args.ckpt))  # this command's batch
-    return model.to(device).eval(), device, precision
-
-
-def _preview(names: list[str], count: int = 5) -> str:
-    shown = ", ".join(map(str, names[:count]))
-    return f"[{shown}{', ...' if len(names) > count else ''}] ({len(names)})"
-
-
-def run_predict(args: argparse.Namespace) -> int:
-    from vitlab.cli import UserError
-    from vitlab.data import BadImageError, read_image
-    from vitlab.data.images import image_files
-    from vitlab.evaluate import predict_images
-
-    if args.topk < 1:
-        raise UserError(f"--topk must be >= 1, got {args.topk}")
-    if args.batch_size < 1:
-        raise UserError(f"--batch-size must be >= 1, got {args.batch_size}")
-    files = image_files(args.images)
-    images, readable = [], []
-    for path in files:
-        try:
-            images.append(read_image(path))
-            readable.append(path)
-        except BadImageError as error:
-            print(f"vitlab predict: skipping {error}", file=sys.stderr)
-    if not images:
-        raise UserError("none of the images can be read")
-    if args.runtime == "onnx":  # same preprocessing and top-k: the ONNX file runs as a vitlab model
-        from vitlab.export import OnnxModel
-
-        predictions = predict_images(OnnxModel(args.ckpt), images, topk=args.topk, batch_size=args.batch_size)
-    else:
-        model, _, precision = _load_for_inference(args)
-        predictions = predict_images(model, images, topk=args.topk, batch_size=args.batch_size,
-                                     autocast=precision.autocast)
-    if args.json:
-        print(json.dumps([{"path": str(path), "top": [{"label": label, "prob": prob} for label, prob in p.top]}
-                          for path, p in zip(readable, predictions)], indent=2))
-    else:
-        for path, prediction in zip(readable, predictions):
-            print(f"{path}: " + ", ".join(f"{label} ({prob:.3f})" for label, prob in prediction.top))
-    return 0 if len(readable) == len(files) else 1
-
-
-# -- demo ------------------------------------------------------------------------------------------------
-def write_digit_samples(directory: Path, count: int) -> list[Path]:
-    """Save the first `count` validation digits as PNG files named after their true label."""
-    from vitlab.data import load_datasets
-
-    directory.mkdir(parents=True, exist_ok=True)
-    val = load_datasets("digits", None, None).val
-    paths = []
-    for index in range(min(count, len(val))):
-        image, label = val[index]
-        path = directory / f"val{index:03d}-true{label}.png"
-        image.save(path)
-        paths.append(path)
-    return paths
-
-
-def run_demo(args: argparse.Namespace) -> int:
-    from vitlab.cli import main
-
-    out = Path(args.out)
-    samples = out / "samples"
-    commands = [
-        ["train", "--recipe", "demo", "--data", "digits", "--out", str(out)],
-        ["eval", "--ckpt", str(out), "--data", "digits", "--out", str(out / "eval.json")],
-        ["predict", "--ckpt", str(out), str(samples), "--topk", "3"],
-    ]
-    if (out / "checkpoints").is_dir():
-        commands[0].append("--resume")  # a second `make demo` continues (or re-reports) the first
-    for command in commands:
-        if command[0] == "predict":
-            write_digit_samples(samples, args.samples)
-            print(f"(wrote {args.samples} validation digits to {samples}/)", flush=True)
-        print(f"\n$ vitlab {shlex.join(command)}", flush=True)
-        status = main(command)
-        if status:
-            return status
-    print(f"\nmodel folder: {out}\ntraining curve: {out / 'training_curve.png'}\nmetrics: {out / 'metrics.jsonl'}")
     return 0
