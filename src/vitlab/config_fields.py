@@ -163,6 +163,22 @@ def show(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
+
+# -- preprocessing values: one rule each for the layers that take them (a model's Preprocessing, a run's
+# data section, data/transforms.py), here because data may not import the model ------------------------
+Interpolation = Literal["bilinear", "bicubic", "nearest"]
+INTERPOLATIONS: tuple[str, ...] = typing.get_args(Interpolation)
+CROP_PCT_RULE = "must be in (0, 1]"  # evaluation resizes to size / crop_pct, then crops size
+STD_RULE = "must be positive"  # normalisation divides by it
+
+
+def crop_pct_ok(crop_pct: float) -> bool:
+    return 0.0 < crop_pct <= 1.0
+
+
+def std_ok(std: Any) -> bool:
+    return all(s > 0 for s in std)
+
 # -- configs of sections: setting values by key ------------------------------------------------------
 def sections(cls: type) -> dict[str, type]:
     """The fields of a config that are themselves dataclasses, by name, with their classes."""

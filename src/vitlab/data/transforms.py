@@ -16,15 +16,13 @@ from PIL import Image
 from torchvision.transforms import InterpolationMode
 from torchvision.transforms import v2
 
+from vitlab.config_fields import CROP_PCT_RULE, crop_pct_ok, std_ok
+from vitlab.config_fields import INTERPOLATIONS as INTERPOLATION_NAMES
+
 from .randaugment import RandAugment
 
-INTERPOLATIONS = {
-    "bicubic": InterpolationMode.BICUBIC,
-    "bilinear": InterpolationMode.BILINEAR,
-    "nearest": InterpolationMode.NEAREST,
-}
-PIL_INTERPOLATIONS = {"bicubic": Image.Resampling.BICUBIC, "bilinear": Image.Resampling.BILINEAR,
-                      "nearest": Image.Resampling.NEAREST}
+INTERPOLATIONS = {name: InterpolationMode(name) for name in INTERPOLATION_NAMES}
+PIL_INTERPOLATIONS = {name: Image.Resampling[name.upper()] for name in INTERPOLATION_NAMES}
 
 
 def _size_pair(image_size: int | Sequence[int]) -> tuple[int, int]:
@@ -60,11 +58,11 @@ def build_transforms(
     height, width = _size_pair(image_size)
     if interpolation not in INTERPOLATIONS:
         raise ValueError(f"unknown interpolation {interpolation!r}; choose one of {sorted(INTERPOLATIONS)}")
-    if not 0.0 < crop_pct <= 1.0:
-        raise ValueError(f"crop_pct must be in (0, 1], got {crop_pct}")
+    if not crop_pct_ok(crop_pct):
+        raise ValueError(f"crop_pct {CROP_PCT_RULE}, got {crop_pct}")
     if not 0.0 < scale[0] <= scale[1] <= 1.0:
         raise ValueError(f"scale must satisfy 0 < min <= max <= 1, got {scale}")
-    if len(mean) != len(std) or any(s <= 0 for s in std):
+    if len(mean) != len(std) or not std_ok(std):
         raise ValueError(f"mean {tuple(mean)} and std {tuple(std)} must have equal length, std positive")
     mode = INTERPOLATIONS[interpolation]
 

@@ -15,7 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from vitlab.config_fields import ConfigError, check_fields
+from vitlab.config_fields import (CROP_PCT_RULE, INTERPOLATIONS, STD_RULE, ConfigError, Interpolation, check_fields,
+                                  crop_pct_ok, std_ok)
 
 if TYPE_CHECKING:
     from .resnet import ResNetConfig
@@ -27,15 +28,16 @@ Activation = Literal["gelu", "gelu_tanh"]
 GapNorm = Literal["before_pool", "after_pool"]
 ResampleMode = Literal["bicubic", "bilinear", "linear_zoom", "bicubic_aligned"]
 
-POOLINGS = ("token", "gap", "flatten")
-POSITION_EMBEDDINGS = ("learned", "none", "2d", "sincos", "relative", "relative_bias")
+# The allowed values of each, from the one definition above: the checks below and the CLI's choices.
+POOLINGS: tuple[str, ...] = typing.get_args(Pooling)
+POSITION_EMBEDDINGS: tuple[str, ...] = typing.get_args(PositionEmbeddingKind)
 # Table 8's columns: E_pos added once to the input (the default), one E_pos per layer added before
 # that layer, or one E_pos added before every layer. The paper has the last two for 1-D and 2-D only.
-POSITION_EMBEDDING_AT = ("input", "every_layer", "every_layer_shared")
+POSITION_EMBEDDING_AT: tuple[str, ...] = typing.get_args(PositionEmbeddingAt)
 PER_LAYER_POSITION_EMBEDDINGS = ("learned", "2d")
-ACTIVATIONS = ("gelu", "gelu_tanh")
-GAP_NORMS = ("before_pool", "after_pool")
-RESAMPLE_MODES = ("bicubic", "bilinear", "linear_zoom", "bicubic_aligned")
+ACTIVATIONS: tuple[str, ...] = typing.get_args(Activation)
+GAP_NORMS: tuple[str, ...] = typing.get_args(GapNorm)
+RESAMPLE_MODES: tuple[str, ...] = typing.get_args(ResampleMode)
 
 
 def as_pair(value: int | tuple[int, int] | list[int]) -> tuple[int, int]:
@@ -63,18 +65,18 @@ class Preprocessing:
     mean: tuple[float, float, float] = (0.5, 0.5, 0.5)  # vit_jax maps pixels to [-1, 1]
     std: tuple[float, float, float] = (0.5, 0.5, 0.5)
     crop_pct: float = 0.875
-    interpolation: Literal["bilinear", "bicubic", "nearest"] = "bicubic"
+    interpolation: Interpolation = "bicubic"
 
     def __post_init__(self) -> None:
         try:
             check_fields(self, _hints(Preprocessing))
         except ConfigError as error:
             raise ConfigError(f"preprocessing.{error}") from None
-        if any(s <= 0 for s in self.std):
-            raise ConfigError(f"std must be positive, got {self.std}")
-        if not 0.0 < self.crop_pct <= 1.0:
-            raise ConfigError(f"crop_pct must be in (0, 1], got {self.crop_pct}")
-        if self.interpolation not in ("bilinear", "bicubic", "nearest"):
+        if not std_ok(self.std):
+            raise ConfigError(f"std {STD_RULE}, got {self.std}")
+        if not crop_pct_ok(self.crop_pct):
+            raise ConfigError(f"crop_pct {CROP_PCT_RULE}, got {self.crop_pct}")
+        if self.interpolation not in INTERPOLATIONS:
             raise ConfigError(f"unknown interpolation {self.interpolation!r}")
 
 

@@ -18,13 +18,11 @@ from typing import Any, Literal
 import yaml
 
 # The engine that sets and reads these configs; its names stay importable from here.
-from vitlab.config_fields import (ConfigError, apply_mapping, coerce, describe, finite_checks, lookup,  # noqa: F401
-                                  parse_assignment, plain, read_yaml, sections, set_value, show)
+from vitlab.config_fields import (CROP_PCT_RULE, STD_RULE, ConfigError, Interpolation,  # noqa: F401
+                                  apply_mapping, coerce, crop_pct_ok, describe, finite_checks, lookup,
+                                  parse_assignment, plain, read_yaml, sections, set_value, show, std_ok)
 from vitlab.model.config import Pooling, PositionEmbeddingKind
 from vitlab.model.runtime import Device, PrecisionName
-
-Interpolation = Literal["bilinear", "bicubic", "nearest"]
-
 
 @dataclass
 class ModelSpec:
@@ -213,8 +211,8 @@ def _range_checks(config: TrainConfig) -> list[tuple[str, bool, str]]:
         ("data.dev_fraction", d.dev_fraction is None or 0.0 < d.dev_fraction < 1.0, "must be in (0, 1) or null"),
         ("data.workers", d.workers >= 0, "must be >= 0"),
         ("data.max_bad_fraction", 0.0 <= d.max_bad_fraction < 1.0, fraction),
-        ("data.std", d.std is None or min(d.std) > 0, "must be positive"),
-        ("data.crop_pct", d.crop_pct is None or 0.0 < d.crop_pct <= 1.0, "must be in (0, 1]"),
+        ("data.std", d.std is None or std_ok(d.std), STD_RULE),
+        ("data.crop_pct", d.crop_pct is None or crop_pct_ok(d.crop_pct), CROP_PCT_RULE),
         ("augment.crop_scale", 0.0 < a.crop_scale[0] <= a.crop_scale[1] <= 1.0, "must satisfy 0 < min <= max <= 1"),
         ("augment.crop_ratio", 0.0 < a.crop_ratio[0] <= a.crop_ratio[1], "must satisfy 0 < min <= max"),
         ("augment.randaugment", a.randaugment is None or (a.randaugment[0] > 0 and 0 <= a.randaugment[1] <= 30),
