@@ -9,6 +9,9 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import typing
+
+from vitlab.train.config import DataParallel
 
 from . import CKPT_HELP, add_memory_argument, add_runtime_arguments
 
@@ -103,7 +106,7 @@ def _add_training_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--grad-checkpointing", "--grad-ckpt", dest="grad_checkpointing", action="store_true",
                         default=None, help="gradient checkpointing (recompute activations in the backward pass)")
     add_memory_argument(parser)
-    parser.add_argument("--data-parallel", choices=("ddp", "fsdp"),
+    parser.add_argument("--data-parallel", choices=typing.get_args(DataParallel),
                         help="under torchrun: ddp copies the model to every process, fsdp shards it (default ddp)")
     parser.add_argument("--download", action="store_true", default=None, help="fetch CIFAR-10/100 if missing")
 

@@ -14,6 +14,7 @@ shows more of the image (zooms out).
 from __future__ import annotations
 
 import math
+import typing
 from typing import Literal
 
 import torch
@@ -25,7 +26,7 @@ FillMode = Literal["reflect", "constant"]
 def affine_warp(image: torch.Tensor, matrix: tuple[float, float, float, float, float, float],
                 fill_mode: FillMode = "reflect") -> torch.Tensor:
     """Output (x, y) <- input (a0 x + a1 y + a2, b0 x + b1 y + b2), bilinear, for an image (C, H, W)."""
-    if fill_mode not in ("reflect", "constant"):
+    if fill_mode not in typing.get_args(FillMode):
         raise ValueError(f"fill_mode must be 'reflect' or 'constant', got {fill_mode!r}")
     _, height, width = image.shape
     a0, a1, a2, b0, b1, b2 = matrix

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import torch
@@ -90,6 +91,9 @@ def take_fraction(dataset: torch.utils.data.Dataset, fraction: float, seed: int)
         members = order[labels[order] == label]
         keep.append(members[:max(1, round(fraction * len(members)))])
     return dataset.subset(np.sort(np.concatenate(keep)), dataset.transform)
+
+
+HoldOut = Literal["stratified", "last"]  # the ways hold_out takes a dev split; a run's data.dev_split
 
 
 def hold_out(dataset: torch.utils.data.Dataset, fraction: float, seed: int, how: str = "stratified",

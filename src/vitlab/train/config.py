@@ -21,8 +21,12 @@ import yaml
 from vitlab.config_fields import (CROP_PCT_RULE, STD_RULE, ConfigError, Interpolation,  # noqa: F401
                                   apply_mapping, coerce, crop_pct_ok, describe, finite_checks, lookup,
                                   parse_assignment, plain, read_yaml, sections, set_value, show, std_ok)
+from vitlab.data.keras_augment import FillMode
+from vitlab.data.splits import HoldOut
 from vitlab.model.config import Pooling, PositionEmbeddingKind
 from vitlab.model.runtime import Device, PrecisionName
+DataParallel = Literal["ddp", "fsdp"]  # under torchrun: replicate the model, or shard it (distributed.py)
+
 
 @dataclass
 class ModelSpec:
@@ -77,7 +81,7 @@ class DataSpec:
     # "stratified": seeded and class-balanced (paper Appendix B.1.1); "last": the last images, as
     # Keras' validation_split.
     dev_fraction: float | None = None
-    dev_split: Literal["stratified", "last"] = "stratified"
+    dev_split: HoldOut = "stratified"
     workers: int = 0
     download: bool = False
     max_bad_fraction: float = 0.01
@@ -98,7 +102,7 @@ class AugmentSpec:
     # Keras' RandomRotation and RandomZoom (data/keras_augment.py), after the crop, flip and normalisation.
     rotation: float = 0.0  # degrees either way (Keras' factor x 360)
     zoom: float = 0.0  # a zoom per axis, each uniform in 1 +- zoom
-    fill_mode: Literal["reflect", "constant"] = "reflect"  # what rotation and zoom show beyond the border
+    fill_mode: FillMode = "reflect"  # what rotation and zoom show beyond the border
     mixup: float = 0.0  # Beta(alpha, alpha); 0 turns it off
     cutmix: float = 0.0
     label_smoothing: float = 0.0
@@ -147,7 +151,7 @@ class RunSpec:
     compile: bool = False
     grad_checkpointing: bool = False
     keep_best: bool = False  # end with the weights of the evaluation with the best val top-1 (Keras' save_best_only)
-    data_parallel: Literal["ddp", "fsdp"] = "ddp"  # under torchrun: replicate the model, or shard it (L, H)
+    data_parallel: DataParallel = "ddp"  # under torchrun: replicate the model, or shard it (L, H)
     threads: int | None = None  # torch.set_num_threads during fit; None keeps torch's (one per core)
     memory_limit: float | None = None  # GiB the model and a batch may take; None: half the memory available
 
