@@ -34,8 +34,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "lr-sweep: the grid (default Table 4's for --row)")
     parser.add_argument("--row", default="pets", help="lr-sweep: the Table 4 row whose steps, grid and dev fraction "
                         "it uses: imagenet, cifar100, cifar10, pets, flowers, vtab (default pets)")
-    parser.add_argument("--init", metavar="CKPT", help="lr-sweep: fine-tune this checkpoint (default: the small ViT "
-                        "from scratch)")
+    parser.add_argument("--ckpt", "--init", dest="init", metavar="CKPT",  # --init: its earlier name
+                        help="lr-sweep: fine-tune this checkpoint (default: the small ViT from scratch)")
     parser.add_argument("--pretrain-data", help="pretrain-transfer: a source to pre-train on (default: FractalDB "
                         "generated into DIR/fractaldb)")
     parser.add_argument("--pretrain-steps", type=int, help="pretrain-transfer: pre-training steps (default 1000)")

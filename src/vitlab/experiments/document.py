@@ -35,7 +35,7 @@ reruns each on your data and budget with one command:
 # options: --budget-steps N --seeds 0 1 2 --image-size 32 --threads 1
 #          --fractions 0.1 0.25 0.5 1 (data-scaling)   --lrs 3e-4 1e-3 3e-3 1e-2 (pooling)
 #          --pretrain-data SRC --pretrain-steps N --fractal-classes C --fractal-per-class N --fractal-size S
-#          --row pets --init CKPT (lr-sweep)
+#          --row pets --ckpt CKPT (lr-sweep)
 ```
 
 ```python

@@ -9,7 +9,7 @@ Every run is the `paper-finetune:ROW` recipe (SGD, cosine, no weight decay, clip
 row's steps (or --budget-steps, warm-up scaled alike) and batch (capped at the training images). One
 run per learning rate of the row's grid on the training set less a stratified dev split of the row's
 fraction; the learning rate with the best mean dev top-1 (the smaller on a tie) then trains on the
-whole training set, and the source's validation split is its test split. --init fine-tunes a
+whole training set, and the source's validation split is its test split. --ckpt fine-tunes a
 checkpoint; without it the experiments' small ViT trains from scratch.
 """
 

@@ -5,7 +5,7 @@ should reach. A name may carry a dataset after a colon to pick that dataset's ro
 tables (vitlab.train.paper_tables): `paper-pretrain:imagenet21k:L/16`, `paper-finetune:pets`.
 
     vitlab train --recipe small-data --data cifar10:DATA --model Ti/4 --image-size 32 --out runs/c10
-    vitlab finetune --recipe paper-finetune:cifar10 --init B16.npz --data cifar10:DATA --out runs/ft
+    vitlab finetune --recipe paper-finetune:cifar10 --ckpt B16.npz --data cifar10:DATA --out runs/ft
 """
 
 from __future__ import annotations
