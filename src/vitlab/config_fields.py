@@ -6,8 +6,8 @@ runs it over every field of a config dataclass, so that a config.json with `"qkv
 `"num_classes": 10.5` is refused where it is read instead of failing (or passing) deep in the model.
 
 A config made of sections (a dataclass whose fields are dataclasses, such as TrainConfig) is changed
-by key: `set_value(config, "optim.lr", "1e-3", origin)`, `apply_mapping(config, yaml_document, origin)`
-and `parse_assignment("optim.lr=1e-3")` for `--set`. The config class may declare, as class
+by key: `set_value(config, "optim.lr", "1e-3", origin)` and `apply_mapping(config, yaml_document, origin)`
+(the YAML itself, of files and of `--set`, is read by vitlab.textfiles). The config class may declare, as class
 variables, `EXCLUSIVE` (setting one key clears another), `ZERO_MEANS_UNSET` (keys whose 0 clears
 nothing), `SET_ELSEWHERE` (top-level keys and how they are set instead) and `RENAMED` (old keys a
 file may still hold, and their new names).
@@ -21,10 +21,8 @@ import numbers
 import types
 import typing
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any, Literal, Union
 
-from vitlab import textfiles
 from vitlab.errors import ConfigError
 
 
@@ -260,28 +258,8 @@ def plain(value: Any) -> Any:
     return value
 
 
-# -- reading values: YAML files and --set key=value ------------------------------------------------
-def read_yaml(path: str | Path) -> dict[str, Any]:
-    """A YAML config file, bounded in size, without aliases (textfiles.py says why)."""
-    path = Path(path)
-    try:
-        content = textfiles.read_yaml(path)
-    except FileNotFoundError:
-        raise FileNotFoundError(f"config file {str(path)!r} does not exist") from None
-    except textfiles.TextFileError as error:
-        raise ConfigError(str(error)) from None
+def as_sections(content: Any, origin: str) -> dict[str, Any]:
+    """A YAML document that must be a mapping of sections; an empty file is none."""
     if content is not None and not isinstance(content, dict):
-        raise ConfigError(f"{path}: expected a mapping of sections, got {show(content)}")
+        raise ConfigError(f"{origin}: expected a mapping of sections, got {show(content)}")
     return content or {}
-
-
-def parse_assignment(text: str) -> tuple[str, Any]:
-    """"optim.lr=1e-3" -> ("optim.lr", 0.001); the value is read as YAML (numbers, lists, null)."""
-    key, sep, raw = text.partition("=")
-    if not sep or not key.strip():
-        raise ConfigError(f"--set {text!r}: expected KEY=VALUE, e.g. optim.lr=0.001")
-    try:
-        value = textfiles.load_yaml(raw, "--set") if raw.strip() else ""
-    except textfiles.TextFileError:
-        value = raw
-    return key.strip(), value

@@ -1,4 +1,4 @@
-"""Reading the small text files vitlab is given (config.json, run.yaml) with bounds on what they cost.
+"""Reading the small text files vitlab is given (config.json, run.yaml, `--set` values) with bounds on what they cost.
 
 A config is a few kilobytes. Without bounds, a config.json that is a link to /dev/urandom is read
 until memory runs out, a FIFO blocks forever, deep nesting overflows the parser's stack, and a
@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from vitlab.errors import ConfigError
 
 MAX_TEXT_BYTES = 16 * 2**20  # an HF config with ImageNet-21k's id2label is under 1 MiB
 
@@ -74,3 +76,26 @@ def load_yaml(text: str, source: str) -> Any:
 
 def read_yaml(path: str | Path, limit: int = MAX_TEXT_BYTES) -> Any:
     return load_yaml(read_text(path, limit), str(path))
+
+
+def read_config(path: str | Path) -> Any:
+    """A YAML config file (`--config`, a run.yaml): a missing file is named, any other problem is a ConfigError."""
+    path = Path(path)
+    try:
+        return read_yaml(path)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"config file {str(path)!r} does not exist") from None
+    except TextFileError as error:
+        raise ConfigError(str(error)) from None
+
+
+def parse_assignment(text: str) -> tuple[str, Any]:
+    """"optim.lr=1e-3" -> ("optim.lr", 0.001): `--set KEY=VALUE`, the value read as YAML (numbers, lists, null)."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"--set {text!r}: expected KEY=VALUE, e.g. optim.lr=0.001")
+    try:
+        value = load_yaml(raw, "--set") if raw.strip() else ""
+    except TextFileError:
+        value = raw
+    return key.strip(), value

@@ -18,9 +18,11 @@ from typing import Any, Literal
 import yaml
 
 # The engine that sets and reads these configs; its names stay importable from here.
+from vitlab import textfiles
 from vitlab.config_fields import (CROP_PCT_RULE, STD_RULE, ConfigError, Interpolation,  # noqa: F401
-                                  apply_mapping, coerce, crop_pct_ok, describe, finite_checks, lookup,
-                                  parse_assignment, plain, read_yaml, sections, set_value, show, std_ok)
+                                  apply_mapping, as_sections, coerce, crop_pct_ok, describe, finite_checks, lookup,
+                                  plain, sections, set_value, show, std_ok)
+from vitlab.textfiles import parse_assignment  # noqa: F401
 from vitlab.data.keras_augment import FillMode
 from vitlab.data.splits import HoldOut
 from vitlab.model.config import Pooling, PositionEmbeddingKind
@@ -253,6 +255,11 @@ def _range_checks(config: TrainConfig) -> list[tuple[str, bool, str]]:
         ("run.threads", r.threads is None or r.threads >= 1, "must be >= 1 or null"),
         ("run.memory_limit", r.memory_limit is None or r.memory_limit > 0, "must be > 0 GiB or null"),
     ]
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    """A YAML file of config sections (`--config`, a run.yaml), bounded and without aliases (textfiles.py)."""
+    return as_sections(textfiles.read_config(path), str(path))
 
 
 def read_run_config(path: str | Path) -> TrainConfig:
