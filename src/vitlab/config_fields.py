@@ -103,11 +103,17 @@ def from_mapping(cls: type, data: dict[str, Any], where: str) -> Any:
     from_dict = getattr(cls, "from_dict", None)
     if from_dict is not None:  # the class names its unknown keys itself
         return from_dict(data)
-    known = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(str(key) for key in set(data) - known)
+    unknown = unknown_keys(cls, data)
     if unknown:
-        raise ConfigError(f"{where}: unknown keys {', '.join(unknown)}; {cls.__name__} has {', '.join(sorted(known))}")
+        known = sorted(f.name for f in dataclasses.fields(cls))
+        raise ConfigError(f"{where}: unknown keys {', '.join(unknown)}; {cls.__name__} has {', '.join(known)}")
     return cls(**data)
+
+
+def unknown_keys(cls: Any, keys: Any) -> list[str]:
+    """The keys that name no field of the dataclass `cls`, sorted, for an error message."""
+    known = {f.name for f in dataclasses.fields(cls)}
+    return sorted(str(key) for key in set(keys) - known)
 
 
 def check_fields(instance: Any, hints: dict[str, Any], *, skip: tuple[str, ...] = ()) -> None:
@@ -127,11 +133,18 @@ def check_fields(instance: Any, hints: dict[str, Any], *, skip: tuple[str, ...] 
 
 
 def _is_literal(annotation: Any) -> bool:
+    return literal_values(annotation) is not None
+
+
+def literal_values(annotation: Any) -> tuple[Any, ...] | None:
+    """The allowed values of a Literal annotation (or of `Literal[...] | None`), else None."""
     if typing.get_origin(annotation) is Literal:
-        return True
+        return typing.get_args(annotation)
     if typing.get_origin(annotation) in (Union, types.UnionType):
-        return any(typing.get_origin(a) is Literal for a in typing.get_args(annotation))
-    return False
+        for option in typing.get_args(annotation):
+            if typing.get_origin(option) is Literal:
+                return typing.get_args(option)
+    return None
 
 
 def describe(annotation: Any) -> str:

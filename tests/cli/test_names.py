@@ -5,26 +5,15 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import types
 import typing
-from typing import Literal, Union
 
 import pytest
 
 from vitlab.cli import build_parser
+from vitlab.config_fields import literal_values
 from vitlab.cli.train import FLAG_KEYS, build_config
 from vitlab.model import runtime
 from vitlab.train.config import SECTIONS
-
-
-def _literal_values(annotation) -> tuple | None:
-    if typing.get_origin(annotation) is Literal:
-        return typing.get_args(annotation)
-    if typing.get_origin(annotation) in (Union, types.UnionType):
-        for option in typing.get_args(annotation):
-            if typing.get_origin(option) is Literal:
-                return typing.get_args(option)
-    return None
 
 
 def _commands() -> dict[str, argparse.ArgumentParser]:
@@ -39,7 +28,7 @@ def _choices(parser: argparse.ArgumentParser) -> dict[str, tuple]:
 # Each TrainConfig key with a Literal type -> its allowed values, the one definition.
 LITERAL_KEYS = {f"{section}.{f.name}": values for section, cls in SECTIONS.items()
                 for f in dataclasses.fields(cls)
-                if (values := _literal_values(typing.get_type_hints(cls)[f.name])) is not None}
+                if (values := literal_values(typing.get_type_hints(cls)[f.name])) is not None}
 
 
 @pytest.mark.parametrize("command", ["train", "finetune"])

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from vitlab.config_fields import (CROP_PCT_RULE, INTERPOLATIONS, STD_RULE, ConfigError, Interpolation, check_fields,
-                                  crop_pct_ok, std_ok)
+                                  crop_pct_ok, literal_values, std_ok, unknown_keys)
 
 if TYPE_CHECKING:
     from .resnet import ResNetConfig
@@ -209,25 +209,14 @@ class ViTConfig:
                 self.dim % self.num_heads == 0,
                 f"width {self.dim} is not divisible by {self.num_heads} heads; set num_heads or head_dim",
             )
-        check(self.pool in POOLINGS, f"unknown pool {self.pool!r}; choose one of {POOLINGS}")
-        check(
-            self.pos_embed in POSITION_EMBEDDINGS,
-            f"unknown pos_embed {self.pos_embed!r}; choose one of {POSITION_EMBEDDINGS}",
-        )
-        check(
-            self.pos_embed_at in POSITION_EMBEDDING_AT,
-            f"unknown pos_embed_at {self.pos_embed_at!r}; choose one of {POSITION_EMBEDDING_AT}",
-        )
+        # pool, pos_embed, pos_embed_at, pos_resample, act, gap_norm: each against its Literal type
+        for name, annotation in _hints(type(self)).items():
+            allowed, value = literal_values(annotation), getattr(self, name)
+            check(allowed is None or value in allowed, f"unknown {name} {value!r}; choose one of {allowed}")
         check(
             self.pos_embed_at == "input" or self.pos_embed in PER_LAYER_POSITION_EMBEDDINGS,
             f"pos_embed_at {self.pos_embed_at!r} needs a learned absolute E_pos {PER_LAYER_POSITION_EMBEDDINGS} "
             f"(Table 8), got pos_embed {self.pos_embed!r}",
-        )
-        check(self.act in ACTIVATIONS, f"unknown act {self.act!r}; choose one of {ACTIVATIONS}")
-        check(self.gap_norm in GAP_NORMS, f"unknown gap_norm {self.gap_norm!r}; choose one of {GAP_NORMS}")
-        check(
-            self.pos_resample in RESAMPLE_MODES,
-            f"unknown pos_resample {self.pos_resample!r}; choose one of {RESAMPLE_MODES}",
         )
         if self.pos_embed in ("2d", "sincos"):
             check(self.dim % 4 == 0 if self.pos_embed == "sincos" else self.dim % 2 == 0,
@@ -261,15 +250,13 @@ class ViTConfig:
     def from_dict(cls, data: dict[str, Any]) -> "ViTConfig":
         if not isinstance(data, dict):
             raise ConfigError(f"expected a mapping of ViT config fields, got {type(data).__name__}")
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(str(key) for key in set(data) - known)
+        unknown = unknown_keys(cls, data)
         if unknown:
             raise ConfigError(f"unknown ViT config keys: {', '.join(unknown)}")
         return cls(**data)
 
     def replace(self, **changes: Any) -> "ViTConfig":
-        known = {f.name for f in dataclasses.fields(self)}
-        unknown = sorted(set(changes) - known)
+        unknown = unknown_keys(self, changes)
         if unknown:
             raise ConfigError(f"unknown ViT config keys: {', '.join(unknown)}")
         return dataclasses.replace(self, **changes)
