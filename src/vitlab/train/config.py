@@ -17,16 +17,18 @@ from typing import Any, Literal
 
 import yaml
 
-# The engine that sets and reads these configs; its names stay importable from here.
 from vitlab import textfiles
-from vitlab.config_fields import (CROP_PCT_RULE, STD_RULE, ConfigError, Interpolation,  # noqa: F401
-                                  apply_mapping, as_sections, coerce, crop_pct_ok, describe, finite_checks, lookup,
-                                  plain, sections, set_value, show, std_ok)
-from vitlab.textfiles import parse_assignment  # noqa: F401
+from vitlab.config_fields import (CROP_PCT_RULE, STD_RULE, Interpolation, as_sections, crop_pct_ok, finite_checks,
+                                  lookup, plain, sections, std_ok)
 from vitlab.data.keras_augment import FillMode
 from vitlab.data.splits import HoldOut
 from vitlab.model.config import Pooling, PositionEmbeddingKind
 from vitlab.model.runtime import Device, PrecisionName
+
+# The engine that sets and reads these configs, importable from here as before it moved.
+from vitlab.config_fields import ConfigError, apply_mapping, coerce, describe, set_value, show  # noqa: F401
+from vitlab.textfiles import parse_assignment  # noqa: F401
+
 DataParallel = Literal["ddp", "fsdp"]  # under torchrun: replicate the model, or shard it (distributed.py)
 
 
