@@ -6,6 +6,13 @@ layers, so that entry (i, j) says how much output token i draws on input token j
 for an image is the row of the token the classifier reads: the class token, or for a GAP model the
 mean over the patch queries, since the classifier reads their mean.
 
+Two options of the widely used vit-explain implementation (Gildenblat) are keywords of
+`attention_rollout`: head fusion by the max or min over heads instead of the mean, and a discard
+ratio that zeroes the lowest weights before the residual is added. vit-explain ranks the weights
+over the whole T x T matrix of an image; here each row (query) drops its own lowest fraction, so
+every token keeps its strongest links. As there, the class token's attention to itself is never
+dropped.
+
 All attention comes from `model.forward_with_attention`, the pass that also gives the logits.
 """
 
@@ -19,18 +26,72 @@ import torch.nn.functional as F
 from torch import nn
 
 
-def attention_rollout(attentions: Sequence[torch.Tensor], add_residual: bool = True) -> torch.Tensor:
-    """Per-layer attention (B, heads, T, T) -> rolled-out attention (B, T, T), first layer to last."""
+HEAD_FUSIONS = ("mean", "max", "min")
+
+
+def layer_attention(
+    weights: torch.Tensor,
+    add_residual: bool = True,
+    *,
+    head_fusion: str = "mean",
+    discard_ratio: float = 0.0,
+    protected_token: int | None = 0,
+) -> torch.Tensor:
+    """One layer's attention (B, heads, T, T) -> the (B, T, T) token mixing that rollout multiplies.
+
+    Heads fused by `head_fusion`; then, per row, the lowest `discard_ratio` of the weights set to
+    zero, except (protected_token, protected_token), the class token's attention to itself (None:
+    a GAP model, nothing protected); then the identity added and the rows renormalised.
+    """
+    if head_fusion not in HEAD_FUSIONS:
+        raise ValueError(f"head fusion {head_fusion!r} is not one of {', '.join(HEAD_FUSIONS)}")
+    if not 0.0 <= discard_ratio < 1.0:
+        raise ValueError(f"discard ratio {discard_ratio} is outside [0, 1)")
+    weights = weights.float()
+    if head_fusion == "mean":
+        layer = weights.mean(dim=1)  # (B, T, T)
+    elif head_fusion == "max":
+        layer = weights.amax(dim=1)
+    else:
+        layer = weights.amin(dim=1)
+    tokens = layer.shape[-1]
+    dropped = int(tokens * discard_ratio)  # per row, rounded down as vit-explain does
+    if dropped:
+        lowest = layer.topk(dropped, dim=-1, largest=False).indices  # (B, T, dropped)
+        drop = torch.zeros_like(layer, dtype=torch.bool).scatter_(-1, lowest, True)
+        if protected_token is not None:
+            drop[:, protected_token, protected_token] = False
+        layer = layer.masked_fill(drop, 0.0)
+    if add_residual:
+        # z_l = z_{l-1} + MSA(z_{l-1}): half of each token comes straight through the skip.
+        layer = layer + torch.eye(tokens, device=layer.device)
+        layer = layer / layer.sum(dim=-1, keepdim=True)
+    return layer
+
+
+def attention_rollout(
+    attentions: Sequence[torch.Tensor],
+    add_residual: bool = True,
+    *,
+    head_fusion: str = "mean",
+    discard_ratio: float = 0.0,
+    protected_token: int | None = 0,
+) -> torch.Tensor:
+    """Per-layer attention (B, heads, T, T) -> rolled-out attention (B, T, T), first layer to last.
+
+    head_fusion ("mean", "max" or "min"), discard_ratio and protected_token: see `layer_attention`;
+    the defaults are the paper's rollout (mean over heads, nothing dropped).
+    """
     if not attentions:
         raise ValueError("attention rollout needs the attention of at least one layer, got none")
     rollout: torch.Tensor | None = None
     for weights in attentions:
-        layer = weights.float().mean(dim=1)  # (B, T, T): average over heads
-        if add_residual:
-            # z_l = z_{l-1} + MSA(z_{l-1}): half of each token comes straight through the skip.
-            layer = layer + torch.eye(layer.shape[-1], device=layer.device)
-            layer = layer / layer.sum(dim=-1, keepdim=True)
+        layer = layer_attention(
+            weights, add_residual, head_fusion=head_fusion, discard_ratio=discard_ratio,
+            protected_token=protected_token,
+        )
         rollout = layer if rollout is None else layer @ rollout  # token mixing of layer l after l-1
+    assert rollout is not None
     return rollout
 
 
