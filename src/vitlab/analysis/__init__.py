@@ -3,6 +3,7 @@ position-embedding similarity, mean attention distance), as functions and as one
 
 from .distance import attention_distance, patch_distances
 from .filters import EmbeddingFilters, embedding_filters, filters_as_images
+from .flow import MAX_FLOW_TOKENS, attention_flow
 from .plots import plot_attention_distance, plot_attention_maps, plot_filters, plot_position_similarity
 from .posemb import position_embedding_table, position_similarity
 from .report import ReportFigure, write_report
@@ -10,6 +11,7 @@ from .rollout import (
     AttentionMaps,
     attention_maps,
     attention_rollout,
+    layer_attention,
     masked_image,
     output_token_map,
     upsample_map,
@@ -18,17 +20,20 @@ from .run import ANALYSES, AnalysisResult, analyze, display_images, parse_what
 
 __all__ = [
     "ANALYSES",
+    "MAX_FLOW_TOKENS",
     "AnalysisResult",
     "AttentionMaps",
     "EmbeddingFilters",
     "ReportFigure",
     "analyze",
     "attention_distance",
+    "attention_flow",
     "attention_maps",
     "attention_rollout",
     "display_images",
     "embedding_filters",
     "filters_as_images",
+    "layer_attention",
     "masked_image",
     "output_token_map",
     "parse_what",
