@@ -6,6 +6,7 @@ from .filters import EmbeddingFilters, embedding_filters, filters_as_images
 from .flow import MAX_FLOW_TOKENS, attention_flow
 from .plots import plot_attention_distance, plot_attention_maps, plot_filters, plot_position_similarity
 from .posemb import position_embedding_table, position_similarity
+from .relevance import RelevanceMaps, class_relevance, relevance_rule
 from .report import ReportFigure, write_report
 from .rollout import (
     AttentionMaps,
@@ -24,12 +25,14 @@ __all__ = [
     "AnalysisResult",
     "AttentionMaps",
     "EmbeddingFilters",
+    "RelevanceMaps",
     "ReportFigure",
     "analyze",
     "attention_distance",
     "attention_flow",
     "attention_maps",
     "attention_rollout",
+    "class_relevance",
     "display_images",
     "embedding_filters",
     "filters_as_images",
@@ -44,6 +47,7 @@ __all__ = [
     "plot_position_similarity",
     "position_embedding_table",
     "position_similarity",
+    "relevance_rule",
     "upsample_map",
     "write_report",
 ]
