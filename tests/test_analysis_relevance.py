@@ -37,7 +37,7 @@ def test_layers_compose_last_on_the_left():
 
 
 def tiny(**overrides):
-    options = dict(image_size=16, depth=2, dim=32, num_heads=2, mlp_dim=64, num_classes=5)
+    options = {"image_size": 16, "depth": 2, "dim": 32, "num_heads": 2, "mlp_dim": 64, "num_classes": 5}
     options.update(overrides)
     return randomise_(create_model("Ti/4", **options)).eval()
 
