@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import randomise_
+from helpers import randomise_
 from vitlab.analysis import class_relevance, relevance_rule
 from vitlab.model import create_model
 
