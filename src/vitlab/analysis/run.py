@@ -14,7 +14,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -24,14 +24,15 @@ from torch import nn
 from vitlab.model import BiTConfig, ViTConfig
 
 from .distance import attention_distance, patch_distances
+from .explain import EXPLANATIONS, explanation_figures
 from .filters import embedding_filters, filters_as_images, pixel_filters
 from .plots import plot_attention_distance, plot_attention_maps, plot_filters, plot_position_similarity
 from .posemb import position_embedding_table, position_similarity
 from .report import ReportFigure, write_report
 from .rollout import attention_maps, require_attention, resolve_layer_head, upsample_map
 
-ANALYSES = ("rollout", "distance", "posemb", "filters")
-NEED_ATTENTION = ("rollout", "distance", "posemb")  # a ResNet has no attention and no E_pos
+ANALYSES = ("rollout", "distance", "posemb", "filters")  # "all": the paper's Fig. 6 and 7
+NEED_ATTENTION = ("rollout", "distance", "posemb", *EXPLANATIONS)  # a ResNet has no attention and no E_pos
 DISPLAY_SIZE = 224  # small inputs are enlarged to this many pixels on the short side for the figures
 
 
@@ -45,16 +46,20 @@ class AnalysisResult:
 
 
 def parse_what(what: str | Iterable[str]) -> tuple[str, ...]:
-    """"all", "rollout,distance" or a list -> the analyses to run, in the order of ANALYSES."""
+    """"all", "rollout,distance" or a list -> the analyses to run, in the order of ANALYSES.
+
+    "all" is ANALYSES; the EXPLANATIONS (flow, relevance) run only when named, as in "all,flow".
+    """
     names = [w.strip() for w in (what.split(",") if isinstance(what, str) else what) if w.strip()]
-    if "all" in names:
-        return ANALYSES
-    unknown = sorted(set(names) - set(ANALYSES))
+    known = (*ANALYSES, *EXPLANATIONS)
+    unknown = sorted(set(names) - set(known) - {"all"})
     if unknown or not names:
         raise ValueError(
-            f"unknown analysis {', '.join(unknown) or '(none)'}; choose all or some of {', '.join(ANALYSES)}"
+            f"unknown analysis {', '.join(unknown) or '(none)'}; choose all or some of {', '.join(known)}"
         )
-    return tuple(a for a in ANALYSES if a in names)
+    if "all" in names:
+        names = [*ANALYSES, *names]
+    return tuple(a for a in known if a in names)
 
 
 def display_images(images: torch.Tensor, mean: Iterable[float], std: Iterable[float]) -> torch.Tensor:
@@ -101,10 +106,11 @@ def analyze(
     attention distance (the paper averages 128); the first `show` are drawn with their maps.
     """
     chosen = parse_what(what)
+    named = not set(ANALYSES) <= set(chosen)  # a subset named: what cannot run is refused, not skipped
     result = AnalysisResult()
     if not hasattr(model, "forward_with_attention"):  # a BiT ResNet: only its root filters apply
         transformer_only = [name for name in chosen if name in NEED_ATTENTION]
-        if chosen != ANALYSES and transformer_only:
+        if (named or set(chosen) & set(EXPLANATIONS)) and transformer_only:
             require_attention(model)  # asked for by name: refused in one line
         if transformer_only:
             result.notes.append(f"{', '.join(transformer_only)} skipped: a ResNet has no attention "
@@ -116,8 +122,10 @@ def analyze(
     result.numbers["model"] = _model_numbers(config)
     if "rollout" in chosen or "distance" in chosen:
         _attention_analyses(model, images, out, chosen, layer, head, show, batch_size, result)
+    if any(name in chosen for name in EXPLANATIONS):
+        _explanations(model, cast(ViTConfig, config), images[: min(show, len(images))], out, chosen, result)
     if "posemb" in chosen:
-        _position_analysis(model, out, explicit=chosen != ANALYSES, result=result)
+        _position_analysis(model, out, explicit=named, result=result)
     if "filters" in chosen:
         _filter_analysis(model, out, result)
     result.json_path = out / "analysis.json"
@@ -192,6 +200,18 @@ def _attention_analyses(
             "uniform_attention_pixels": round(uniform, 3),
             "images": len(per_image),
         }
+
+
+def _explanations(
+    model: nn.Module, config: ViTConfig, images: torch.Tensor, out: Path, chosen: tuple[str, ...],
+    result: AnalysisResult,
+) -> None:
+    pictures = display_images(images, config.preprocessing.mean, config.preprocessing.std)
+    device = next(model.parameters()).device
+    figures, numbers = explanation_figures(model, images.to(device), pictures, out, chosen,
+                                           lambda logits: _captions(logits, config))
+    result.figures.extend(figures)
+    result.numbers.update({key: {**entry, "maps": _rounded(entry["maps"])} for key, entry in numbers.items()})
 
 
 def _position_analysis(model: nn.Module, out: Path, explicit: bool, result: AnalysisResult) -> None:

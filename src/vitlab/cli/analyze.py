@@ -30,7 +30,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="image files or folders (default: the first 128 validation images of digits)")
     parser.add_argument("--out", required=True, help="output folder")
     parser.add_argument("--what", default="all",
-                        help="all, or a comma-separated subset of rollout,distance,posemb,filters (default: all)")
+                        help="all, or a comma-separated subset of rollout,distance,posemb,filters; flow (Attention Flow) "
+                             "and relevance (class relevance) run only when named, e.g. all,flow (default: all)")
     parser.add_argument("--layer", type=int, default=-1,
                         help="layer of the raw attention map, 0-based; -1 is the last (default)")
     parser.add_argument("--head", type=int, default=None,
