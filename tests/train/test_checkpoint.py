@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from vitlab.train import checkpoint as ckpt
+from vitlab.train import rng
 from vitlab.weights import CheckpointError
 
 
@@ -71,9 +72,9 @@ def test_a_pickle_with_code_is_refused_without_running_it(tmp_path, monkeypatch)
 
 def test_random_generators_round_trip(tmp_path):
     random.seed(1), np.random.seed(2), torch.manual_seed(3)
-    ckpt.save_checkpoint(tmp_path, 1, {"rng": ckpt.capture_rng()}, keep=1)
+    ckpt.save_checkpoint(tmp_path, 1, {"rng": rng.capture_rng()}, keep=1)
     expected = (random.random(), np.random.rand(), torch.rand(2))
     random.seed(9), np.random.seed(9), torch.manual_seed(9)
-    ckpt.restore_rng(ckpt.load_checkpoint(ckpt.latest_checkpoint(tmp_path))["rng"])
+    rng.restore_rng(ckpt.load_checkpoint(ckpt.latest_checkpoint(tmp_path))["rng"])
     again = (random.random(), np.random.rand(), torch.rand(2))
     assert again[:2] == expected[:2] and torch.equal(again[2], expected[2])

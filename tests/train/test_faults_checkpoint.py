@@ -11,6 +11,7 @@ import uuid
 import pytest
 import torch
 
+from vitlab.train import atomic_files as files
 from vitlab.train import checkpoint as ckpt
 from vitlab.weights import CheckpointError
 
@@ -96,8 +97,8 @@ def test_leftovers_of_killed_writers_are_removed_and_only_the_newest_k_kept(tmp_
     folder = tmp_path / ckpt.FOLDER
     for step in (1, 2, 3):
         ckpt.save_checkpoint(tmp_path, step, state(step), keep=2)
-    (folder / f".step-00000004.pt{ckpt.PARTIAL}12345").write_bytes(b"half")  # a SIGKILLed writer's file
-    (folder / f".step-00000005{ckpt.PARTIAL}folder").mkdir()  # and a sharded one's folder
+    (folder / f".step-00000004.pt{files.PARTIAL}12345").write_bytes(b"half")  # a SIGKILLed writer's file
+    (folder / f".step-00000005{files.PARTIAL}folder").mkdir()  # and a sharded one's folder
     ckpt.save_checkpoint(tmp_path, 4, state(4), keep=2)
     assert sorted(p.name for p in folder.iterdir()) == ["latest", "step-00000003.pt", "step-00000003.sha256",
                                                      "step-00000004.pt", "step-00000004.sha256"]
@@ -108,23 +109,23 @@ def test_leftovers_of_killed_writers_are_removed_and_only_the_newest_k_kept(tmp_
 def test_sharded_checkpoint_folders_are_renamed_into_place_whole(tmp_path):
     folder = ckpt.checkpoint_dir(tmp_path)
     target = folder / "step-00000010"
-    with ckpt.atomic_folder(target) as partial:
+    with files.atomic_folder(target) as partial:
         assert partial.parent == folder and partial.name.startswith(".") and not target.exists()
         (partial / "__0_0.distcp").write_bytes(b"shard 0")
         (partial / ".metadata").write_bytes(b"index")
     ckpt.publish(tmp_path, target, keep=1)
     assert ckpt.latest_checkpoint(tmp_path) == target and (target / ".metadata").read_bytes() == b"index"
 
-    with pytest.raises(RuntimeError, match="rank 1 failed"), ckpt.atomic_folder(folder / "step-00000020") as partial:
+    with pytest.raises(RuntimeError, match="rank 1 failed"), files.atomic_folder(folder / "step-00000020") as partial:
         (partial / "__0_0.distcp").write_bytes(b"half a shard")
         raise RuntimeError("rank 1 failed")
     assert ckpt.list_checkpoints(tmp_path) == [target] and ckpt.latest_checkpoint(tmp_path) == target
     assert sorted(p.name for p in folder.iterdir()) == ["latest", "step-00000010", "step-00000010.sha256"]
 
-    with ckpt.atomic_folder(folder / "step-00000030", commit=False) as partial:  # a rank that does not rename
+    with files.atomic_folder(folder / "step-00000030", commit=False) as partial:  # a rank that does not rename
         (partial / "__1_0.distcp").write_bytes(b"shard 1")
     assert partial.is_dir() and not (folder / "step-00000030").exists()
-    with ckpt.atomic_folder(folder / "step-00000030") as same:  # the committing rank: same partial folder
+    with files.atomic_folder(folder / "step-00000030") as same:  # the committing rank: same partial folder
         assert same == partial
         (same / "__0_0.distcp").write_bytes(b"shard 0")
     assert not partial.exists() and (folder / "step-00000030" / "__1_0.distcp").read_bytes() == b"shard 1"
@@ -151,8 +152,8 @@ def test_a_changed_missing_or_unlisted_file_is_passed_over_for_the_newest_intact
         "flipped": lambda path: flip(path),
         "truncated": lambda path: path.write_bytes(path.read_bytes()[:-1]),
         "deleted": lambda path: path.unlink(),
-        "checksum deleted": lambda path: ckpt.checksum_file(path).unlink(),
-        "checksum garbled": lambda path: ckpt.checksum_file(path).write_text("not a checksum\n"),
+        "checksum deleted": lambda path: files.checksum_file(path).unlink(),
+        "checksum garbled": lambda path: files.checksum_file(path).write_text("not a checksum\n"),
         "pointer names nothing": lambda path: (path.parent / ckpt.LATEST).write_text("step-00000099.pt\n"),
     }
     for name, fault in faults.items():
@@ -168,12 +169,12 @@ def test_a_changed_missing_or_unlisted_file_is_passed_over_for_the_newest_intact
         assert culprit in said and f"resuming from {expected}" in said, (name, said)
     with pytest.raises(CheckpointError, match=r"step-00000002\.pt: SHA-256 [0-9a-f]{16}\.\.\. differs from the "
                                               r"[0-9a-f]{16}\.\.\. recorded in step-00000002\.sha256"):
-        ckpt.verify_checkpoint(tmp_path / "flipped" / ckpt.FOLDER / "step-00000002.pt")
+        files.verify_checkpoint(tmp_path / "flipped" / ckpt.FOLDER / "step-00000002.pt")
 
 
 def write_sharded(out, step: int):
     path = ckpt.checkpoint_dir(out) / f"step-{step:08d}"
-    with ckpt.atomic_folder(path) as partial:
+    with files.atomic_folder(path) as partial:
         (partial / "__0_0.distcp").write_bytes(bytes(range(256)) * step)
         (partial / "__1_0.distcp").write_bytes(bytes(range(256)) * (step + 1))
         (partial / ".metadata").write_bytes(b"index")
@@ -184,16 +185,16 @@ def write_sharded(out, step: int):
 @pytest.mark.fault("checkpoints", kinds=4)
 def test_every_file_of_a_sharded_checkpoint_is_checksummed(tmp_path):
     older, newest = write_sharded(tmp_path, 10), write_sharded(tmp_path, 20)
-    assert (ckpt.checksum_file(newest)).read_text().count("step-00000020/") == 3
+    assert (files.checksum_file(newest)).read_text().count("step-00000020/") == 3
     faults = [(lambda: flip(newest / "__1_0.distcp", 100), r"__1_0\.distcp: SHA-256 .* differs"),
               (lambda: (newest / "extra").write_bytes(b"x"), r"extra: not listed in step-00000020\.sha256"),
               (lambda: (newest / ".metadata").unlink(), r"\.metadata: missing"),
               (lambda: shutil.copytree(older, newest, dirs_exist_ok=True), r"__0_0\.distcp: SHA-256 .* differs")]
     for fault, match in faults:
-        ckpt.verify_checkpoint(newest)
+        files.verify_checkpoint(newest)
         fault()
         with pytest.raises(CheckpointError, match=match):
-            ckpt.verify_checkpoint(newest)
+            files.verify_checkpoint(newest)
         assert ckpt.newest_valid_checkpoint(tmp_path) == older
         shutil.rmtree(newest)
         assert write_sharded(tmp_path, 20) == newest

@@ -22,8 +22,9 @@ import torch
 from safetensors.torch import load_file
 
 from helpers import TINY_FLAGS, assert_same_state, final_state
+from vitlab.train import atomic_files as files
 from vitlab.train import checkpoint as ckpt
-from vitlab.train.callbacks import read_metrics
+from vitlab.train.outputs import read_metrics
 
 STEPS = 40
 # The tiny small-data run (RandAugment, Mixup/CutMix, drop path: many random streams) with dropout, an
@@ -91,7 +92,7 @@ def test_sigkill_anywhere_then_resume_gives_bitwise_the_same_weights(tmp_path):
     assert during_write.returncode == -signal.SIGKILL, during_write.stderr
     previous = max([s for s in CHECKPOINT_STEPS if resumed_from <= s < pause_at], default=resumed_from)
     assert during_write.last_step == pause_at and _latest_step(parts) == previous
-    assert list((parts / ckpt.FOLDER).glob(f".{ckpt.checkpoint_name(pause_at)}{ckpt.PARTIAL}*"))  # half-written
+    assert list((parts / ckpt.FOLDER).glob(f".{ckpt.checkpoint_name(pause_at)}{files.PARTIAL}*"))  # half-written
     ckpt.load_checkpoint(ckpt.latest_checkpoint(parts))  # the previous checkpoint is complete
 
     # 3. SIGTERM: the run finishes its step, writes a checkpoint and exits with 128 + 15.
@@ -114,7 +115,7 @@ def test_sigkill_anywhere_then_resume_gives_bitwise_the_same_weights(tmp_path):
     rows = [[{k: v for k, v in row.items() if k not in drop} for row in read_metrics(out / "metrics.jsonl")]
             for out in (whole, parts)]
     assert rows[0] == rows[1] and [row["step"] for row in rows[0]] == [20, 40], message
-    assert not list((parts / ckpt.FOLDER).glob(f".*{ckpt.PARTIAL}*"))  # leftovers were cleaned up
+    assert not list((parts / ckpt.FOLDER).glob(f".*{files.PARTIAL}*"))  # leftovers were cleaned up
 
 
 def _latest_step(out: Path) -> int:

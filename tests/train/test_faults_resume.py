@@ -11,6 +11,7 @@ import torch
 from helpers import MarkerPayload, tiny_config
 from vitlab.model import ConfigError
 from vitlab.train import Trainer
+from vitlab.train import atomic_files as files
 from vitlab.train import checkpoint as ckpt
 from vitlab.weights import CheckpointError
 
@@ -59,7 +60,7 @@ def test_a_bad_resume_checkpoint_is_one_error_naming_the_file(tmp_path, corrupt)
     Trainer(tiny_config(tmp_path, schedule={"steps": 3})).fit()
     path = ckpt.latest_checkpoint(tmp_path)
     match = corrupt(path)
-    ckpt.record_checksums(path)  # as if it had been written so: the checks after the checksum's are tried
+    files.record_checksums(path)  # as if it had been written so: the checks after the checksum's are tried
     with pytest.raises(CheckpointError, match=match) as caught:
         Trainer(tiny_config(tmp_path, schedule={"steps": 3}, run={"resume": True}))
     assert str(path.parent) in str(caught.value) and "\n" not in str(caught.value)

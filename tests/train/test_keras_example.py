@@ -12,9 +12,9 @@ from vitlab.data.keras_augment import RandomRotation, RandomZoom, zoom
 from vitlab.model import create_model
 from vitlab.model.config import Preprocessing
 from vitlab.train import get_recipe
-from vitlab.train.loader import train_transform
+from vitlab.data.transforms import train_transform
 from vitlab.train.optim import TfaAdamW, build_optimizer
-from vitlab.train.trainer import scratch_config
+from vitlab.train.build import scratch_config
 
 
 def keras_model(**changes):

@@ -11,7 +11,7 @@ from torch import nn
 from vitlab.model import ViTConfig, create_model
 from vitlab.train import get_recipe
 from vitlab.train.optim import TfaAdamW, build_optimizer, build_schedule, param_groups
-from vitlab.train.trainer import scratch_config
+from vitlab.train.build import scratch_config
 
 STEPS_PER_EPOCH = 100
 

@@ -3,13 +3,17 @@
 Training: inception-style random resized crop (area 5-100%, vit_jax's default) and a horizontal flip,
 optionally RandAugment as timm defines it (AugReg / DeiT; randaugment.py). Evaluation: resize to `size / crop_pct`, centre crop `size`
 (timm's convention). Both end in the checkpoint's mean/std normalisation; vit_jax uses 0.5/0.5, i.e.
-pixels in [-1, 1].
+pixels in [-1, 1]. `train_transform` / `eval_transform` build them from a model's preprocessing
+(mean, std, crop_pct, interpolation: any object with those fields) and a run's augmentation values;
+`batch_mixing` is Mixup/CutMix on whole batches.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
+from typing import Any, Protocol
 
 import torch
 from PIL import Image
@@ -19,6 +23,7 @@ from torchvision.transforms import v2
 from vitlab.config_fields import CROP_PCT_RULE, crop_pct_ok, std_ok
 from vitlab.config_fields import INTERPOLATIONS as INTERPOLATION_NAMES
 
+from .keras_augment import FillMode, RandomRotation, RandomZoom
 from .randaugment import RandAugment
 
 INTERPOLATIONS = {name: InterpolationMode(name) for name in INTERPOLATION_NAMES}
@@ -87,3 +92,70 @@ def build_transforms(
         v2.Normalize(mean=[float(m) for m in mean], std=[float(s) for s in std]),
     ]
     return v2.Compose(steps)
+
+
+class PreprocessingFields(Protocol):
+    """What a model stores about its inputs (vitlab.model.Preprocessing)."""
+
+    mean: tuple[float, float, float]
+    std: tuple[float, float, float]
+    crop_pct: float
+    interpolation: str
+
+
+class Augmentation(Protocol):
+    """The random augmentation of a training run (vitlab.train.config.AugmentSpec)."""
+
+    crop_scale: tuple[float, float]
+    crop_ratio: tuple[float, float]
+    hflip: bool
+    randaugment: tuple[int, int] | None
+    rotation: float
+    zoom: float
+    fill_mode: FillMode
+
+
+def resolve_preprocessing(base: Any, *, mean: Sequence[float] | None = None, std: Sequence[float] | None = None,
+                          crop_pct: float | None = None, interpolation: str | None = None) -> Any:
+    """`base` (a Preprocessing dataclass: the checkpoint's or the default) with the fields a run sets."""
+    return dataclasses.replace(
+        base,
+        mean=mean if mean is not None else base.mean,
+        std=std if std is not None else base.std,
+        crop_pct=crop_pct if crop_pct is not None else base.crop_pct,
+        interpolation=interpolation if interpolation is not None else base.interpolation,
+    )
+
+
+def train_transform(image_size: int | tuple[int, int], preprocessing: PreprocessingFields,
+                    augment: Augmentation) -> v2.Compose:
+    """Random crop + flip (+ RandAugment), then the Keras example's rotation and zoom when asked."""
+    transform = build_transforms(
+        image_size, mean=preprocessing.mean, std=preprocessing.std, train=True,
+        interpolation=preprocessing.interpolation, scale=augment.crop_scale, ratio=augment.crop_ratio,
+        hflip=augment.hflip, randaugment=augment.randaugment,
+    )
+    keras_layers = []  # in the Keras example's order: resize, flip, rotation, zoom
+    if augment.rotation:
+        keras_layers.append(RandomRotation(augment.rotation / 360, augment.fill_mode))
+    if augment.zoom:
+        keras_layers.append(RandomZoom(augment.zoom, augment.zoom, augment.fill_mode))
+    return v2.Compose([transform, *keras_layers]) if keras_layers else transform
+
+
+def eval_transform(image_size: int | tuple[int, int], preprocessing: PreprocessingFields) -> v2.Compose:
+    """Resize + centre crop to `image_size`, normalised with the preprocessing's mean/std."""
+    return build_transforms(image_size, mean=preprocessing.mean, std=preprocessing.std, train=False,
+                            interpolation=preprocessing.interpolation, crop_pct=preprocessing.crop_pct)
+
+
+def batch_mixing(mixup: float, cutmix: float, num_classes: int) -> v2.Transform | None:
+    """Mixup and/or CutMix on whole batches (torchvision v2); with both, each batch picks one."""
+    choices = []
+    if mixup > 0:
+        choices.append(v2.MixUp(alpha=mixup, num_classes=num_classes))
+    if cutmix > 0:
+        choices.append(v2.CutMix(alpha=cutmix, num_classes=num_classes))
+    if not choices:
+        return None
+    return choices[0] if len(choices) == 1 else v2.RandomChoice(choices)

@@ -12,32 +12,46 @@ import sys
 import time
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from tqdm.auto import tqdm
 
 from vitlab.evaluate import describe_top5
 
-if TYPE_CHECKING:
-    from .trainer import Trainer
+from .config import TrainConfig
+from .outputs import METRICS_FILE
 
 log = logging.getLogger("vitlab")
 
-METRICS_FILE = "metrics.jsonl"
+
+class TrainingRun(Protocol):
+    """What the callbacks read of the Trainer that calls them (trainer.py)."""
+
+    config: TrainConfig
+    step: int
+    total_steps: int
+    class_names: list[str]
+    metrics: list[dict[str, Any]]  # the evaluation rows so far, a resumed run's earlier ones included
+
+    @property
+    def lr(self) -> float: ...
+
+    @property
+    def images_per_second(self) -> float: ...
 
 
 class Callback:
     """Hooks called by Trainer.fit; each receives the trainer (its step, config, model, ...)."""
 
-    def on_train_start(self, trainer: Trainer) -> None: ...
+    def on_train_start(self, trainer: TrainingRun) -> None: ...
 
-    def on_step_end(self, trainer: Trainer, loss: float) -> None: ...
+    def on_step_end(self, trainer: TrainingRun, loss: float) -> None: ...
 
-    def on_evaluate(self, trainer: Trainer, row: dict[str, Any]) -> None: ...
+    def on_evaluate(self, trainer: TrainingRun, row: dict[str, Any]) -> None: ...
 
-    def on_checkpoint(self, trainer: Trainer, path: Path) -> None: ...
+    def on_checkpoint(self, trainer: TrainingRun, path: Path) -> None: ...
 
-    def on_train_end(self, trainer: Trainer, summary: dict[str, Any] | None) -> None:
+    def on_train_end(self, trainer: TrainingRun, summary: dict[str, Any] | None) -> None:
         """Called once as fit returns; summary is None when the run stopped early (signal, error)."""
 
 
@@ -50,13 +64,13 @@ class ProgressBar(Callback):
         self.start_time = 0.0
         self.start_step = 0
 
-    def on_train_start(self, trainer: Trainer) -> None:
+    def on_train_start(self, trainer: TrainingRun) -> None:
         self.start_time, self.start_step = time.perf_counter(), trainer.step
         if self.interactive:
             self.bar = tqdm(total=trainer.total_steps, initial=trainer.step, desc="train", unit="step",
                             dynamic_ncols=True, file=sys.stderr)
 
-    def on_step_end(self, trainer: Trainer, loss: float) -> None:
+    def on_step_end(self, trainer: TrainingRun, loss: float) -> None:
         stats = {"loss": f"{loss:.4f}", "lr": f"{trainer.lr:.2e}", "img/s": f"{trainer.images_per_second:.0f}"}
         if self.bar is not None:
             self.bar.set_postfix(stats, refresh=False)
@@ -68,7 +82,7 @@ class ProgressBar(Callback):
             log.info("step %d/%d  loss %s  lr %s  %s img/s  eta %s", trainer.step, trainer.total_steps,
                      stats["loss"], stats["lr"], stats["img/s"], timedelta(seconds=round(eta)))
 
-    def on_evaluate(self, trainer: Trainer, row: dict[str, Any]) -> None:
+    def on_evaluate(self, trainer: TrainingRun, row: dict[str, Any]) -> None:
         top5 = describe_top5(row["val_top5"], len(trainer.class_names))
         message = (f"step {row['step']} epoch {row['epoch']:.2f}: val top-1 {row['val_top1']:.4f}  "
                    f"{top5}  train loss {row['loss']:.4f}")
@@ -77,36 +91,22 @@ class ProgressBar(Callback):
         else:
             log.info("%s", message)
 
-    def on_train_end(self, trainer: Trainer, summary: dict[str, Any] | None) -> None:
+    def on_train_end(self, trainer: TrainingRun, summary: dict[str, Any] | None) -> None:
         if self.bar is not None:
             self.bar.close()
             self.bar = None
 
 
 class MetricsFile(Callback):
-    """Appends each evaluation to DIR/metrics.jsonl; on resume, drops lines after the checkpoint's step
-    (the interrupted run may have evaluated past its last checkpoint)."""
+    """Appends each evaluation to DIR/metrics.jsonl; on resume, first rewrites it with the run's rows up
+    to the checkpoint's step (the interrupted run may have evaluated past its last checkpoint)."""
 
     def __init__(self, out: str | Path) -> None:
         self.path = Path(out) / METRICS_FILE
 
-    def on_train_start(self, trainer: Trainer) -> None:
-        kept = [row for row in read_metrics(self.path) if row["step"] <= trainer.step] if trainer.step else []
-        self.path.write_text("".join(json.dumps(row) + "\n" for row in kept))
+    def on_train_start(self, trainer: TrainingRun) -> None:
+        self.path.write_text("".join(json.dumps(row) + "\n" for row in trainer.metrics))
 
-    def on_evaluate(self, trainer: Trainer, row: dict[str, Any]) -> None:
+    def on_evaluate(self, trainer: TrainingRun, row: dict[str, Any]) -> None:
         with self.path.open("a") as file:
             file.write(json.dumps(row) + "\n")
-
-
-def read_metrics(path: str | Path) -> list[dict[str, Any]]:
-    path = Path(path)
-    if not path.is_file():
-        return []
-    rows = []
-    for line in path.read_text().splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:  # a line cut short by a crash
-            continue
-    return rows

@@ -38,6 +38,7 @@ from torch.utils.data import BatchSampler, Sampler
 from vitlab.model import ConfigError, create_model
 
 from . import checkpoint as ckpt
+from .atomic_files import atomic_folder, atomic_write, remove_partial_writes
 
 log = logging.getLogger("vitlab")
 
@@ -174,22 +175,22 @@ def full_tensor(value: Any) -> Any:
 def save_sharded(out: Path, step: int, state: dict[str, Any], model: nn.Module, optimizer: torch.optim.Optimizer,
                  keep: int, processes: Processes) -> Path:
     """Every process writes its shards of model and optimiser into DIR/checkpoints/step-N/ (atomic,
-    see checkpoint.atomic_folder); process 0 adds the rest of `state` and points `latest` at it."""
+    see atomic_files.atomic_folder); process 0 adds the rest of `state` and points `latest` at it."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
     path = ckpt.checkpoint_dir(out) / f"step-{step:08d}"
     if processes.is_main:
         path.parent.mkdir(parents=True, exist_ok=True)
-        ckpt.remove_partial_writes(path.parent)
+        remove_partial_writes(path.parent)
     barrier(processes)
     model_state, optimizer_state = get_state_dict(model, optimizer)
     rest = {key: value for key, value in state.items() if key not in ("model", "optimizer")}
-    with ckpt.atomic_folder(path, commit=processes.is_main) as partial:
+    with atomic_folder(path, commit=processes.is_main) as partial:
         dcp.save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=partial)
         if processes.is_main:
             document = {"format": ckpt.FORMAT, "format_version": ckpt.FORMAT_VERSION, **rest}
-            ckpt.atomic_write(partial / ckpt.SHARDED_STATE, lambda file: torch.save(document, file))
+            atomic_write(partial / ckpt.SHARDED_STATE, lambda file: torch.save(document, file))
     if processes.is_main:
         ckpt.publish(out, path, keep)
     barrier(processes)

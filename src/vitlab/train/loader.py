@@ -1,4 +1,4 @@
-"""Data for the trainer: transforms from the run config, and loaders whose order can be resumed.
+"""Data for the trainer: loaders whose order can be resumed (the transforms are in vitlab.data.transforms).
 
 Exact resume needs the data order and every random augmentation to be reproducible from a saved
 position. The order of epoch e is a permutation seeded by (seed, e), and the sampler can start
@@ -11,47 +11,15 @@ worker's generator needs saving.
 from __future__ import annotations
 
 import atexit
-import contextlib
-import random
 import signal
 import weakref
 from collections.abc import Iterator
 
-import numpy as np
 import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, Sampler
-from torchvision.transforms import v2
 
-from vitlab.data import build_transforms
-from vitlab.data.keras_augment import RandomRotation, RandomZoom
-from vitlab.model import Preprocessing
-
-from .config import AugmentSpec
 from .distributed import Processes, RankSlices, check_batch
-
-
-def train_transform(image_size: tuple[int, int], preprocessing: Preprocessing, augment: AugmentSpec) -> v2.Compose:
-    """Random crop + flip (+ RandAugment), then the Keras example's rotation and zoom when asked."""
-    transform = build_transforms(
-        image_size, mean=preprocessing.mean, std=preprocessing.std, train=True,
-        interpolation=preprocessing.interpolation, scale=augment.crop_scale, ratio=augment.crop_ratio,
-        hflip=augment.hflip, randaugment=augment.randaugment,
-    )
-    keras_layers = []  # in the Keras example's order: resize, flip, rotation, zoom
-    if augment.rotation:
-        keras_layers.append(RandomRotation(augment.rotation / 360, augment.fill_mode))
-    if augment.zoom:
-        keras_layers.append(RandomZoom(augment.zoom, augment.zoom, augment.fill_mode))
-    return v2.Compose([transform, *keras_layers]) if keras_layers else transform
-
-
-def mix(*numbers: int) -> int:
-    """A 63-bit seed from a few integers (splitmix64-style), so nearby inputs give unrelated seeds."""
-    value = 0x9E3779B97F4A7C15
-    for number in numbers:
-        value = (value ^ (number & 0xFFFFFFFFFFFFFFFF)) * 0xBF58476D1CE4E5B9 & 0xFFFFFFFFFFFFFFFF
-        value ^= value >> 31
-    return value & 0x7FFFFFFFFFFFFFFF
+from .rng import hash_seeds, preserved_rng, reseed
 
 
 class EpochSampler(Sampler[tuple[int, int]]):
@@ -67,32 +35,12 @@ class EpochSampler(Sampler[tuple[int, int]]):
         self.epoch, self.start = epoch, start
 
     def __iter__(self) -> Iterator[tuple[int, int]]:
-        generator = torch.Generator().manual_seed(mix(self.seed, self.epoch))
+        generator = torch.Generator().manual_seed(hash_seeds(self.seed, self.epoch))
         order = torch.randperm(self.size, generator=generator)[self.start:]
         return iter([(self.epoch, int(index)) for index in order])
 
     def __len__(self) -> int:
         return self.size - self.start
-
-
-@contextlib.contextmanager
-def preserved_rng() -> Iterator[None]:
-    """The caller's torch (CPU), Python and NumPy generator states are back as they were on exit."""
-    torch_state, python_state, numpy_state = torch.get_rng_state(), random.getstate(), np.random.get_state()
-    try:
-        yield
-    finally:
-        torch.set_rng_state(torch_state)
-        random.setstate(python_state)
-        np.random.set_state(numpy_state)
-
-
-def reseed(seed: int) -> None:
-    """Seed the generators a transform may draw from. Only the CPU generator: torch.manual_seed
-    would also seed every GPU's and costs ~70 us, more than decoding a small image."""
-    torch.default_generator.manual_seed(seed)
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
 
 
 class SeededSamples(Dataset):
@@ -114,7 +62,7 @@ class SeededSamples(Dataset):
         samples = []
         with preserved_rng():
             for epoch, index in keys:
-                reseed(mix(self.seed, epoch, index))
+                reseed(hash_seeds(self.seed, epoch, index))
                 samples.append(self.dataset[index])
         return samples
 

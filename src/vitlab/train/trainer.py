@@ -10,12 +10,9 @@ training_curve.png and checkpoints/. The trainer knows nothing of argument parsi
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import json
 import logging
 import math
-import random
 import signal
 import threading
 import time
@@ -24,43 +21,29 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
-from torchvision.transforms import v2
 
-from vitlab.data import load_datasets
+from vitlab.data.transforms import batch_mixing
 from vitlab.evaluate import evaluate
-from vitlab.evaluate.predict import eval_transform
-from vitlab.model import BiTConfig, ConfigError, Preprocessing, ViTConfig, VisionTransformer, config_for, create_model
-from vitlab.model.budget import check_memory
-from vitlab.weights import CheckpointError, load, save_pretrained
+from vitlab.model import BiTConfig, ConfigError, ViTConfig, VisionTransformer
 
 from . import checkpoint as ckpt
-from . import distributed
-from .callbacks import METRICS_FILE, Callback, MetricsFile, ProgressBar, read_metrics
+from . import distributed, outputs
+from .build import build_model_and_data
+from .callbacks import Callback, MetricsFile, ProgressBar
 from .config import TrainConfig, apply_mapping
-from .loader import eval_loader, shut_down_workers, train_loader, train_transform
+from .loader import eval_loader, shut_down_workers, train_loader
 from .optim import build_optimizer, build_schedule, total_steps
-from .plots import PLOT_FILE, plot_training_curve
+from .outputs import RUN_FILE
 from .precision import resolve_device, resolve_precision
 from .recipes import get_recipe
+from .rng import capture_rng, restore_rng, seed_everything
 from .runlock import RunLock
 from .selection import BestWeights
 
 log = logging.getLogger("vitlab")
-
-RUN_FILE = "run.yaml"
-SUMMARY_FILE = "summary.json"
-
-# Settings a resumed run may change: they decide how the run executes, not what it learns.
-RESUMABLE_CHANGES = {
-    "run.out", "run.device", "run.precision", "run.eval_every", "run.log_every", "run.ckpt_every_steps",
-    "run.ckpt_every_minutes", "run.keep_ckpts", "run.resume", "run.compile", "run.grad_checkpointing", "run.threads",
-    "run.max_bad_steps", "run.memory_limit", "data.workers", "data.eval_batch_size", "data.download",
-}
-
 
 class Interrupted(Exception):
     """SIGINT or SIGTERM stopped the run after a checkpoint was written."""
@@ -118,12 +101,16 @@ class Trainer:
         self.callbacks: list[Callback] = (
             [ProgressBar(), MetricsFile(self.out), *callbacks] if self.processes.is_main else []
         )
-        resume_state = self._read_resume_checkpoint()
+        resume = ckpt.read_resume_state(self.out, config.to_dict(), config.run.resume, self.processes.restarts,
+                                        self.processes.is_main)
+        self.resumed_from, resume_state = resume or (None, None)
+        # The evaluation rows so far, read once here (before any process writes): outputs.py.
+        self.metrics = outputs.earlier_metrics(self.out, resume_state["step"]) if resume_state else []
         seed_everything(config.run.seed)
         self.device = distributed.start(self.processes, resolve_device(config.run.device))
         self.precision = resolve_precision(config.run.precision, self.device)
 
-        self.model, splits = self._build_model_and_data()
+        self.model, splits, self.test_set = build_model_and_data(config, self.architecture)
         self.class_names = splits.class_names
         self.train_images = len(splits.train)
         micro = config.micro_batch_size
@@ -164,7 +151,7 @@ class Trainer:
         self.summary: dict[str, Any] | None = None
         self.bad_steps, self.bad_steps_in_row = 0, 0  # skipped for a non-finite loss or gradient
         if resume_state is not None:
-            with self._checkpoint_problems():
+            with ckpt.checkpoint_problems(self.resumed_from):
                 self.load_state_dict(resume_state)
             log.info("resuming %s from step %d (epoch %d)", self.out, self.step, self.epoch)
 
@@ -174,104 +161,6 @@ class Trainer:
             if loader is not None:
                 shut_down_workers(loader)
         self.lock.release()
-
-    # -- setup -----------------------------------------------------------------------------------
-    def _read_resume_checkpoint(self) -> dict[str, Any] | None:
-        """The state of the newest intact checkpoint when resuming (checked against this config before
-        any work); see checkpoint.newest_valid_checkpoint."""
-        if not self._resume_requested():
-            if ckpt.holds_checkpoints(self.out):
-                raise ConfigError(f"{self.out} already holds a run ({self.out / ckpt.FOLDER}); pass --resume to "
-                                  f"continue it or choose another --out")
-            return None
-        latest = ckpt.newest_valid_checkpoint(self.out)
-        if latest is None:
-            log.warning("--resume: %s holds no checkpoint yet; starting from step 0", self.out / ckpt.FOLDER)
-            return None
-        self.resumed_from = latest
-        state = ckpt.load_checkpoint(latest)
-        with self._checkpoint_problems():
-            self._check_same_run(state["config"])
-        return state
-
-    def _resume_requested(self) -> bool:
-        """--resume, or a process that torchrun started again after one of the run's died
-        (TORCHELASTIC_RESTART_COUNT > 0): it continues from the checkpoint without being told."""
-        if self.config.run.resume or not self.processes.restarts:
-            return self.config.run.resume
-        if self.processes.is_main:
-            log.warning("torchrun restart %d: resuming %s from its latest checkpoint without --resume",
-                        self.processes.restarts, self.out)
-        return True
-
-    @contextlib.contextmanager
-    def _checkpoint_problems(self):
-        """A resume checkpoint that parses but does not fit this run (a missing entry, tensors of
-        another shape) is one CheckpointError naming the file, not a traceback from deep in torch."""
-        try:
-            yield
-        except (KeyError, TypeError, ValueError, RuntimeError) as error:
-            if isinstance(error, ConfigError):
-                raise
-            lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-            reason = " ".join(lines)[:300] or type(error).__name__
-            if isinstance(error, KeyError):
-                reason = f"it has no entry {error}"
-            raise CheckpointError(f"{self.resumed_from}: does not fit this run ({reason})") from None
-
-    def _build_model_and_data(self):
-        config, spec = self.config, self.config.model
-        torch.manual_seed(config.run.seed)  # the initial weights depend on the seed alone
-        if spec.init:
-            model = self._load_init()
-            vit_config = model.config
-        else:
-            vit_config = self.architecture or scratch_config(spec)
-        preprocessing = resolve_preprocessing(vit_config.preprocessing, config)
-        splits = load_datasets(
-            config.data.source,
-            train_transform(vit_config.image_size, preprocessing, config.augment),
-            eval_transform(vit_config.replace(preprocessing=preprocessing)),
-            val_fraction=config.data.val_fraction, seed=config.run.seed, download=config.data.download,
-            train_fraction=config.data.train_fraction, dev_fraction=config.data.dev_fraction,
-            dev_split=config.data.dev_split, max_bad_fraction=config.data.max_bad_fraction,
-        )
-        self.test_set = None
-        if splits.dev is not None:  # paper Appendix B.1.1 / Keras validation_split: validate on a dev split
-            self.test_set, splits.val = splits.val, splits.dev
-        names = list(splits.class_names)
-        if len(names) < 2:  # one class: every prediction right, nothing learned
-            raise ConfigError(f"data.source={config.data.source!r}: {len(names)} class ({', '.join(map(str, names))}); "
-                              "classification needs at least 2")
-        limit = None if config.run.memory_limit is None else int(config.run.memory_limit * 2**30)
-        check_memory(vit_config.replace(num_classes=len(names), class_names=names), config.micro_batch_size,
-                     training=True, limit=limit, source="run.memory_limit")  # before the model is allocated
-        if spec.init:
-            before = "a representation layer and " if getattr(model.config, "representation_size", None) else ""
-            model.reset_classifier(len(names), class_names=names)  # paper 3.2: a zero-initialised head for the new classes
-            log.info("%s: new zero-initialised head: %d x %d (%d classes), replacing %sthe %d-class head",
-                     spec.init, model.config.feature_dim, len(names), len(names), before, vit_config.num_classes)
-            model.config = model.config.replace(preprocessing=preprocessing)
-        else:
-            torch.manual_seed(config.run.seed)
-            model = create_model(vit_config.replace(num_classes=len(names), class_names=names,
-                                                    preprocessing=preprocessing), memory_limit=limit)
-        log.info("%s: %d training and %d validation images, %d classes; model %s at %s px, %.2fM parameters",
-                 config.data.source, len(splits.train), len(splits.val), len(names), model.config.name or "ViT",
-                 "x".join(map(str, model.config.image_size)), sum(p.numel() for p in model.parameters()) / 1e6)
-        return model.train(), splits
-
-    def _load_init(self) -> VisionTransformer:
-        spec = self.config.model
-        fixed = sorted(set(spec.options()) - set(spec.REGULARISATION))
-        if fixed:
-            raise ConfigError(f"model.{fixed[0]} cannot change the architecture of model.init={spec.init!r}; "
-                              f"only the image size and {', '.join(spec.REGULARISATION)} can")
-        overrides = {name: value for name, value in spec.options().items()}
-        if spec.image_size is not None:
-            overrides["image_size"] = spec.image_size  # E_pos resampled in 2-D (paper 3.2)
-        limit = self.config.run.memory_limit
-        return load(spec.init, memory_limit=None if limit is None else int(limit * 2**30), **overrides)
 
     # -- one optimiser step ------------------------------------------------------------------------
     def train_step(self, micro_batches: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> float:
@@ -430,6 +319,7 @@ class Trainer:
         self.window_images, self.window_seconds = 0, 0.0
         if self.best is not None and self.best.update(self.step, result.top1, self.eval_model):
             log.info("step %d: best val top-1 so far (%.4f); weights kept", self.step, result.top1)
+        self.metrics.append(row)
         self._call("on_evaluate", row)
         return row
 
@@ -439,9 +329,9 @@ class Trainer:
 
     def _finish(self) -> TrainResult:
         distributed.barrier(self.processes)  # process 0 has written the metrics
-        rows = read_metrics(self.out / METRICS_FILE)
+        rows = self.metrics
         if not rows or rows[-1]["step"] != self.step:  # a resumed run that had already finished
-            rows.append(self.evaluate_and_log())
+            self.evaluate_and_log()
         if self.best is not None:
             self.best.restore(self.eval_model)
         model = distributed.whole_model(self.eval_model, self.processes, self.sharded)
@@ -451,34 +341,19 @@ class Trainer:
         return TrainResult(self.out, self.summary or {}, model)
 
     def _write_model_folder(self, model: torch.nn.Module, rows: list[dict[str, Any]]) -> dict[str, Any]:
-        final = rows[-1]
-        if self.best is not None:  # the kept weights' evaluation
-            final = next(row for row in rows if row["step"] == self.best.step)
-        summary = {
-            "val_top1": final["val_top1"],
-            "val_top5": final["val_top5"],
-            "val_loss": final["val_loss"],
-            "steps": self.step,
-            "epochs": round(self.step / self.steps_per_epoch, 4),
-            "train_images": self.train_images,
-            "wall_time_s": round(self.wall_time_s, 2),
-            "recipe": self.config.recipe,
-            "data": self.config.data.source,
-            "device": self.device.type,
-            "precision": self.precision.name,
-            "ema": self.ema is not None,
-            "skipped_steps": self.bad_steps,
-        }
-        if self.best is not None:
-            summary["best_step"] = self.best.step
+        summary = outputs.summarise(
+            rows, self.best.step if self.best is not None else None, steps=self.step,
+            epochs=round(self.step / self.steps_per_epoch, 4), train_images=self.train_images,
+            wall_time_s=round(self.wall_time_s, 2), recipe=self.config.recipe, data=self.config.data.source,
+            device=self.device.type, precision=self.precision.name, ema=self.ema is not None,
+            skipped_steps=self.bad_steps)
         if self.test_loader is not None:
             test = evaluate(model, self.test_loader, device=self.device, autocast=self.precision.autocast)
             summary.update(test_top1=test.top1, test_top5=test.top5, test_loss=test.loss, test_images=test.count,
                            dev_images=len(self.val_loader.dataset))
             log.info("test top-1 %.4f, top-5 %.4f (%d images)", test.top1, test.top5, test.count)
-        save_pretrained(model, self.out, training=summary)
-        (self.out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
-        plot_training_curve(rows, self.out / PLOT_FILE, title=f"{self.config.recipe} on {self.config.data.source}")
+        outputs.write_model_folder(self.out, model, summary, rows,
+                                   title=f"{self.config.recipe} on {self.config.data.source}")
         return summary
 
     # -- checkpoints -------------------------------------------------------------------------------
@@ -493,7 +368,7 @@ class Trainer:
             "ema": self.ema.state_dict() if self.ema is not None else None,
             "best": self.best.state_dict() if self.best is not None else None,
             "scaler": self.scaler.state_dict() if self.scaler is not None else None,
-            "rng": ckpt.capture_rng(),
+            "rng": capture_rng(),
             "loss_sum": self.loss_sum,
             "loss_count": self.loss_count,
             "bad_steps": self.bad_steps,
@@ -515,23 +390,11 @@ class Trainer:
             self.best.load_state_dict(state.get("best"))
         if self.scaler is not None and state["scaler"] is not None:
             self.scaler.load_state_dict(state["scaler"])
-        ckpt.restore_rng(state["rng"])
+        restore_rng(state["rng"])
         self.step, self.epoch, self.batch_in_epoch = state["step"], state["epoch"], state["batch_in_epoch"]
         self.loss_sum, self.loss_count = state["loss_sum"], state["loss_count"]
         self.bad_steps = state.get("bad_steps", 0)
         self.wall_time_before = state["wall_time_s"]
-
-    def _check_same_run(self, saved: Mapping[str, Any]) -> None:
-        current = self.config.to_dict()
-        changed = [
-            f"{section}.{name}: checkpoint {saved_value!r}, now {current[section].get(name)!r}"
-            for section, values in saved.items() if isinstance(values, dict)
-            for name, saved_value in values.items()
-            if f"{section}.{name}" not in RESUMABLE_CHANGES and current[section].get(name) != saved_value
-        ]
-        if changed:
-            raise ConfigError(f"--resume: {self.out} was trained with other settings ({'; '.join(changed)}); "
-                              f"repeat them, e.g. with --config {self.out / RUN_FILE}")
 
     def save_checkpoint(self) -> Path | None:
         keep = self.config.run.keep_ckpts
@@ -570,46 +433,6 @@ class Trainer:
     def _call(self, hook: str, *args: Any) -> None:
         for callback in self.callbacks:
             getattr(callback, hook)(self, *args)
-
-
-# -- pieces of the setup ----------------------------------------------------------------------------
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
-
-
-def scratch_config(spec) -> ViTConfig:
-    """The ViTConfig of a new model: the variant with the spec's fields (num_classes comes later)."""
-    options = spec.options()
-    if spec.image_size is not None:
-        options["image_size"] = spec.image_size
-    config = config_for(spec.variant, num_classes=0, **options)
-    resized = {"dim", "depth", "num_heads", "mlp_dim", "head_dim"} & set(options)
-    return config.replace(name=None) if resized else config  # no longer the named variant
-
-
-def resolve_preprocessing(base: Preprocessing, config: TrainConfig) -> Preprocessing:
-    """The checkpoint's (or default) preprocessing with the run's data.mean/std/crop_pct/interpolation."""
-    data = config.data
-    return Preprocessing(
-        mean=data.mean if data.mean is not None else base.mean,
-        std=data.std if data.std is not None else base.std,
-        crop_pct=data.crop_pct if data.crop_pct is not None else base.crop_pct,
-        interpolation=data.interpolation if data.interpolation is not None else base.interpolation,
-    )
-
-
-def batch_mixing(mixup: float, cutmix: float, num_classes: int) -> v2.Transform | None:
-    """Mixup and/or CutMix on whole batches (torchvision v2); with both, each batch picks one."""
-    choices = []
-    if mixup > 0:
-        choices.append(v2.MixUp(alpha=mixup, num_classes=num_classes))
-    if cutmix > 0:
-        choices.append(v2.CutMix(alpha=cutmix, num_classes=num_classes))
-    if not choices:
-        return None
-    return choices[0] if len(choices) == 1 else v2.RandomChoice(choices)
 
 
 def train(

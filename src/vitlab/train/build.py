@@ -1,0 +1,89 @@
+"""The model and the data splits a TrainConfig asks for: from scratch or from model.init, with a new
+head for the data's classes, and the transforms of the model's preprocessing."""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from vitlab.data import DataSplits, load_datasets
+from vitlab.data.transforms import eval_transform, resolve_preprocessing, train_transform
+from vitlab.model import BiTConfig, ConfigError, ViTConfig, VisionTransformer, config_for, create_model
+from vitlab.model.budget import check_memory
+from vitlab.weights import load
+
+from .config import ModelSpec, TrainConfig
+
+log = logging.getLogger("vitlab")
+
+
+def build_model_and_data(config: TrainConfig, architecture: ViTConfig | BiTConfig | None = None,
+                         ) -> tuple[torch.nn.Module, DataSplits, torch.utils.data.Dataset | None]:
+    """(model in train mode, splits, test split or None). With a development split
+    (data.dev_fraction) the source's validation split becomes the test split."""
+    spec = config.model
+    torch.manual_seed(config.run.seed)  # the initial weights depend on the seed alone
+    if spec.init:
+        model = _load_init(config)
+        vit_config = model.config
+    else:
+        vit_config = architecture or scratch_config(spec)
+    data = config.data
+    preprocessing = resolve_preprocessing(vit_config.preprocessing, mean=data.mean, std=data.std,
+                                          crop_pct=data.crop_pct, interpolation=data.interpolation)
+    splits = load_datasets(
+        data.source,
+        train_transform(vit_config.image_size, preprocessing, config.augment),
+        eval_transform(vit_config.image_size, preprocessing),
+        val_fraction=data.val_fraction, seed=config.run.seed, download=data.download,
+        train_fraction=data.train_fraction, dev_fraction=data.dev_fraction,
+        dev_split=data.dev_split, max_bad_fraction=data.max_bad_fraction,
+    )
+    test_set = None
+    if splits.dev is not None:  # paper Appendix B.1.1 / Keras validation_split: validate on a dev split
+        test_set, splits.val = splits.val, splits.dev
+    names = list(splits.class_names)
+    if len(names) < 2:  # one class: every prediction right, nothing learned
+        raise ConfigError(f"data.source={data.source!r}: {len(names)} class ({', '.join(map(str, names))}); "
+                          "classification needs at least 2")
+    limit = None if config.run.memory_limit is None else int(config.run.memory_limit * 2**30)
+    check_memory(vit_config.replace(num_classes=len(names), class_names=names), config.micro_batch_size,
+                 training=True, limit=limit, source="run.memory_limit")  # before the model is allocated
+    if spec.init:
+        before = "a representation layer and " if getattr(model.config, "representation_size", None) else ""
+        model.reset_classifier(len(names), class_names=names)  # paper 3.2: a zero-initialised head for the new classes
+        log.info("%s: new zero-initialised head: %d x %d (%d classes), replacing %sthe %d-class head",
+                 spec.init, model.config.feature_dim, len(names), len(names), before, vit_config.num_classes)
+        model.config = model.config.replace(preprocessing=preprocessing)
+    else:
+        torch.manual_seed(config.run.seed)
+        model = create_model(vit_config.replace(num_classes=len(names), class_names=names,
+                                                preprocessing=preprocessing), memory_limit=limit)
+    log.info("%s: %d training and %d validation images, %d classes; model %s at %s px, %.2fM parameters",
+             data.source, len(splits.train), len(splits.val), len(names), model.config.name or "ViT",
+             "x".join(map(str, model.config.image_size)), sum(p.numel() for p in model.parameters()) / 1e6)
+    return model.train(), splits, test_set
+
+
+def _load_init(config: TrainConfig) -> VisionTransformer:
+    spec = config.model
+    fixed = sorted(set(spec.options()) - set(spec.REGULARISATION))
+    if fixed:
+        raise ConfigError(f"model.{fixed[0]} cannot change the architecture of model.init={spec.init!r}; "
+                          f"only the image size and {', '.join(spec.REGULARISATION)} can")
+    overrides = {name: value for name, value in spec.options().items()}
+    if spec.image_size is not None:
+        overrides["image_size"] = spec.image_size  # E_pos resampled in 2-D (paper 3.2)
+    limit = config.run.memory_limit
+    return load(spec.init, memory_limit=None if limit is None else int(limit * 2**30), **overrides)
+
+
+def scratch_config(spec: ModelSpec) -> ViTConfig:
+    """The ViTConfig of a new model: the variant with the spec's fields (num_classes comes later)."""
+    options = spec.options()
+    if spec.image_size is not None:
+        options["image_size"] = spec.image_size
+    config = config_for(spec.variant, num_classes=0, **options)
+    resized = {"dim", "depth", "num_heads", "mlp_dim", "head_dim"} & set(options)
+    return config.replace(name=None) if resized else config  # no longer the named variant

@@ -1,0 +1,60 @@
+"""What a run leaves in DIR: run.yaml, metrics.jsonl, and at the end the model folder and summary.json.
+
+The evaluation rows live in memory for the whole run (`Trainer.metrics`); a resumed run reads the
+earlier sessions' rows once, from metrics.jsonl, and the MetricsFile callback appends each new one.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from vitlab.weights import save_pretrained
+
+from .plots import PLOT_FILE, plot_training_curve
+
+RUN_FILE = "run.yaml"
+SUMMARY_FILE = "summary.json"
+METRICS_FILE = "metrics.jsonl"
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    path = Path(path)
+    if not path.is_file():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:  # a line cut short by a crash
+            continue
+    return rows
+
+
+def earlier_metrics(out: str | Path, step: int) -> list[dict[str, Any]]:
+    """The rows of metrics.jsonl up to `step`, where a run resumes (the interrupted session may have
+    evaluated past its last checkpoint); none for a run starting at step 0."""
+    return [row for row in read_metrics(Path(out) / METRICS_FILE) if row["step"] <= step] if step else []
+
+
+def summarise(rows: Sequence[dict[str, Any]], best_step: int | None, **facts: Any) -> dict[str, Any]:
+    """summary.json: the validation numbers of the last evaluation (of the kept best weights, with
+    run.keep_best), then the run's `facts` in the order given."""
+    final = rows[-1] if best_step is None else next(row for row in rows if row["step"] == best_step)
+    summary = {"val_top1": final["val_top1"], "val_top5": final["val_top5"], "val_loss": final["val_loss"], **facts}
+    if best_step is not None:
+        summary["best_step"] = best_step
+    return summary
+
+
+def write_model_folder(out: Path, model: torch.nn.Module, summary: dict[str, Any],
+                       rows: Sequence[dict[str, Any]], title: str) -> None:
+    """The loadable model folder (config.json with the summary, model.safetensors), summary.json and
+    the training-curve figure."""
+    save_pretrained(model, out, training=summary)
+    (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
+    plot_training_curve(rows, out / PLOT_FILE, title=title)
