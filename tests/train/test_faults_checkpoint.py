@@ -49,7 +49,7 @@ class FullDisk:
 @pytest.mark.fault("disk")
 def test_a_full_disk_is_one_clear_error_and_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
     ckpt.save_checkpoint(tmp_path, 1, state(1), keep=3)
-    monkeypatch.setattr(ckpt, "open", lambda path, mode: FullDisk(open(path, mode), room=2000), raising=False)
+    monkeypatch.setattr(files, "open", lambda path, mode: FullDisk(open(path, mode), room=2000), raising=False)
     with pytest.raises(CheckpointError, match=r"step-00000002\.pt: cannot write \(the disk is full\); the "
                                               r"previous checkpoint is kept"):
         ckpt.save_checkpoint(tmp_path, 2, state(2), keep=3)

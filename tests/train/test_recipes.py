@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -9,9 +10,12 @@ import torch
 from torch import nn
 
 from vitlab.model import ViTConfig, create_model
-from vitlab.train import get_recipe
-from vitlab.train.optim import TfaAdamW, build_optimizer, build_schedule, param_groups
+from vitlab.train import RECIPES, TrainConfig, Trainer, get_recipe
 from vitlab.train.build import scratch_config
+from vitlab.train.config import ModelSpec, apply_mapping
+from vitlab.train.optim import TfaAdamW, build_optimizer, build_schedule, param_groups
+
+from train_helpers import state_of
 
 STEPS_PER_EPOCH = 100
 
@@ -141,3 +145,42 @@ def test_mlp_out_act_survives_save_and_load(tmp_path):
     model = create_model("mu/4", image_size=8, num_classes=3, mlp_out_act=True)
     model.save_pretrained(tmp_path)
     assert load(tmp_path).config.mlp_out_act is True
+
+
+# Every recipe of the registry, shrunk by one rule: a tiny model (mu/4 at 16 px), batch 4 with no gradient
+# accumulation, on the digits scikit-learn ships. Its optimiser, schedule and augmentation stay the recipe's.
+SHRINK = {"model": {"variant": "mu/4", "image_size": 16}, "data": {"source": "digits", "batch_size": 4},
+          "optim": {"grad_accum": 1}}
+OPTIMISERS = {"adamw": torch.optim.AdamW, "sgd": torch.optim.SGD, "tfa_adamw": TfaAdamW}
+
+
+def shrunk(name: str, out) -> tuple[TrainConfig, TrainConfig]:
+    """(the shrunk config, the recipe as it is)."""
+    config = get_recipe(name)
+    config.model = ModelSpec(**SHRINK["model"])  # the whole model replaced, not only its size
+    changes = {"data": SHRINK["data"], "optim": SHRINK["optim"], "run": {"out": str(out)}}
+    config = apply_mapping(config, changes, "shrink")
+    return config, get_recipe(name)
+
+
+@pytest.mark.parametrize("name", list(RECIPES))
+def test_every_recipe_builds_and_takes_two_steps(name, tmp_path):
+    config, recipe = shrunk(name, tmp_path)
+    trainer = Trainer(config)
+    try:
+        assert type(trainer.optimizer) is OPTIMISERS[recipe.optim.name]
+        assert trainer.config.optim == dataclasses.replace(recipe.optim, grad_accum=1)
+        assert (trainer.config.schedule, trainer.config.augment) == (recipe.schedule, recipe.augment)
+        assert trainer.model.config.image_size == (16, 16) and trainer.config.micro_batch_size == 4
+        reference = build_schedule(build_optimizer(tiny_model(), recipe.optim), recipe.schedule,
+                                   trainer.steps_per_epoch).lr_lambdas[0]
+        before = state_of(trainer.model)
+        batches = iter(trainer.train_loader)
+        losses = [trainer.train_step([next(batches)]) for _ in range(2)]
+        assert all(math.isfinite(loss) and loss > 0 for loss in losses), losses
+        after = state_of(trainer.model)
+        for layer in ("patch_embed.proj.weight", "blocks.0.attn.qkv.weight", "head.weight"):
+            assert not torch.equal(before[layer], after[layer]), layer  # the gradient reached every layer
+        assert trainer.lr == pytest.approx(recipe.optim.lr * reference(2), rel=1e-9)  # the recipe's schedule
+    finally:
+        trainer.close()

@@ -1,11 +1,27 @@
 """Training: recipes as typed configs, the Trainer, optimisers and schedules, checkpoints."""
 
+import copy
 import sys
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from .callbacks import Callback, MetricsFile, ProgressBar
-from .config import TrainConfig
+from .config import TrainConfig, apply_mapping
 from .recipes import RECIPES, get_recipe
-from .trainer import Diverged, Interrupted, Trainer, TrainResult, train
+from .trainer import Diverged, Interrupted, Trainer, TrainResult
+
+
+def train(config: TrainConfig | str = "small-data", *, callbacks: Sequence[Callback] = (),
+          **sections: Mapping[str, Any]) -> TrainResult:
+    """Train a ViT and write its model folder; returns the folder, the summary and the model.
+
+    `config` is a TrainConfig or a recipe name; keyword arguments change sections of it:
+
+        vitlab.train("demo", run={"out": "runs/demo"}, schedule={"steps": 300})
+    """
+    config = get_recipe(config) if isinstance(config, str) else copy.deepcopy(config)
+    config = apply_mapping(config, sections, "vitlab.train()")
+    return Trainer(config, callbacks).fit()
 
 
 class _CallablePackage(type(sys.modules[__name__])):

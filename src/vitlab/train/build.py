@@ -1,11 +1,12 @@
-"""The model and the data splits a TrainConfig asks for: from scratch or from model.init, with a new
-head for the data's classes, and the transforms of the model's preprocessing."""
+"""The model, data splits and loaders a TrainConfig asks for: from scratch or from model.init, with a
+new head for the data's classes, and the transforms of the model's preprocessing."""
 
 from __future__ import annotations
 
 import logging
 
 import torch
+from torch.utils.data import DataLoader, Dataset
 
 from vitlab.data import DataSplits, load_datasets
 from vitlab.data.transforms import eval_transform, resolve_preprocessing, train_transform
@@ -14,12 +15,29 @@ from vitlab.model.budget import check_memory
 from vitlab.weights import load
 
 from .config import ModelSpec, TrainConfig
+from .distributed import Processes
+from .loader import eval_loader, train_loader
 
 log = logging.getLogger("vitlab")
 
 
+def check_run(config: TrainConfig, architecture: ViTConfig | BiTConfig | None = None) -> TrainConfig:
+    """ConfigError for what a valid config cannot do as a run: no output folder, both a checkpoint and
+    an architecture to start from, weight averaging or best weights with a sharded model."""
+    if not config.run.out:
+        raise ConfigError("run.out: the output folder (--out) is required")
+    if architecture is not None and config.model.init:
+        raise ConfigError(f"model.init={config.model.init!r}: a run starts from a checkpoint or from an "
+                          f"architecture, not both")
+    if config.run.data_parallel == "fsdp" and config.optim.ema_decay:
+        raise ConfigError("optim.ema_decay: weight averaging needs the whole model, not run.data_parallel=fsdp")
+    if config.run.data_parallel == "fsdp" and config.run.keep_best:
+        raise ConfigError("run.keep_best: keeping the best weights needs the whole model, not run.data_parallel=fsdp")
+    return config
+
+
 def build_model_and_data(config: TrainConfig, architecture: ViTConfig | BiTConfig | None = None,
-                         ) -> tuple[torch.nn.Module, DataSplits, torch.utils.data.Dataset | None]:
+                         ) -> tuple[torch.nn.Module, DataSplits, Dataset | None]:
     """(model in train mode, splits, test split or None). With a development split
     (data.dev_fraction) the source's validation split becomes the test split."""
     spec = config.model
@@ -64,6 +82,16 @@ def build_model_and_data(config: TrainConfig, architecture: ViTConfig | BiTConfi
              data.source, len(splits.train), len(splits.val), len(names), model.config.name or "ViT",
              "x".join(map(str, model.config.image_size)), sum(p.numel() for p in model.parameters()) / 1e6)
     return model.train(), splits, test_set
+
+
+def build_loaders(config: TrainConfig, splits: DataSplits, test_set: Dataset | None,
+                  pin_memory: bool, processes: Processes) -> tuple[DataLoader, DataLoader, DataLoader | None]:
+    """The training loader (micro-batches in the resumable order), the validation and the test loader."""
+    micro, workers = config.micro_batch_size, config.data.workers
+    eval_batch = config.data.eval_batch_size or 2 * micro
+    return (train_loader(splits.train, micro, config.run.seed, workers, pin_memory, processes),
+            eval_loader(splits.val, eval_batch, workers, pin_memory),
+            eval_loader(test_set, eval_batch, workers, pin_memory) if test_set is not None else None)
 
 
 def _load_init(config: TrainConfig) -> VisionTransformer:

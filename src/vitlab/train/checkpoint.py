@@ -30,7 +30,7 @@ import sys
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 import torch
 
@@ -38,8 +38,10 @@ from vitlab.model import ConfigError
 from vitlab.weights import CheckpointError
 from vitlab.weights.files import load_pickle
 
-from .atomic_files import CHECKSUMS, atomic_write, checksum_file, record_checksums, remove_partial_writes, verify_checkpoint
+from .atomic_files import (CHECKSUMS, atomic_write, checksum_file, record_checksums, remove_partial_writes,
+                           verify_checkpoint)
 from .outputs import RUN_FILE
+from .rng import capture_rng, restore_rng
 
 log = logging.getLogger("vitlab")
 
@@ -183,6 +185,51 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
         raise CheckpointError(f"{path}: training checkpoint version {document.get('format_version')!r}; "
                               f"this vitlab reads version {FORMAT_VERSION}")
     return document
+
+
+# -- the state of a run ----------------------------------------------------------------------------
+class TrainingRun(Protocol):
+    """What a checkpoint holds of the Trainer (trainer.py), besides the model and optimiser."""
+
+    step: int
+    epoch: int
+    batch_in_epoch: int  # micro-batches of the current epoch already consumed
+    loss_sum: float
+    loss_count: int
+    bad_steps: int
+    wall_time_s: float  # of the whole run so far
+    wall_time_before: float  # of the sessions before this one
+    scheduler: Any
+    ema: Any
+    best: Any
+    scaler: Any
+
+
+def _state(part: Any) -> Any:
+    return part.state_dict() if part is not None else None
+
+
+def run_state(run: TrainingRun) -> dict[str, Any]:
+    """The progress, the scheduler, EMA, best-weights and gradient-scaler states and the generators."""
+    return {"step": run.step, "epoch": run.epoch, "batch_in_epoch": run.batch_in_epoch,
+            "scheduler": run.scheduler.state_dict(), "ema": _state(run.ema), "best": _state(run.best),
+            "scaler": _state(run.scaler), "rng": capture_rng(), "loss_sum": run.loss_sum,
+            "loss_count": run.loss_count, "bad_steps": run.bad_steps, "wall_time_s": run.wall_time_s}
+
+
+def restore_run_state(run: TrainingRun, state: Mapping[str, Any]) -> None:
+    run.scheduler.load_state_dict(state["scheduler"])
+    if run.ema is not None:
+        run.ema.load_state_dict(state["ema"])
+    if run.best is not None:
+        run.best.load_state_dict(state.get("best"))
+    if run.scaler is not None and state["scaler"] is not None:
+        run.scaler.load_state_dict(state["scaler"])
+    restore_rng(state["rng"])
+    run.step, run.epoch, run.batch_in_epoch = state["step"], state["epoch"], state["batch_in_epoch"]
+    run.loss_sum, run.loss_count = state["loss_sum"], state["loss_count"]
+    run.bad_steps = state.get("bad_steps", 0)
+    run.wall_time_before = state["wall_time_s"]
 
 
 # -- resuming --------------------------------------------------------------------------------------

@@ -172,6 +172,17 @@ def full_tensor(value: Any) -> Any:
 
 
 # -- sharded checkpoints (fsdp) -------------------------------------------------------------------
+def save_checkpoint(out: Path, step: int, state: dict[str, Any], model: nn.Module, optimizer: torch.optim.Optimizer,
+                    keep: int, processes: Processes, sharded: bool) -> Path | None:
+    """The checkpoint of `step`: sharded, every process writes its shards (save_sharded); replicated,
+    process 0 writes it and none runs on (or exits) before it is in place (None on the others)."""
+    if sharded:
+        return save_sharded(out, step, state, model, optimizer, keep, processes)
+    path = ckpt.save_checkpoint(out, step, state, keep) if processes.is_main else None
+    barrier(processes)
+    return path
+
+
 def save_sharded(out: Path, step: int, state: dict[str, Any], model: nn.Module, optimizer: torch.optim.Optimizer,
                  keep: int, processes: Processes) -> Path:
     """Every process writes its shards of model and optimiser into DIR/checkpoints/step-N/ (atomic,
@@ -206,6 +217,16 @@ def load_sharded(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer)
     state = {"model": model_state, "optimizer": optimizer_state}
     dcp.load(state, checkpoint_id=path)
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
+
+
+def load_weights(path: Path, state: dict[str, Any], model: nn.Module, optimizer: torch.optim.Optimizer,
+                 sharded: bool) -> None:
+    """The model and optimiser states of the checkpoint at `path` (whose document is `state`)."""
+    if sharded:
+        load_sharded(path, model, optimizer)
+    else:
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
 
 
 def whole_model(model: nn.Module, processes: Processes, sharded: bool) -> nn.Module:

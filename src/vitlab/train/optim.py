@@ -15,8 +15,16 @@ import torch
 from torch import nn
 
 from .config import OptimSpec, ScheduleSpec
+from .distributed import full_tensor
 
 log = logging.getLogger("vitlab")
+
+
+def clip_gradients(model: nn.Module, max_norm: float | None) -> float:
+    """The global gradient norm, before clipping it to `max_norm` when set (FSDP: of every shard)."""
+    if max_norm is not None:
+        return float(full_tensor(torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)))
+    return float(full_tensor(torch.nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None])))
 
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:

@@ -7,15 +7,19 @@ earlier sessions' rows once, from metrics.jsonl, and the MetricsFile callback ap
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from vitlab.evaluate import Evaluation
 from vitlab.weights import save_pretrained
 
 from .plots import PLOT_FILE, plot_training_curve
+
+log = logging.getLogger("vitlab")
 
 RUN_FILE = "run.yaml"
 SUMMARY_FILE = "summary.json"
@@ -41,20 +45,20 @@ def earlier_metrics(out: str | Path, step: int) -> list[dict[str, Any]]:
     return [row for row in read_metrics(Path(out) / METRICS_FILE) if row["step"] <= step] if step else []
 
 
-def summarise(rows: Sequence[dict[str, Any]], best_step: int | None, **facts: Any) -> dict[str, Any]:
-    """summary.json: the validation numbers of the last evaluation (of the kept best weights, with
-    run.keep_best), then the run's `facts` in the order given."""
+def write_model_folder(out: Path, model: torch.nn.Module, rows: Sequence[dict[str, Any]], best_step: int | None,
+                       facts: dict[str, Any], test: Evaluation | None, dev_images: int, title: str) -> dict[str, Any]:
+    """Write the loadable model folder (config.json with the summary, model.safetensors), summary.json
+    and the training-curve figure; the summary: the validation numbers of the last evaluation (of the
+    kept best weights, with run.keep_best), the run's `facts`, and the test split's numbers if any."""
     final = rows[-1] if best_step is None else next(row for row in rows if row["step"] == best_step)
     summary = {"val_top1": final["val_top1"], "val_top5": final["val_top5"], "val_loss": final["val_loss"], **facts}
     if best_step is not None:
         summary["best_step"] = best_step
-    return summary
-
-
-def write_model_folder(out: Path, model: torch.nn.Module, summary: dict[str, Any],
-                       rows: Sequence[dict[str, Any]], title: str) -> None:
-    """The loadable model folder (config.json with the summary, model.safetensors), summary.json and
-    the training-curve figure."""
+    if test is not None:
+        summary.update(test_top1=test.top1, test_top5=test.top5, test_loss=test.loss, test_images=test.count,
+                       dev_images=dev_images)
+        log.info("test top-1 %.4f, top-5 %.4f (%d images)", test.top1, test.top5, test.count)
     save_pretrained(model, out, training=summary)
     (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
     plot_training_curve(rows, out / PLOT_FILE, title=title)
+    return summary

@@ -10,11 +10,8 @@ training_curve.png and checkpoints/. The trainer knows nothing of argument parsi
 
 from __future__ import annotations
 
-import copy
 import logging
 import math
-import signal
-import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -31,19 +28,20 @@ from vitlab.model import BiTConfig, ConfigError, ViTConfig, VisionTransformer
 
 from . import checkpoint as ckpt
 from . import distributed, outputs
-from .build import build_model_and_data
+from .build import build_loaders, build_model_and_data, check_run
 from .callbacks import Callback, MetricsFile, ProgressBar
-from .config import TrainConfig, apply_mapping
-from .loader import eval_loader, shut_down_workers, train_loader
-from .optim import build_optimizer, build_schedule, total_steps
+from .config import TrainConfig
+from .loader import shut_down_workers
+from .optim import build_optimizer, build_schedule, clip_gradients, total_steps
 from .outputs import RUN_FILE
 from .precision import resolve_device, resolve_precision
-from .recipes import get_recipe
-from .rng import capture_rng, restore_rng, seed_everything
+from .rng import seed_everything
 from .runlock import RunLock
 from .selection import BestWeights
+from .signals import install_stop_handlers, restore_handlers
 
 log = logging.getLogger("vitlab")
+
 
 class Interrupted(Exception):
     """SIGINT or SIGTERM stopped the run after a checkpoint was written."""
@@ -71,12 +69,7 @@ class Trainer:
 
     def __init__(self, config: TrainConfig, callbacks: Sequence[Callback] = (),
                  architecture: ViTConfig | BiTConfig | None = None) -> None:
-        self.config = config.validate()
-        if not config.run.out:
-            raise ConfigError("run.out: the output folder (--out) is required")
-        if architecture is not None and config.model.init:
-            raise ConfigError(f"model.init={config.model.init!r}: a run starts from a checkpoint or from an "
-                              f"architecture, not both")
+        self.config = check_run(config.validate(), architecture)
         self.architecture = architecture
         self.out = Path(config.run.out)
         self.processes = distributed.from_environment()  # under torchrun, one of several
@@ -93,14 +86,9 @@ class Trainer:
     def _set_up(self, callbacks: Sequence[Callback]) -> None:
         config = self.config
         self.sharded = config.run.data_parallel == "fsdp"
-        if self.sharded and config.optim.ema_decay:
-            raise ConfigError("optim.ema_decay: weight averaging needs the whole model, not run.data_parallel=fsdp")
-        if self.sharded and config.run.keep_best:
-            raise ConfigError("run.keep_best: keeping the best weights needs the whole model, not run.data_parallel=fsdp")
         # Process 0 alone reports and writes the metrics (all processes see the same numbers).
-        self.callbacks: list[Callback] = (
-            [ProgressBar(), MetricsFile(self.out), *callbacks] if self.processes.is_main else []
-        )
+        main = self.processes.is_main
+        self.callbacks: list[Callback] = [ProgressBar(), MetricsFile(self.out), *callbacks] if main else []
         resume = ckpt.read_resume_state(self.out, config.to_dict(), config.run.resume, self.processes.restarts,
                                         self.processes.is_main)
         self.resumed_from, resume_state = resume or (None, None)
@@ -111,21 +99,15 @@ class Trainer:
         self.precision = resolve_precision(config.run.precision, self.device)
 
         self.model, splits, self.test_set = build_model_and_data(config, self.architecture)
-        self.class_names = splits.class_names
-        self.train_images = len(splits.train)
-        micro = config.micro_batch_size
+        self.class_names, self.train_images = splits.class_names, len(splits.train)
         self.steps_per_epoch = len(splits.train) // config.data.batch_size
         if self.steps_per_epoch == 0:
             raise ConfigError(f"data.batch_size={config.data.batch_size} is larger than the {len(splits.train)} "
                               f"training images of {config.data.source!r}; lower --batch-size")
         self.total_steps = total_steps(config.schedule, self.steps_per_epoch)
-        pin = self.device.type == "cuda"
-        self.train_loader = train_loader(splits.train, micro, config.run.seed, config.data.workers, pin, self.processes)
-        eval_batch = config.data.eval_batch_size or 2 * micro
-        self.val_loader = eval_loader(splits.val, eval_batch, config.data.workers, pin)
         # With a development split (data.dev_fraction), the source's validation split is the test split.
-        self.test_loader = (eval_loader(self.test_set, eval_batch, config.data.workers, pin)
-                            if self.test_set is not None else None)
+        self.train_loader, self.val_loader, self.test_loader = build_loaders(
+            config, splits, self.test_set, self.device.type == "cuda", self.processes)
         self.best = BestWeights() if config.run.keep_best else None
         self.mixing = batch_mixing(config.augment.mixup, config.augment.cutmix, len(self.class_names))
 
@@ -140,8 +122,7 @@ class Trainer:
                                   use_buffers=True) if config.optim.ema_decay else None)
 
         # Progress: optimiser steps done, and the position in the data order.
-        self.step = 0
-        self.epoch = 0
+        self.step, self.epoch = 0, 0
         self.batch_in_epoch = 0  # micro-batches of the current epoch already consumed
         self.loss_sum, self.loss_count = 0.0, 0  # training loss since the last evaluation
         self.wall_time_before = 0.0  # seconds spent by earlier sessions of a resumed run
@@ -182,7 +163,7 @@ class Trainer:
         mean_loss = distributed.mean_over_processes(mean_loss, self.processes)  # every process skips alike
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)
-        grad_norm = self._clip_gradients()
+        grad_norm = clip_gradients(self.model, self.config.optim.grad_clip)
         # With fp16 loss scaling, overflowing gradients are the scaler's to skip (it lowers the scale).
         if not math.isfinite(mean_loss) or (self.scaler is None and not math.isfinite(grad_norm)):
             self._skip_step(mean_loss, grad_norm)
@@ -197,14 +178,6 @@ class Trainer:
         if self.ema is not None:
             self.ema.update_parameters(self.model)
         return mean_loss
-
-    def _clip_gradients(self) -> float:
-        """The global gradient norm (before clipping to optim.grad_clip, when set)."""
-        if self.config.optim.grad_clip is not None:
-            norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.optim.grad_clip)
-            return float(distributed.full_tensor(norm))  # FSDP: a sharded norm
-        norm = torch.nn.utils.get_total_norm([p.grad for p in self.model.parameters() if p.grad is not None])
-        return float(distributed.full_tensor(norm))
 
     def _skip_step(self, loss: float, grad_norm: float) -> None:
         """Leave weights, optimiser and EMA as they are; the step still counts, so the data order and
@@ -227,12 +200,9 @@ class Trainer:
     def fit(self) -> TrainResult:
         self.out.mkdir(parents=True, exist_ok=True)
         (self.out / RUN_FILE).write_text(self.config.to_yaml())
-        session_start = time.perf_counter()
-        self.session_start = session_start
-        last_checkpoint_time = session_start
-        accum = self.config.optim.grad_accum
-        micro = self.config.micro_batch_size
-        previous_handlers = self._install_signal_handlers()
+        self.session_start = last_checkpoint_time = time.perf_counter()
+        accum, micro = self.config.optim.grad_accum, self.config.micro_batch_size
+        previous_handlers = install_stop_handlers(self._request_stop)
         previous_threads = torch.get_num_threads()
         if self.config.run.threads is not None:
             torch.set_num_threads(self.config.run.threads)
@@ -270,7 +240,7 @@ class Trainer:
             return self._finish()
         finally:
             torch.set_num_threads(previous_threads)
-            self._restore_signal_handlers(previous_handlers)
+            restore_handlers(previous_handlers)
             self._call("on_train_end", self.summary)
             distributed.stop(self.processes)
             self.close()  # the workers end with the run, however it ends
@@ -304,17 +274,10 @@ class Trainer:
 
     def evaluate_and_log(self) -> dict[str, Any]:
         result = evaluate(self.eval_model, self.val_loader, device=self.device, autocast=self.precision.autocast)
-        row = {
-            "step": self.step,
-            "epoch": round(self.step / self.steps_per_epoch, 4),
-            "loss": self.loss_sum / max(self.loss_count, 1),
-            "lr": self.lr,
-            "val_top1": result.top1,
-            "val_top5": result.top5,
-            "val_loss": result.loss,
-            "images_per_s": round(self.images_per_second, 2),
-            "wall_time_s": round(self.wall_time_s, 2),
-        }
+        row = {"step": self.step, "epoch": round(self.step / self.steps_per_epoch, 4),
+               "loss": self.loss_sum / max(self.loss_count, 1), "lr": self.lr,
+               "val_top1": result.top1, "val_top5": result.top5, "val_loss": result.loss,
+               "images_per_s": round(self.images_per_second, 2), "wall_time_s": round(self.wall_time_s, 2)}
         self.loss_sum, self.loss_count = 0.0, 0
         self.window_images, self.window_seconds = 0, 0.0
         if self.best is not None and self.best.update(self.step, result.top1, self.eval_model):
@@ -341,115 +304,42 @@ class Trainer:
         return TrainResult(self.out, self.summary or {}, model)
 
     def _write_model_folder(self, model: torch.nn.Module, rows: list[dict[str, Any]]) -> dict[str, Any]:
-        summary = outputs.summarise(
-            rows, self.best.step if self.best is not None else None, steps=self.step,
-            epochs=round(self.step / self.steps_per_epoch, 4), train_images=self.train_images,
-            wall_time_s=round(self.wall_time_s, 2), recipe=self.config.recipe, data=self.config.data.source,
-            device=self.device.type, precision=self.precision.name, ema=self.ema is not None,
-            skipped_steps=self.bad_steps)
-        if self.test_loader is not None:
-            test = evaluate(model, self.test_loader, device=self.device, autocast=self.precision.autocast)
-            summary.update(test_top1=test.top1, test_top5=test.top5, test_loss=test.loss, test_images=test.count,
-                           dev_images=len(self.val_loader.dataset))
-            log.info("test top-1 %.4f, top-5 %.4f (%d images)", test.top1, test.top5, test.count)
-        outputs.write_model_folder(self.out, model, summary, rows,
-                                   title=f"{self.config.recipe} on {self.config.data.source}")
-        return summary
+        facts = dict(steps=self.step, epochs=round(self.step / self.steps_per_epoch, 4), train_images=self.train_images,
+                     wall_time_s=round(self.wall_time_s, 2), recipe=self.config.recipe, data=self.config.data.source,
+                     device=self.device.type, precision=self.precision.name, ema=self.ema is not None,
+                     skipped_steps=self.bad_steps)
+        test = (evaluate(model, self.test_loader, device=self.device, autocast=self.precision.autocast)
+                if self.test_loader is not None else None)
+        return outputs.write_model_folder(self.out, model, rows, self.best.step if self.best is not None else None,
+                                          facts, test, len(self.val_loader.dataset),
+                                          title=f"{self.config.recipe} on {self.config.data.source}")
 
     # -- checkpoints -------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        return {
-            "step": self.step,
-            "epoch": self.epoch,
-            "batch_in_epoch": self.batch_in_epoch,
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
-            "ema": self.ema.state_dict() if self.ema is not None else None,
-            "best": self.best.state_dict() if self.best is not None else None,
-            "scaler": self.scaler.state_dict() if self.scaler is not None else None,
-            "rng": capture_rng(),
-            "loss_sum": self.loss_sum,
-            "loss_count": self.loss_count,
-            "bad_steps": self.bad_steps,
-            "wall_time_s": self.wall_time_s,
-            "config": self.config.to_dict(),
-            "model_config": self.model.config.to_dict(),
-        }
+        """Everything a checkpoint holds to continue the run exactly (see checkpoint.py)."""
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), **ckpt.run_state(self),
+                "config": self.config.to_dict(), "model_config": self.model.config.to_dict()}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        if self.sharded:
-            distributed.load_sharded(self.resumed_from, self.model, self.optimizer)
-        else:
-            self.model.load_state_dict(state["model"])
-            self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
-        if self.ema is not None:
-            self.ema.load_state_dict(state["ema"])
-        if self.best is not None:
-            self.best.load_state_dict(state.get("best"))
-        if self.scaler is not None and state["scaler"] is not None:
-            self.scaler.load_state_dict(state["scaler"])
-        restore_rng(state["rng"])
-        self.step, self.epoch, self.batch_in_epoch = state["step"], state["epoch"], state["batch_in_epoch"]
-        self.loss_sum, self.loss_count = state["loss_sum"], state["loss_count"]
-        self.bad_steps = state.get("bad_steps", 0)
-        self.wall_time_before = state["wall_time_s"]
+        distributed.load_weights(self.resumed_from, state, self.model, self.optimizer, self.sharded)
+        ckpt.restore_run_state(self, state)
 
     def save_checkpoint(self) -> Path | None:
-        keep = self.config.run.keep_ckpts
-        if self.sharded:
-            path = distributed.save_sharded(self.out, self.step, self.state_dict(), self.model, self.optimizer, keep,
-                                            self.processes)
-        else:  # process 0 writes the replicated model's checkpoint; none runs on (or exits) before it is in place
-            path = ckpt.save_checkpoint(self.out, self.step, self.state_dict(), keep) if self.processes.is_main else None
-            distributed.barrier(self.processes)
-            if path is None:
-                return None
-        self._call("on_checkpoint", path)
+        path = distributed.save_checkpoint(self.out, self.step, self.state_dict(), self.model, self.optimizer,
+                                           self.config.run.keep_ckpts, self.processes, self.sharded)
+        if path is not None:
+            self._call("on_checkpoint", path)
         return path
 
     # -- signals and callbacks ---------------------------------------------------------------------
-    def _install_signal_handlers(self) -> dict[int, Any]:
-        if threading.current_thread() is not threading.main_thread():
-            return {}
-        previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-
-        def request_stop(signum: int, frame: Any) -> None:
-            self.stop_signal = signal.Signals(signum).name
-            log.warning("%s: finishing step %d, writing a checkpoint, then stopping (again to stop at once)",
-                        self.stop_signal, self.step + 1)
-            signal.signal(signum, previous[signum])  # a second signal acts as it would have
-
-        for sig in previous:
-            signal.signal(sig, request_stop)
-        return previous
-
-    @staticmethod
-    def _restore_signal_handlers(previous: dict[int, Any]) -> None:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    def _request_stop(self, signal_name: str) -> None:
+        self.stop_signal = signal_name
+        log.warning("%s: finishing step %d, writing a checkpoint, then stopping (again to stop at once)",
+                    signal_name, self.step + 1)
 
     def _call(self, hook: str, *args: Any) -> None:
         for callback in self.callbacks:
             getattr(callback, hook)(self, *args)
 
 
-def train(
-    config: TrainConfig | str = "small-data",
-    *,
-    callbacks: Sequence[Callback] = (),
-    **sections: Mapping[str, Any],
-) -> TrainResult:
-    """Train a ViT and write its model folder; returns the folder, the summary and the model.
-
-    `config` is a TrainConfig or a recipe name; keyword arguments change sections of it:
-
-        vitlab.train("demo", run={"out": "runs/demo"}, schedule={"steps": 300})
-    """
-    config = get_recipe(config) if isinstance(config, str) else copy.deepcopy(config)
-    config = apply_mapping(config, sections, "vitlab.train()")
-    return Trainer(config, callbacks).fit()
-
-
-__all__ = ["Diverged", "Interrupted", "TrainResult", "Trainer", "train"]
+__all__ = ["Diverged", "Interrupted", "TrainResult", "Trainer"]

@@ -1,0 +1,32 @@
+"""SIGINT and SIGTERM during training: the first asks the run to stop after the current step (with a
+checkpoint); a second acts as it would have without the trainer (e.g. Ctrl-C twice stops at once)."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Callable
+from typing import Any
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def install_stop_handlers(request_stop: Callable[[str], None]) -> dict[int, Any]:
+    """Route SIGINT and SIGTERM to `request_stop(name)`, once each; the handlers they replace, for
+    restore_handlers. Outside the main thread (where Python cannot set handlers), nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+
+    def handler(signum: int, frame: Any) -> None:
+        request_stop(signal.Signals(signum).name)
+        signal.signal(signum, previous[signum])  # a second signal acts as it would have
+
+    for sig in previous:
+        signal.signal(sig, handler)
+    return previous
+
+
+def restore_handlers(previous: dict[int, Any]) -> None:
+    for sig, handler in previous.items():
+        signal.signal(sig, handler)
