@@ -291,26 +291,25 @@ class Trainer:
         return self.wall_time_before + (time.perf_counter() - self.session_start)
 
     def _finish(self) -> TrainResult:
-        distributed.barrier(self.processes)  # process 0 has written the metrics
-        rows = self.metrics
-        if not rows or rows[-1]["step"] != self.step:  # a resumed run that had already finished
+        distributed.barrier(self.processes)  # every process has taken its last step
+        if not self.metrics or self.metrics[-1]["step"] != self.step:  # a resumed run that had already finished
             self.evaluate_and_log()
         if self.best is not None:
             self.best.restore(self.eval_model)
         model = distributed.whole_model(self.eval_model, self.processes, self.sharded)
         if self.processes.is_main:  # process 0 writes the model folder; the others wait for it
-            self.summary = self._write_model_folder(model, rows)
+            self.summary = self._write_model_folder(model)
         distributed.barrier(self.processes)
         return TrainResult(self.out, self.summary or {}, model)
 
-    def _write_model_folder(self, model: torch.nn.Module, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    def _write_model_folder(self, model: torch.nn.Module) -> dict[str, Any]:
         facts = dict(steps=self.step, epochs=round(self.step / self.steps_per_epoch, 4), train_images=self.train_images,
                      wall_time_s=round(self.wall_time_s, 2), recipe=self.config.recipe, data=self.config.data.source,
                      device=self.device.type, precision=self.precision.name, ema=self.ema is not None,
                      skipped_steps=self.bad_steps)
         test = (evaluate(model, self.test_loader, device=self.device, autocast=self.precision.autocast)
                 if self.test_loader is not None else None)
-        return outputs.write_model_folder(self.out, model, rows, self.best.step if self.best is not None else None,
+        return outputs.write_model_folder(self.out, model, self.metrics, self.best.step if self.best is not None else None,
                                           facts, test, len(self.val_loader.dataset),
                                           title=f"{self.config.recipe} on {self.config.data.source}")
 
