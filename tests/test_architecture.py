@@ -49,10 +49,9 @@ KNOWN_LAYER_VIOLATIONS = {
 }
 KNOWN_CYCLES = {
     frozenset({"vitlab.model.config", "vitlab.model.resnet"}),
-    frozenset({"vitlab.train.callbacks", "vitlab.train.trainer"}),
     frozenset({"vitlab.weights.hub", "vitlab.weights.load", "vitlab.weights.pretrained"}),
 }
-KNOWN_LONG_MODULES = {"vitlab/train/trainer.py", "vitlab/model/resnet.py"}
+KNOWN_LONG_MODULES = {"vitlab/model/resnet.py"}
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from vitlab.train.build import scratch_config
 from vitlab.train.config import ModelSpec, apply_mapping
 from vitlab.train.optim import TfaAdamW, build_optimizer, build_schedule, param_groups
 
-from train_helpers import state_of
+from helpers import state_of
 
 STEPS_PER_EPOCH = 100
 
