@@ -10,15 +10,13 @@ import torch
 from PIL import Image
 from torchvision.transforms import v2
 
-from vitlab.data import build_transforms
+from vitlab.data import transforms
 from vitlab.model import ViTConfig
 
 
 def eval_transform(config: ViTConfig) -> v2.Compose:
     """Resize + centre crop to the model's image size, normalised with its stored mean/std."""
-    pre = config.preprocessing
-    return build_transforms(config.image_size, mean=pre.mean, std=pre.std, train=False,
-                            interpolation=pre.interpolation, crop_pct=pre.crop_pct)
+    return transforms.eval_transform(config.image_size, config.preprocessing)
 
 
 @dataclass

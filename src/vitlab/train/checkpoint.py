@@ -6,8 +6,8 @@ position in the epoch's data order, the running training-loss sums, every random
 main process (python, numpy, torch, CUDA) and the resolved run config. Data-loader workers need no
 saved state: each sample's augmentation is seeded by (seed, epoch, index) (see loader.py).
 
-Writes are atomic (atomic_files.py): the file is written under a temporary name in the same folder, fsynced, its
-SHA-256 recorded beside it (`step-00001200.sha256`, in `sha256sum` format, written the same way),
+Writes are atomic (atomic_files.py): the file is written under a temporary name in the same folder,
+fsynced, its SHA-256 recorded beside it (`step-00001200.sha256`, in `sha256sum` format, written the same way),
 renamed, and only then does the `latest` pointer (a one-line text file) name it. A crash at any
 moment leaves `latest` naming a complete checkpoint; a full disk raises CheckpointError and leaves
 the previous one in place. A sharded checkpoint (a folder, e.g. from torch.distributed.checkpoint)
@@ -15,7 +15,8 @@ is written the same way with `atomic_folder`, every file of it checksummed, and 
 
 A resumed run takes `newest_valid_checkpoint`: the one `latest` names if its checksums hold, else
 the newest one whose checksums hold, saying in the log which were passed over and why; a run whose
-`latest` pointer was deleted finds its newest checkpoint the same way.
+`latest` pointer was deleted finds its newest checkpoint the same way. `read_resume_state` does
+this for the Trainer and refuses a checkpoint of other settings than RESUMABLE_CHANGES allows.
 """
 
 from __future__ import annotations
@@ -188,7 +189,7 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
 
 
 # -- the state of a run ----------------------------------------------------------------------------
-class TrainingRun(Protocol):
+class ResumableRun(Protocol):
     """What a checkpoint holds of the Trainer (trainer.py), besides the model and optimiser."""
 
     step: int
@@ -209,7 +210,7 @@ def _state(part: Any) -> Any:
     return part.state_dict() if part is not None else None
 
 
-def run_state(run: TrainingRun) -> dict[str, Any]:
+def run_state(run: ResumableRun) -> dict[str, Any]:
     """The progress, the scheduler, EMA, best-weights and gradient-scaler states and the generators."""
     return {"step": run.step, "epoch": run.epoch, "batch_in_epoch": run.batch_in_epoch,
             "scheduler": run.scheduler.state_dict(), "ema": _state(run.ema), "best": _state(run.best),
@@ -217,7 +218,7 @@ def run_state(run: TrainingRun) -> dict[str, Any]:
             "loss_count": run.loss_count, "bad_steps": run.bad_steps, "wall_time_s": run.wall_time_s}
 
 
-def restore_run_state(run: TrainingRun, state: Mapping[str, Any]) -> None:
+def restore_run_state(run: ResumableRun, state: Mapping[str, Any]) -> None:
     run.scheduler.load_state_dict(state["scheduler"])
     if run.ema is not None:
         run.ema.load_state_dict(state["ema"])
