@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.vitlab-installed
 TORCH_PINS ?= torch==2.14.1 torchvision==0.29.1
 
-.PHONY: install demo test test-fast clean browser bench experiments-doc
+.PHONY: install demo test test-fast lint clean browser bench experiments-doc
 
 install: $(STAMP)
 
@@ -36,6 +36,13 @@ test: $(STAMP) browser
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow" -x
+
+# Static checks, configured in pyproject.toml ([tool.ruff], [tool.mypy]); the `test` extra installs
+# the `lint` one (ruff, mypy and the stub packages).
+lint: $(STAMP)
+	$(VENV)/bin/ruff check src tests
+	$(VENV)/bin/ruff format --check src tests
+	$(VENV)/bin/mypy
 
 # vitlab against timm, transformers and torchvision (docs/benchmarks.md); writes build/bench/bench.{json,md}.
 bench: $(STAMP)
