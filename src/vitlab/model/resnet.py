@@ -336,9 +336,12 @@ class BiTResNet(ResNet):
     """The ResNet classifier with the ViT's interface: forward_features -> (B, C, h, w) feature map,
     forward_head pools it (the few-shot representation with pre_logits=True) and classifies."""
 
+    # The classifier's config holds the trunk's (config.resnet), which ResNet.config is.
+    config: BiTConfig  # type: ignore[assignment]
+
     def __init__(self, config: BiTConfig) -> None:
         super().__init__(config.resnet, config.in_channels)
-        self.config = config  # type: ignore[assignment]
+        self.config = config
         self.head_drop = nn.Dropout(config.head_dropout)
         self.head = nn.Linear(config.feature_dim, config.num_classes) if config.num_classes else nn.Identity()
         self.zero_head()
