@@ -39,8 +39,9 @@ def pixel_filters(model: nn.Module) -> PixelFilters:
     if backbone is not None:
         return PixelFilters(backbone.stem.conv.standardised_weight(), "root convolution",
                             "the hybrid's ResNet root convolution (its E is a 1x1 projection of feature channels)")
-    if isinstance(getattr(embed, "proj", None), nn.Conv2d):
-        return PixelFilters(embed.proj.weight, "patch embedding", "the patch embedding E")
+    proj = getattr(embed, "proj", None)
+    if isinstance(proj, nn.Conv2d):
+        return PixelFilters(proj.weight, "patch embedding", "the patch embedding E")
     stem = getattr(model, "stem", None)
     if stem is not None and hasattr(stem.conv, "standardised_weight"):
         return PixelFilters(stem.conv.standardised_weight(), "root convolution", "the ResNet's root convolution")

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch import nn
+
+from vitlab.model import VisionTransformer
 
 
-def position_embedding_table(model: nn.Module) -> tuple[torch.Tensor, tuple[int, int]]:
+def position_embedding_table(model: VisionTransformer) -> tuple[torch.Tensor, tuple[int, int]]:
     """The patch rows of E_pos, (N, D), and the grid they lie on, for learned, 2-D and sin-cos models."""
     config = model.config
     kind = config.pos_embed

@@ -25,6 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from vitlab.model import VisionTransformer
+
 
 HEAD_FUSIONS = ("mean", "max", "min")
 
@@ -91,7 +93,7 @@ def attention_rollout(
             protected_token=protected_token,
         )
         rollout = layer if rollout is None else layer @ rollout  # token mixing of layer l after l-1
-    assert rollout is not None
+    assert rollout is not None  # at least one layer, checked above
     return rollout
 
 
@@ -140,11 +142,12 @@ def resolve_layer_head(depth: int, num_heads: int, layer: int, head: int | None)
     return layer % depth, (head % num_heads if head is not None else None)
 
 
-def require_attention(model: nn.Module) -> None:
-    """Refuse, in one line, a model that has no attention to analyse (a BiT ResNet)."""
-    if not hasattr(model, "forward_with_attention"):
+def require_attention(model: nn.Module) -> VisionTransformer:
+    """Refuse, in one line, a model that has no attention to analyse (a BiT ResNet); return the transformer."""
+    if not isinstance(model, VisionTransformer):  # the one model with forward_with_attention
         name = getattr(model.config, "name", None) or type(model).__name__
         raise ValueError(f"{name}: attention analyses need a transformer; a ResNet has no attention to show")
+    return model
 
 
 @torch.no_grad()
@@ -156,9 +159,9 @@ def attention_maps(
     Any size the model accepts works: the patch grid is read off the input, not the config.
     Call `model.eval()` first unless you want dropout in the attention.
     """
-    require_attention(model)
-    config = model.config
-    logits, attentions = model.forward_with_attention(images)
+    transformer = require_attention(model)
+    config = transformer.config
+    logits, attentions = transformer.forward_with_attention(images)
     grid = config.grid_for(images.shape)  # a hybrid's tokens are backbone stride x P pixels apart
     layer, head = resolve_layer_head(len(attentions), attentions[0].shape[1], layer, head)
     chosen = attentions[layer].float()

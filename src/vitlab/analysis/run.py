@@ -14,14 +14,13 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch import nn
 
-from vitlab.model import BiTConfig, ViTConfig
+from vitlab.model import BiTConfig, BiTResNet, ViTConfig, VisionTransformer
 
 from .distance import attention_distance, patch_distances
 from .explain import EXPLANATIONS, explanation_figures
@@ -91,7 +90,7 @@ def _rounded(values: torch.Tensor | np.ndarray, digits: int = 5) -> list:
 
 @torch.no_grad()
 def analyze(
-    model: nn.Module,
+    model: VisionTransformer | BiTResNet,
     images: torch.Tensor,
     out_dir: str | Path,
     what: str | Iterable[str] = "all",
@@ -108,7 +107,7 @@ def analyze(
     chosen = parse_what(what)
     named = not set(ANALYSES) <= set(chosen)  # a subset named: what cannot run is refused, not skipped
     result = AnalysisResult()
-    if not hasattr(model, "forward_with_attention"):  # a BiT ResNet: only its root filters apply
+    if not isinstance(model, VisionTransformer):  # a BiT ResNet: only its root filters apply
         transformer_only = [name for name in chosen if name in NEED_ATTENTION]
         if (named or set(chosen) & set(EXPLANATIONS)) and transformer_only:
             require_attention(model)  # asked for by name: refused in one line
@@ -121,11 +120,11 @@ def analyze(
     config = model.config
     result.numbers["model"] = _model_numbers(config)
     if "rollout" in chosen or "distance" in chosen:
-        _attention_analyses(model, images, out, chosen, layer, head, show, batch_size, result)
+        _attention_analyses(require_attention(model), images, out, chosen, layer, head, show, batch_size, result)
     if any(name in chosen for name in EXPLANATIONS):
-        _explanations(model, cast(ViTConfig, config), images[: min(show, len(images))], out, chosen, result)
+        _explanations(require_attention(model), images[: min(show, len(images))], out, chosen, result)
     if "posemb" in chosen:
-        _position_analysis(model, out, explicit=named, result=result)
+        _position_analysis(require_attention(model), out, explicit=named, result=result)
     if "filters" in chosen:
         _filter_analysis(model, out, result)
     result.json_path = out / "analysis.json"
@@ -136,7 +135,7 @@ def analyze(
 
 
 def _attention_analyses(
-    model: nn.Module, images: torch.Tensor, out: Path, chosen: tuple[str, ...],
+    model: VisionTransformer, images: torch.Tensor, out: Path, chosen: tuple[str, ...],
     layer: int, head: int | None, show: int, batch_size: int, result: AnalysisResult,
 ) -> None:
     if len(images) == 0:
@@ -146,23 +145,26 @@ def _attention_analyses(
     grid = config.grid_for(images.shape)
     patch = config.effective_patch_size  # pixels between neighbouring tokens
     count = min(show, len(images))
-    distances, logits, rollout, raw = [], [], [], []
+    distances: list[torch.Tensor] = []
+    logit_parts: list[torch.Tensor] = []
+    rollout_parts: list[torch.Tensor] = []
+    raw_parts: list[torch.Tensor] = []
     for start in range(0, len(images), batch_size):
         maps = attention_maps(model, images[start : start + batch_size].to(device), layer, head)
         distances.append(attention_distance(maps.attentions, grid, patch, config.num_prefix_tokens).cpu())
-        logits.append(maps.logits.cpu())
-        rollout.append(maps.rollout.cpu())
-        raw.append(maps.raw.cpu())
+        logit_parts.append(maps.logits.cpu())
+        rollout_parts.append(maps.rollout.cpu())
+        raw_parts.append(maps.raw.cpu())
         del maps  # the attention of every layer is large: keep only what is drawn
         if "distance" not in chosen and start + batch_size >= count:
             break  # the maps alone need only the images that are drawn
     chosen_layer, chosen_head = resolve_layer_head(config.depth, config.num_heads, layer, head)
     if "rollout" in chosen:
-        logits = torch.cat(logits)[:count]
-        rollout = torch.cat(rollout)[:count]
-        raw = torch.cat(raw)[:count]
+        logits = torch.cat(logit_parts)[:count]
+        rollout = torch.cat(rollout_parts)[:count]
+        raw = torch.cat(raw_parts)[:count]
         pictures = display_images(images[:count], config.preprocessing.mean, config.preprocessing.std)
-        size = tuple(pictures.shape[1:3])
+        size = (pictures.shape[1], pictures.shape[2])
         captions = _captions(logits, config)
         head_name = "mean over heads" if chosen_head is None else f"head {chosen_head + 1}"
         layer_name = f"layer {chosen_layer + 1} of {config.depth}, {head_name}"
@@ -190,7 +192,7 @@ def _attention_analyses(
         uniform = float(patch_distances(grid, patch).mean())
         result.figures.append(ReportFigure(
             "Mean attention distance (Fig. 7 right)",
-            plot_attention_distance(mean.numpy(), out / "attention_distance.png", tuple(images.shape[-2:]), uniform),
+            plot_attention_distance(mean.numpy(), out / "attention_distance.png", (images.shape[-2], images.shape[-1]), uniform),
             f"Distance between query and attended patches weighted by attention, averaged over "
             f"{len(per_image)} images; one dot per head. Dashed: a head attending uniformly.",
         ))
@@ -203,9 +205,9 @@ def _attention_analyses(
 
 
 def _explanations(
-    model: nn.Module, config: ViTConfig, images: torch.Tensor, out: Path, chosen: tuple[str, ...],
-    result: AnalysisResult,
+    model: VisionTransformer, images: torch.Tensor, out: Path, chosen: tuple[str, ...], result: AnalysisResult,
 ) -> None:
+    config = model.config
     pictures = display_images(images, config.preprocessing.mean, config.preprocessing.std)
     device = next(model.parameters()).device
     figures, numbers = explanation_figures(model, images.to(device), pictures, out, chosen,
@@ -214,7 +216,7 @@ def _explanations(
     result.numbers.update({key: {**entry, "maps": _rounded(entry["maps"])} for key, entry in numbers.items()})
 
 
-def _position_analysis(model: nn.Module, out: Path, explicit: bool, result: AnalysisResult) -> None:
+def _position_analysis(model: VisionTransformer, out: Path, explicit: bool, result: AnalysisResult) -> None:
     try:
         table, grid = position_embedding_table(model)
     except ValueError as error:
@@ -233,7 +235,7 @@ def _position_analysis(model: nn.Module, out: Path, explicit: bool, result: Anal
     }
 
 
-def _filter_analysis(model: nn.Module, out: Path, result: AnalysisResult) -> None:
+def _filter_analysis(model: VisionTransformer | BiTResNet, out: Path, result: AnalysisResult) -> None:
     source = pixel_filters(model)
     weight = source.weight.detach()
     filters = embedding_filters(weight)
