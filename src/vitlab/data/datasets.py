@@ -21,20 +21,35 @@ from .images import BadImageError, check_image, read_image
 logger = logging.getLogger("vitlab")
 
 Transform = Callable[[Image.Image], Any] | None
+Indices = Sequence[int] | np.ndarray  # positions into a dataset, as a list or an integer array
 
 
 class TooManyBadImagesError(ValueError):
     """More than the allowed fraction of a split cannot be decoded."""
 
 
-class ArrayImages(torch.utils.data.Dataset):
+class LabelledImages(torch.utils.data.Dataset):
+    """What the splitting code relies on in every vitlab source: integer `labels` (one per image), the
+    `transform` that `__getitem__` applies, and `subset`, a copy of some images with another transform."""
+
+    labels: list[int]
+    transform: Transform
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def subset(self, indices: Indices, transform: Transform) -> LabelledImages:
+        raise NotImplementedError
+
+
+class ArrayImages(LabelledImages):
     """Images held as a uint8 array (N, H, W, 3) with integer labels (N,).
 
     `keys` name each image within its source (default "0".."N-1"), so that two datasets drawn from
     one source can be compared image by image (see `sample_keys`).
     """
 
-    def __init__(self, images: np.ndarray, labels: Sequence[int], transform: Transform = None,
+    def __init__(self, images: np.ndarray, labels: Sequence[int] | np.ndarray, transform: Transform = None,
                  keys: Sequence[str] | None = None) -> None:
         if images.ndim != 4 or images.shape[-1] != 3 or images.dtype != np.uint8:
             raise ValueError(f"expected uint8 images of shape (N, H, W, 3), got {images.dtype} {images.shape}")
@@ -55,13 +70,13 @@ class ArrayImages(torch.utils.data.Dataset):
         image = Image.fromarray(self.images[index], "RGB")
         return (self.transform(image) if self.transform else image), self.labels[index]
 
-    def subset(self, indices: Sequence[int], transform: Transform) -> "ArrayImages":
-        indices = np.asarray(indices, dtype=np.int64)
-        return ArrayImages(self.images[indices], [self.labels[i] for i in indices], transform,
-                           [self.keys[i] for i in indices])
+    def subset(self, indices: Indices, transform: Transform) -> ArrayImages:
+        rows = np.asarray(indices, dtype=np.int64)
+        return ArrayImages(self.images[rows], [self.labels[i] for i in rows], transform,
+                           [self.keys[i] for i in rows])
 
 
-class EncodedImages(torch.utils.data.Dataset):
+class EncodedImages(LabelledImages):
     """Encoded images decoded on access; `sources[i]` is whatever `read` turns into bytes or a path.
 
     Files were checked when the dataset was built (see scan.py), but a file can change afterwards
@@ -120,7 +135,7 @@ class EncodedImages(torch.utils.data.Dataset):
                 f"{len(self._failed)} of {len(self.sources)} images in {self.description} cannot be "
                 f"decoded (limit {self.max_bad_fraction:.0%}), e.g. {error}")
 
-    def subset(self, indices: Sequence[int], transform: Transform) -> "EncodedImages":
+    def subset(self, indices: Indices, transform: Transform) -> EncodedImages:
         clone = object.__new__(type(self))
         clone.__dict__.update(self.__dict__)
         clone.sources = [self.sources[i] for i in indices]

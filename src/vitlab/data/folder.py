@@ -133,7 +133,9 @@ def load_folder_splits(location: str, train_transform: Transform, eval_transform
     # A class whose every checked file is unreadable is an error, not a class that silently vanishes
     # (judged on a whole listing: a folder's train and dev splits, or all of a split folder).
     from_train = ["train"] + (["dev"] if splits.dev is not None else []) + (["val"] if splits.held_out else [])
-    groups = [(train_dir, from_train)] + ([] if splits.held_out else [(val_dir, ["val"])])
+    groups = [(train_dir, from_train)]
+    if val_dir is not None:  # a val split of its own (without one, val was held out of train: splits.held_out)
+        groups.append((val_dir, ["val"]))
     for where, names in groups:
         if all(name in check_splits for name in names):
             labels = Counter(label for name in names for label in getattr(splits, name).labels)

@@ -15,6 +15,7 @@ import logging
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from PIL import Image, ImageEnhance, ImageOps
 
@@ -24,7 +25,7 @@ MAX_LEVEL = 10.0  # timm's _LEVEL_DENOM: M is counted out of 10
 FILL = (128, 128, 128)  # timm's fill for pixels an affine operation uncovers
 
 
-def _affine(image: Image.Image, matrix: tuple[float, ...], resample: int, fill) -> Image.Image:
+def _affine(image: Image.Image, matrix: tuple[float, ...], resample: Image.Resampling, fill) -> Image.Image:
     # PIL maps each output pixel (x, y) to the input pixel (a x + b y + c, d x + e y + f).
     return image.transform(image.size, Image.Transform.AFFINE, matrix, resample=resample, fillcolor=fill)
 
@@ -40,11 +41,14 @@ def _posterize(image: Image.Image, bits: int) -> Image.Image:
 
 @dataclass(frozen=True)
 class Operation:
-    """One operation: its argument at level M (0-10), whether a random sign applies, and how it runs."""
+    """One operation: its argument at level M (0-10), whether a random sign applies, and how it runs.
+
+    The argument's type is the operation's own (degrees, bits, a factor, None), hence `Any` in `apply`.
+    """
 
     level: Callable[[float], float | int | None]
     signed: bool
-    apply: Callable[[Image.Image, object, int, tuple[int, int, int]], Image.Image]
+    apply: Callable[[Image.Image, Any, Image.Resampling, tuple[int, int, int]], Image.Image]
 
 
 def _enhance(kind) -> Operation:
@@ -86,7 +90,7 @@ class RandAugment:
     """
 
     def __init__(self, num_ops: int = 2, magnitude: float = 10, *, prob: float = 0.5,
-                 interpolation: int = Image.Resampling.BICUBIC, fill: tuple[int, int, int] = FILL,
+                 interpolation: Image.Resampling = Image.Resampling.BICUBIC, fill: tuple[int, int, int] = FILL,
                  operations: Sequence[str] | None = None) -> None:
         if num_ops < 1 or magnitude < 0 or not 0.0 <= prob <= 1.0:
             raise ValueError(f"RandAugment needs num_ops >= 1, magnitude >= 0 and prob in [0, 1], got "
@@ -111,6 +115,7 @@ class RandAugment:
             operation = OPERATIONS[name]
             argument = operation.level(self.magnitude)
             if operation.signed and random.random() < 0.5:
+                assert argument is not None  # a signed operation's level is a number
                 argument = -argument
             image = operation.apply(image, argument, self.interpolation, self.fill)
         return image

@@ -88,22 +88,26 @@ def finish_splits(train: EncodedImages, val: EncodedImages | None, class_names: 
     if held_out:
         train_idx, val_idx = split_indices(train.labels, plan.val_fraction, plan.seed)
         train, val = train.subset(train_idx, None), train.subset(val_idx, None)
-    train, dev = plan.carve(train)
-    parts = {"train": train, "dev": dev, "val": val}
+    carved, dev = plan.carve(train)
+    # Subsets keep their class: what was carved from encoded images is encoded images.
+    assert isinstance(carved, EncodedImages) and (dev is None or isinstance(dev, EncodedImages))
+    parts: dict[str, EncodedImages | None] = {"train": carved, "dev": dev, "val": val}
     for group in (SPLITS,) if held_out else (("train", "dev"), ("val",)):
-        names = [name for name in group if name in check_splits and parts[name] is not None]
-        if not names:
+        present = [(name, part) for name in group if name in check_splits and (part := parts[name]) is not None]
+        if not present:
             continue
-        good = np.asarray(_good_indices(_joined([parts[name] for name in names]), check), dtype=np.int64)
+        good = np.asarray(_good_indices(_joined([part for _, part in present]), check), dtype=np.int64)
         start = 0
-        for name in names:
-            end = start + len(parts[name])
-            parts[name] = parts[name].subset(good[(good >= start) & (good < end)] - start, None)
+        for name, part in present:
+            end = start + len(part)
+            parts[name] = part.subset(good[(good >= start) & (good < end)] - start, None)
             start = end
-    parts["train"].transform, parts["val"].transform = train_transform, eval_transform
-    if parts["dev"] is not None:
-        parts["dev"].transform = eval_transform
-    return DataSplits(parts["train"], parts["val"], class_names, held_out=held_out, dev=parts["dev"])
+    train_part, val_part, dev_part = parts["train"], parts["val"], parts["dev"]
+    assert train_part is not None and val_part is not None  # val was held out above when the source had none
+    train_part.transform, val_part.transform = train_transform, eval_transform
+    if dev_part is not None:
+        dev_part.transform = eval_transform
+    return DataSplits(train_part, val_part, class_names, held_out=held_out, dev=dev_part)
 
 
 def _joined(parts: list[EncodedImages]) -> EncodedImages:

@@ -105,7 +105,9 @@ def index_shard(path: Path, class_to_idx: dict[str, int]) -> tuple[list[Member],
                 if f".{extension}" in IMAGE_EXTENSIONS and key not in images:
                     images[key] = Member(str(path), info.name, info.offset_data, info.size)
                 elif extension in LABEL_EXTENSIONS:
-                    labels[key] = _parse_label(tar.extractfile(info).read(), f"{path}:{info.name}", class_to_idx)
+                    member = tar.extractfile(info)
+                    assert member is not None  # None only for what is not a file, skipped above
+                    labels[key] = _parse_label(member.read(), f"{path}:{info.name}", class_to_idx)
     except (tarfile.TarError, OSError) as error:
         raise ValueError(f"shard {str(path)!r} is not a readable uncompressed tar file: {error}") from None
     no_image, no_label = sorted(labels.keys() - images.keys()), sorted(images.keys() - labels.keys())

@@ -107,11 +107,9 @@ def load_datasets(
         return splits
     if download:
         raise ValueError(f"--download only fetches CIFAR-10/100, not {kind} source {location!r}")
-    options = dict(plan=plan, max_bad_fraction=max_bad_fraction, check=check, check_splits=check_splits)
     if kind == "imagefolder":
-        from .folder import load_folder_splits
-
-        return load_folder_splits(location, train_transform, eval_transform, **options)
-    from .shards import load_shard_splits
-
-    return load_shard_splits(location, train_transform, eval_transform, **options)
+        from .folder import load_folder_splits as load_splits
+    else:
+        from .shards import load_shard_splits as load_splits
+    return load_splits(location, train_transform, eval_transform, plan=plan, max_bad_fraction=max_bad_fraction,
+                       check=check, check_splits=check_splits)

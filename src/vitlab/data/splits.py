@@ -9,8 +9,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-import torch
 from sklearn.model_selection import train_test_split
+
+from .datasets import LabelledImages, Transform
 
 logger = logging.getLogger("vitlab")
 
@@ -24,11 +25,11 @@ class DataSplits:
     `dev`: a development split carved from the training split (SplitPlan.dev_fraction), or None.
     """
 
-    train: torch.utils.data.Dataset
-    val: torch.utils.data.Dataset
+    train: LabelledImages
+    val: LabelledImages
     class_names: list[str]
     held_out: bool = False
-    dev: torch.utils.data.Dataset | None = None
+    dev: LabelledImages | None = None
 
     @property
     def num_classes(self) -> int:
@@ -48,8 +49,8 @@ class SplitPlan:
     dev_fraction: float | None = None
     dev_split: str = "stratified"
 
-    def carve(self, train: torch.utils.data.Dataset,
-              ) -> tuple[torch.utils.data.Dataset, torch.utils.data.Dataset | None]:
+    def carve(self, train: LabelledImages,
+              ) -> tuple[LabelledImages, LabelledImages | None]:
         """(training images, dev split or None) from a source's training split."""
         dev = None
         if self.dev_fraction:
@@ -59,26 +60,27 @@ class SplitPlan:
         return train, dev
 
 
-def split_indices(labels: Sequence[int], val_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+def split_indices(labels: Sequence[int] | np.ndarray, val_fraction: float, seed: int,
+                  ) -> tuple[np.ndarray, np.ndarray]:
     """Sorted (train, val) indices; stratified by label when every class has at least two samples."""
     if not 0.0 < val_fraction < 1.0:
         raise ValueError(f"val_fraction must be in (0, 1) for a source without a validation split, "
                          f"got {val_fraction}")
-    labels = np.asarray(labels)
-    indices = np.arange(len(labels))
+    label_array = np.asarray(labels)
+    indices = np.arange(len(label_array))
     try:
-        train, val = train_test_split(indices, test_size=val_fraction, random_state=seed, stratify=labels)
+        train, val = train_test_split(indices, test_size=val_fraction, random_state=seed, stratify=label_array)
     except ValueError:
         # Too few samples per class (or in val) to stratify: a plain seeded shuffle still splits.
         logger.info("too few images per class to stratify the validation split; splitting at random")
         try:
             train, val = train_test_split(indices, test_size=val_fraction, random_state=seed)
         except ValueError as error:
-            raise ValueError(f"cannot split {len(labels)} images with val_fraction {val_fraction}: {error}") from None
+            raise ValueError(f"cannot split {len(label_array)} images with val_fraction {val_fraction}: {error}") from None
     return np.sort(train), np.sort(val)
 
 
-def take_fraction(dataset: torch.utils.data.Dataset, fraction: float, seed: int) -> torch.utils.data.Dataset:
+def take_fraction(dataset: LabelledImages, fraction: float, seed: int) -> LabelledImages:
     """A class-balanced `fraction` of a dataset with `labels` and `subset` (every vitlab source), its
     transform kept. Each class is shuffled by default_rng(seed) and its first round(fraction * n) (at
     least one) images kept, so for one seed a smaller fraction is part of every larger one."""
@@ -96,8 +98,8 @@ def take_fraction(dataset: torch.utils.data.Dataset, fraction: float, seed: int)
 HoldOut = Literal["stratified", "last"]  # the ways hold_out takes a dev split; a run's data.dev_split
 
 
-def hold_out(dataset: torch.utils.data.Dataset, fraction: float, seed: int, how: str = "stratified",
-             transform=None) -> tuple[torch.utils.data.Dataset, torch.utils.data.Dataset]:
+def hold_out(dataset: LabelledImages, fraction: float, seed: int, how: str = "stratified",
+             transform: Transform = None) -> tuple[LabelledImages, LabelledImages]:
     """(rest, held out): a development split carved from a training split with `labels` and `subset`.
 
     "stratified": a seeded class-balanced `fraction` (the paper's Appendix B.1.1 sub-splits).
