@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.linalg
 import torch
-from torch import nn
+
+from vitlab.model import BiTResNet, VisionTransformer
 
 L2_REG = 2.0**10
 SHOTS = (1, 5, 10, 25)
@@ -31,7 +32,7 @@ STD_EPS = 1e-5
 
 @torch.no_grad()
 def extract_features(
-    model: nn.Module, batches, device: torch.device | str | None = None
+    model: VisionTransformer | BiTResNet, batches, device: torch.device | str | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """Frozen pre-logits features (N, F) and labels (N,) for an iterable of (images, labels) batches."""
     device = torch.device(device) if device is not None else next(model.parameters()).device

@@ -15,7 +15,8 @@ import torch
 from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
-from torch import nn
+
+from vitlab.model import BiTResNet, VisionTransformer
 
 from .fewshot import L2_REG, NUM_SEEDS, SHOTS, extract_features, fewshot_accuracy
 
@@ -52,7 +53,7 @@ def linear_probe(
 
 
 def evaluate_representation(
-    model: nn.Module,
+    model: VisionTransformer | BiTResNet,
     train_data: torch.utils.data.Dataset,
     test_data: torch.utils.data.Dataset,
     shots: Sequence[int] = SHOTS,

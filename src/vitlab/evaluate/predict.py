@@ -11,10 +11,18 @@ from PIL import Image
 from torchvision.transforms import v2
 
 from vitlab.data import transforms
-from vitlab.model import ViTConfig
+from vitlab.model import BiTConfig, ViTConfig
 
 
-def eval_transform(config: ViTConfig) -> v2.Compose:
+def model_config(model: torch.nn.Module) -> ViTConfig | BiTConfig:
+    """The config of a vitlab classifier (a VisionTransformer, BiTResNet or a wrapper that carries one)."""
+    config = getattr(model, "config", None)
+    if not isinstance(config, (ViTConfig, BiTConfig)):
+        raise TypeError(f"{type(model).__name__} carries no vitlab config (ViTConfig or BiTConfig)")
+    return config
+
+
+def eval_transform(config: ViTConfig | BiTConfig) -> v2.Compose:
     """Resize + centre crop to the model's image size, normalised with its stored mean/std."""
     return transforms.eval_transform(config.image_size, config.preprocessing)
 
@@ -40,7 +48,7 @@ def predict_images(
     autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
 ) -> list[Prediction]:
     """Top-k predictions of a vitlab classifier for RGB PIL images."""
-    config: ViTConfig = model.config
+    config = model_config(model)
     if topk < 1:
         raise ValueError(f"topk must be >= 1, got {topk}")
     if config.num_classes == 0:
