@@ -46,17 +46,17 @@ def export_model(
                                         "of a copy with a random head instead")
 
 
-def _export_and_check(model: VisionTransformer, format: str, path: str | Path, plan: TracePlan,
+def _export_and_check(model: VisionTransformer | BiTResNet, format: str, path: str | Path, plan: TracePlan,
                       tolerance: float) -> tuple[Path, Validation | Unchecked]:
     if format == "onnx":
         return Path(path), export_onnx(model, path, plan, tolerance=tolerance)
     if format == "export":
         return Path(path), export_program(model, path, plan, tolerance=tolerance)
     if format == "npz":  # the official layout has a fixed meaning and no batch axis to plan
-        config = model.config
         if isinstance(model, BiTResNet):
-            raise ValueError(f"{config.name or 'BiT ResNet'}: the vit_jax .npz layout holds ViTs and hybrids, "
+            raise ValueError(f"{model.config.name or 'BiT ResNet'}: the vit_jax .npz layout holds ViTs and hybrids, "
                              f"not a BiT ResNet; export it as onnx or export")
+        config = model.config
         hybrid = config.backbone is not None
         written = (export_hybrid_npz if hybrid else export_npz)(model, path)
         # The layout has no place for numerics; read it back with the model's to check the tensors.

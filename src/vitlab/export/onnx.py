@@ -70,6 +70,7 @@ def export_onnx(
             model, (plan.example(model.config),), dynamo=True, input_names=[INPUT_NAME], output_names=[OUTPUT_NAME],
             opset_version=opset, verbose=False, dynamic_shapes=plan.dynamic_shapes(),
         )
+        assert program is not None  # dynamo=True returns the ONNXProgram (None is the legacy exporter's)
         program.model.metadata_props.update(metadata_strings(model.config))
         weight_bytes = sum(t.numel() * t.element_size() for t in model.state_dict().values())
         program.save(path, external_data=weight_bytes > PROTOBUF_LIMIT)

@@ -4,12 +4,13 @@ model from the folder alone, and its logits are compared with vitlab's on the sa
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from vitlab.model import VisionTransformer
+from vitlab.model import BiTResNet, VisionTransformer
 
 from .validate import FP32_TOLERANCE, TracePlan, Validation
 
@@ -40,7 +41,7 @@ def open_peer(folder: Path, format: str) -> torch.nn.Module:
 
 
 def check_peer_folder(
-    model: VisionTransformer, folder: Path, format: str, plan: TracePlan = TracePlan(),
+    model: VisionTransformer | BiTResNet, folder: Path, format: str, plan: TracePlan = TracePlan(),
     tolerance: float = FP32_TOLERANCE,
 ) -> Validation | Unchecked:
     """Logits of the peer's model against vitlab's (ExportMismatchError above `tolerance`)."""
@@ -49,9 +50,9 @@ def check_peer_folder(
     except ModuleNotFoundError as error:
         log.warning("%s: written, but %s is not installed to check it", folder, error.name)
         return Unchecked(f"{LIBRARIES[format]} is not installed")
-    if format == "timm":
-        candidate = peer
-    else:
-        def candidate(images: torch.Tensor) -> torch.Tensor:
-            return peer(pixel_values=images).logits
+    candidate: Callable[[torch.Tensor], torch.Tensor] = peer  # a timm model returns the logits
+    if format != "timm":
+        def hf_logits(images: torch.Tensor) -> torch.Tensor:
+            return peer(pixel_values=images).logits  # a transformers model returns an output object
+        candidate = hf_logits
     return plan.check(model.float().eval(), candidate, f"{folder} ({LIBRARIES[format]})", tolerance)

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from vitlab.evaluate.predict import model_config
+
 from .validate import sample_images
 
 
@@ -40,7 +42,7 @@ def compare_speed(
 
     Give both the same intra-op thread count (torch.set_num_threads, OnnxModel(threads=)).
     """
-    config = torch_model.config
+    config = model_config(torch_model)
     images = sample_images(batch, config.in_channels, config.image_size)
     torch_model.eval()
     for _ in range(warmup):

@@ -8,15 +8,17 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
+from vitlab.evaluate.predict import model_config
 from vitlab.model import BiTConfig, ViTConfig
 
 from .metadata import INPUT_NAME
 
 log = logging.getLogger("vitlab")
+ModuleT = TypeVar("ModuleT", bound=torch.nn.Module)
 
 FP32_TOLERANCE = 1e-4  # max |logit difference| accepted in float32
 CHECK_BATCH_SIZES = (1, 3)  # a dynamic batch axis is checked at sizes other than the traced one (2)
@@ -49,14 +51,16 @@ def has_zero_head(model: torch.nn.Module) -> bool:
     return isinstance(head, torch.nn.Linear) and not bool(head.weight.any())
 
 
-def with_random_head(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
+def with_random_head(model: ModuleT, seed: int = 0) -> ModuleT:
     """A copy of `model` (same graph) whose head has random weights of unit-scale logits."""
     probe = copy.deepcopy(model)
+    head = probe.head
+    assert isinstance(head, torch.nn.Linear)  # only a linear head is zero (has_zero_head)
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
-        weight = probe.head.weight
+        weight = head.weight
         weight.copy_(torch.randn(weight.shape, generator=generator) / math.sqrt(weight.shape[1]))
-        probe.head.bias.copy_(torch.randn(probe.head.bias.shape, generator=generator))
+        head.bias.copy_(torch.randn(head.bias.shape, generator=generator))
     return probe
 
 
@@ -95,7 +99,7 @@ def compare(
     return result
 
 
-def prepare(model: torch.nn.Module, path: str | Path) -> tuple[torch.nn.Module, Path]:
+def prepare(model: ModuleT, path: str | Path) -> tuple[ModuleT, Path]:
     """The model as it is exported and compared (float32, eval mode) and the output path, its folder made."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -125,4 +129,5 @@ class TracePlan:
         tolerance: float = FP32_TOLERANCE,
     ) -> Validation:
         batches = CHECK_BATCH_SIZES if self.dynamic_batch else (self.batch_size,)
-        return compare(model, candidate, model.config.in_channels, model.config.image_size, batches, source, tolerance)
+        config = model_config(model)
+        return compare(model, candidate, config.in_channels, config.image_size, batches, source, tolerance)
