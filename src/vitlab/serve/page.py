@@ -60,6 +60,9 @@ def build_page(classifier: ImageClassifier, title: str) -> gr.Blocks:
                 seen = gr.Image(label="What the model sees", type="pil", interactive=False, elem_id="model-input")
                 overlay = gr.Image(label="Attention rollout", type="pil", interactive=False, elem_id="overlay",
                                    visible=classifier.has_overlay)
-        upload.upload(on_upload, inputs=upload, outputs=[labels, seen, overlay, message], api_name=False)
-        upload.clear(lambda: (None, None, None, EMPTY_MESSAGE), outputs=[labels, seen, overlay, message], api_name=False)
+        # api_name=False (no API endpoint) works in gradio 5 and 6; gradio 6 annotates it `str | None` only.
+        upload.upload(on_upload, inputs=upload, outputs=[labels, seen, overlay, message],
+                      api_name=False)  # type: ignore[arg-type]
+        upload.clear(lambda: (None, None, None, EMPTY_MESSAGE), outputs=[labels, seen, overlay, message],
+                     api_name=False)  # type: ignore[arg-type]
     return page
