@@ -129,7 +129,7 @@ class CaseResult:
         return mine.images_per_s / other.images_per_s
 
 
-def repeated(step: Callable[[], object], calls: int) -> Callable[[], None]:
+def repeated(step: Callable[[], object], calls: int) -> Callable[[], object]:
     def run() -> None:
         for _ in range(calls):
             step()
@@ -188,7 +188,7 @@ def run_case(spec: CaseSpec, config: BenchConfig, device: torch.device, peak: di
         }
         if not tried:
             continue
-        best = max(tried, key=tried.get)
+        best = max(tried, key=lambda mode: tried[mode])
         memory = None
         if config.memory:
             memory = step_peak_bytes(steps[f"{implementation} {best}"], device) / 2**20
@@ -196,8 +196,9 @@ def run_case(spec: CaseSpec, config: BenchConfig, device: torch.device, peak: di
     result = CaseResult(case, flops, rows, list(contenders.values()), load_average())
     for row in rows:
         log.info("  %-12s %-14s %8.1f images/s", row.implementation, row.mode, row.images_per_s)
-    if result.ratio() is not None:
-        log.info("  vitlab / best peer (%s): %.2fx", result.best_peer.implementation, result.ratio())
+    ratio, best_peer = result.ratio(), result.best_peer
+    if ratio is not None and best_peer is not None:  # a ratio needs a peer
+        log.info("  vitlab / best peer (%s): %.2fx", best_peer.implementation, ratio)
     log.info("  (%.0f s)", time.perf_counter() - start)
     return result
 

@@ -13,7 +13,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from vitlab.model import ViTConfig, VisionTransformer
+from vitlab.model import BiTConfig, ViTConfig, VisionTransformer
 
 
 class LogitsOnly(nn.Module):
@@ -57,7 +57,9 @@ def build_transformers(config: ViTConfig, attn_implementation: str) -> nn.Module
     from transformers import ViTConfig as HFViTConfig
     from transformers import ViTForImageClassification
 
-    hf_config = HFViTConfig(
+    # num_labels and attn_implementation are PretrainedConfig keywords that transformers 5's generated
+    # ViTConfig.__init__ accepts at run time but leaves out of its annotated signature.
+    hf_config = HFViTConfig(  # type: ignore[call-arg]
         hidden_size=config.dim,
         num_hidden_layers=config.depth,
         num_attention_heads=config.num_heads,
@@ -97,7 +99,9 @@ IMPLEMENTATIONS: dict[str, Callable[[ViTConfig], nn.Module]] = {
 }
 
 
-def build(name: str, config: ViTConfig) -> nn.Module:
+def build(name: str, config: ViTConfig | BiTConfig) -> nn.Module:
     if name not in IMPLEMENTATIONS:
         raise ValueError(f"unknown implementation {name!r}; choose from {', '.join(IMPLEMENTATIONS)}")
+    if not isinstance(config, ViTConfig):  # every builder, vitlab's too, builds a VisionTransformer
+        raise ValueError(f"{config.name or 'a BiT ResNet'}: the benchmark compares ViTs only")
     return IMPLEMENTATIONS[name](config)
