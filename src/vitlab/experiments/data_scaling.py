@@ -11,6 +11,8 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
+from vitlab.model import BiTConfig, ViTConfig
+
 from .runner import (Experiment, Results, Settings, bit_config, describe_model, hybrid_config, plot_lines, seeds_of,
                      steps_of, train_run, vit_config)
 from .wording import trend
@@ -19,7 +21,9 @@ FRACTIONS = (0.1, 0.25, 0.5, 1.0)
 
 
 def run(settings: Settings) -> Results:
-    models = {"ViT": vit_config(settings), "BiT": bit_config(settings), "hybrid": hybrid_config(settings)}
+    models: dict[str, ViTConfig | BiTConfig] = {
+        "ViT": vit_config(settings), "BiT": bit_config(settings), "hybrid": hybrid_config(settings),
+    }
     steps = steps_of(settings, EXPERIMENT)
     rows = []
     for fraction in settings.fractions or FRACTIONS:
@@ -43,7 +47,7 @@ def findings(summary: list[dict[str, Any]]) -> list[str]:
     lines = []
     for fraction in dict.fromkeys((fractions[0], fractions[-1])):
         scores = {model: accuracy[model, f] for model, f in accuracy if f == fraction}
-        best = max(scores, key=scores.get)
+        best = max(scores, key=lambda model: scores[model])
         listed = ", ".join(f"{model} {100 * value:.1f}%" for model, value in scores.items())
         lines.append(f"With {images[fraction]} training images ({fraction:g} of the data) {best} is best: {listed}.")
     if len(fractions) > 1:

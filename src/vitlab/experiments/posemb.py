@@ -96,7 +96,7 @@ def findings(summary: list[dict[str, Any]]) -> list[str]:
         at_input = {kind: e[key] for (kind, added), e in score.items() if added not in PER_LAYER}  # Table 8's default
         none = at_input.pop(LABELS["none"])
         table_8 = {kind: value for kind, value in at_input.items() if "not in Table 8" not in kind}
-        best = max(table_8, key=table_8.get)
+        best = max(table_8, key=lambda kind: table_8[kind])
         spread = max(table_8.values()) - min(table_8.values())
         beaten = [kind for kind, value in table_8.items() if compare(value, none) != "above"]
         verdict = ("every Table 8 kind beats none, as in Table 8" if not beaten

@@ -33,7 +33,7 @@ def fractaldb(settings: Settings) -> tuple[str, dict[str, Any]]:
     spec = FractalDBSpec(classes=settings.fractal_classes, per_class=settings.fractal_per_class,
                          size=settings.fractal_size)
     folder = Path(settings.out) / "fractaldb"
-    description = {"classes": spec.classes, "per_class": spec.per_class, "size": spec.size, "seed": spec.seed}
+    description: dict[str, float] = {"classes": spec.classes, "per_class": spec.per_class, "size": spec.size, "seed": spec.seed}
     index = folder / "fractaldb.json"
     made = json.loads(index.read_text()) if index.is_file() else None
     if made is not None and any(made.get(key) != value for key, value in description.items()):

@@ -58,7 +58,8 @@ def write_report(
     summary = results.summary()
     command = settings.command(experiment)
     machine = provenance(settings.threads)
-    budget = {"steps_per_run": steps_of(settings, experiment), "seeds": list(seeds_of(settings, experiment))}
+    seed_list = list(seeds_of(settings, experiment))
+    budget = {"steps_per_run": steps_of(settings, experiment), "seeds": seed_list}
     document = {
         "experiment": experiment.name,
         "reproduces": experiment.reproduces,
@@ -78,7 +79,7 @@ def write_report(
     paths = {kind: out / f"{experiment.name}.{kind}" for kind in ("md", "json", "png")}
     paths["json"].write_text(json.dumps(document, indent=1) + "\n")
 
-    seeds = ", ".join(map(str, budget["seeds"]))
+    seeds = ", ".join(map(str, seed_list))
     parts = [
         f"# {experiment.name}: {experiment.reproduces}",
         experiment.question,

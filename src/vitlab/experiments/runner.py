@@ -152,22 +152,27 @@ VIT = dict(dim=96, depth=4, num_heads=4, mlp_dim=384)
 
 def vit_config(settings: Settings, **changes: Any) -> ViTConfig:
     """The ViT of every experiment: patch 4, width 96, 4 layers (the `demo` recipe's model)."""
-    return config_for("Ti/4", image_size=settings.image_size, **VIT, **changes).replace(name="ViT/4")
+    config = config_for("Ti/4", image_size=settings.image_size, **VIT, **changes)
+    assert isinstance(config, ViTConfig)  # "Ti/4" names a ViT
+    return config.replace(name="ViT/4")
 
 
 def bit_config(settings: Settings) -> BiTConfig:
     """A BiT ResNetV2 (pre-activation, GroupNorm, weight standardisation) of three stages of two units
     at root width 16, with the 3x3/1 stem for small images; 8 GroupNorm groups, as 32 need width 32."""
     resnet = bit_resnet_config(layers=(2, 2, 2), width=16, num_groups=8, stem="small")
-    return config_for("BiT-R26x1-small", resnet=resnet, image_size=settings.image_size).replace(name="BiT-R20-w16-small")
+    config = config_for("BiT-R26x1-small", resnet=resnet, image_size=settings.image_size)
+    assert isinstance(config, BiTConfig)  # a "BiT-" name
+    return config.replace(name="BiT-R20-w16-small")
 
 
 def hybrid_config(settings: Settings) -> ViTConfig:
     """The hybrid (paper Sec. 3.1): a one-unit-per-stage ResNet of width 8 (stride 4), its feature
     map fed to a 3-layer ViT of the same width with patch size 1: as many tokens as ViT/4."""
     backbone = ResNetConfig(layers=(1, 1, 1), width=8, num_groups=8, stem="small")
-    return config_for("R20-small+Ti/4", backbone=backbone, image_size=settings.image_size,
-                      **{**VIT, "depth": 3}).replace(name="R11-w8-small+ViT/1")
+    config = config_for("R20-small+Ti/4", backbone=backbone, image_size=settings.image_size, **{**VIT, "depth": 3})
+    assert isinstance(config, ViTConfig)  # a hybrid is a ViT with a ResNet backbone
+    return config.replace(name="R11-w8-small+ViT/1")
 
 
 def describe_model(config: ViTConfig | BiTConfig) -> dict[str, Any]:
