@@ -30,12 +30,16 @@ class TooManyBadImagesError(ValueError):
 
 class LabelledImages(torch.utils.data.Dataset):
     """What the splitting code relies on in every vitlab source: integer `labels` (one per image), the
-    `transform` that `__getitem__` applies, and `subset`, a copy of some images with another transform."""
+    `transform` that `__getitem__` applies, `subset`, a copy of some images with another transform, and
+    `sample_keys`, a name per image within its source."""
 
     labels: list[int]
     transform: Transform
 
     def __len__(self) -> int:
+        raise NotImplementedError
+
+    def sample_keys(self) -> list[str]:
         raise NotImplementedError
 
     def subset(self, indices: Indices, transform: Transform) -> LabelledImages:
