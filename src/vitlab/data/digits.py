@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 from sklearn.datasets import load_digits
+from sklearn.utils import Bunch
 
 from .datasets import ArrayImages, Transform
 from .splits import DataSplits, split_indices
@@ -19,6 +20,7 @@ SPLIT_SEED = 0
 def digits_images() -> tuple[np.ndarray, np.ndarray]:
     """All digits as uint8 RGB (1797, 8, 8, 3) and labels (1797,)."""
     bunch = load_digits()
+    assert isinstance(bunch, Bunch)  # the stubs' return type also lists the return_X_y=True tuples
     # Pixel values are ink counts 0..16; spread them over 0..255 and replicate grey into RGB.
     grey = np.rint(bunch.images * (255.0 / 16.0)).astype(np.uint8)
     return np.repeat(grey[..., None], 3, axis=-1), bunch.target.astype(np.int64)
