@@ -8,25 +8,23 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import torch
 from torch import nn
-
-from vitlab.model import VisionTransformer
 
 from .flow import MAX_FLOW_TOKENS, attention_flow
 from .plots import plot_attention_maps
 from .relevance import class_relevance
 from .report import ReportFigure
-from .rollout import output_token_map, upsample_map
+from .rollout import output_token_map, require_attention, upsample_map
 
 EXPLANATIONS = ("flow", "relevance")  # named in --what only
 
 
 def flow_map(model: nn.Module, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Logits and the (B, h, w) Attention Flow map of the token the classifier reads, one pass."""
-    vit = cast(VisionTransformer, model)  # the caller checked that it has attention
+    vit = require_attention(model)  # the caller checked already; this narrows the type
     config = vit.config
     with torch.no_grad():
         logits, attentions = vit.forward_with_attention(images)

@@ -30,13 +30,13 @@ from .rollout import layer_attention
 MAX_FLOW_TOKENS = 65
 
 
-def attention_graph(layers: Sequence[np.ndarray]) -> nx.DiGraph:
+def attention_graph(layers: Sequence[np.ndarray]) -> nx.DiGraph[tuple[int, int]]:
     """(T, T) token mixing per layer, first to last -> the layered graph with node (layer, token).
 
     Layer l's matrix gives the edges from its outputs (l, i) to its inputs (l - 1, j). Only
     positive weights become edges: networkx reads an edge without capacity as unbounded.
     """
-    graph = nx.DiGraph()
+    graph: nx.DiGraph[tuple[int, int]] = nx.DiGraph()  # nodes (layer, token)
     for index, matrix in enumerate(layers, start=1):
         rows, cols = np.nonzero(matrix > 0)
         graph.add_edges_from(

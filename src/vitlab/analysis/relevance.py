@@ -16,12 +16,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import cast
 
 import torch
 from torch import nn
-
-from vitlab.model import VisionTransformer
 
 from .rollout import output_token_map, require_attention
 
@@ -72,8 +69,7 @@ def class_relevance(
     Call `model.eval()` first: in training mode dropout (and a hybrid's batch statistics) would
     change the pass. The model's parameters receive no gradient.
     """
-    require_attention(model)
-    vit = cast(VisionTransformer, model)  # has the explicit attention path, checked above
+    vit = require_attention(model)
     config = vit.config
     if config.num_classes < 2:
         raise ValueError(f"{config.name or type(vit).__name__}: class relevance needs a classifier; "
