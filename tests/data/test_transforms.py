@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pickle
 import random
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -13,6 +14,7 @@ from torchvision.transforms import v2
 
 from vitlab.data import build_transforms
 from vitlab.data.randaugment import RandAugment
+from vitlab.data.transforms import train_transform
 
 HALF = dict(mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5))  # vit_jax: pixels to [-1, 1]
 
@@ -115,3 +117,25 @@ def test_bad_options_name_the_option(options, match):
         build_transforms(16, train=True, **{**HALF, **options})
     with pytest.raises(ValueError, match="image_size"):
         build_transforms(0, train=False, **HALF)
+
+
+def test_random_erasing_fills_a_rectangle_of_the_normalised_image_with_noise():
+    image = Image.fromarray(np.random.default_rng(4).integers(0, 256, (64, 64, 3), dtype=np.uint8))
+    preprocessing = SimpleNamespace(mean=(0.5,) * 3, std=(0.5,) * 3, crop_pct=1.0, interpolation="bicubic")
+    augment = dict(crop_scale=(1.0, 1.0), crop_ratio=(1.0, 1.0), hflip=False, randaugment=None, rotation=0.0,
+                   zoom=0.0, fill_mode="reflect")
+    plain = train_transform(64, preprocessing, SimpleNamespace(**augment, reprob=0.0))
+    assert not any(isinstance(t, v2.RandomErasing) for t in plain.transforms)
+    erasing = train_transform(64, preprocessing, SimpleNamespace(**augment, reprob=1.0))
+    for seed in range(3):
+        torch.manual_seed(seed)
+        before = plain(image)
+        torch.manual_seed(seed)
+        after = erasing(image)  # the same crop, then one erased rectangle
+        changed = (after != before).all(dim=0)
+        rows, cols = changed.any(dim=1).nonzero().squeeze(1), changed.any(dim=0).nonzero().squeeze(1)
+        box = changed[rows.min():rows.max() + 1, cols.min():cols.max() + 1]
+        assert box.all() and int(changed.sum()) == box.numel()  # a rectangle, in every channel
+        assert 0.02 <= box.numel() / changed.numel() <= 1 / 3
+        noise = after[:, changed]  # standard-normal noise in normalised units, as timm's pixel mode draws it
+        assert abs(float(noise.mean())) < 0.3 and 0.8 < float(noise.std()) < 1.2

@@ -75,6 +75,9 @@ def test_bad_keys_and_types_name_the_culprit(key, value, message):
         ("optim.ema_decay", 1.0, "optim.ema_decay=1.0: must be in (0, 1) or null"),
         ("augment.crop_scale", [0.9, 0.5], "augment.crop_scale=[0.9, 0.5]: must satisfy 0 < min <= max <= 1"),
         ("schedule.epochs", None, "set exactly one of schedule.steps and schedule.epochs"),
+        ("augment.reprob", 1.5, "augment.reprob=1.5: must be in [0, 1]"),
+        ("augment.repeats", 0, "augment.repeats=0: must be >= 1"),
+        ("model.trainable_blocks", -1, "model.trainable_blocks=-1: must be >= 0 or null"),
     ],
 )
 def test_out_of_range_values_name_the_key(key, value, message):
@@ -114,3 +117,18 @@ def test_assignment_without_equals_sign():
 def test_recipe_names(name, message):
     with pytest.raises(ConfigError, match=message):
         get_recipe(name)
+
+
+def test_fine_tuning_flags_set_their_fields(capsys):
+    from helpers import one_line_error
+    from vitlab.cli import build_parser
+    from vitlab.cli.train import build_config
+
+    common = ["finetune", "--ckpt", "B/16", "--data", "digits", "--out", "x", "--steps", "3"]
+    flags = ["--layer-decay", "0.65", "--trainable-blocks", "2", "--reprob", "0.25", "--repeats", "3"]
+    config = build_config(build_parser().parse_args([*common, *flags]))
+    assert (config.optim.layer_decay, config.model.trainable_blocks, config.augment.reprob,
+            config.augment.repeats) == (0.65, 2, 0.25, 3)
+    assert build_config(build_parser().parse_args(common)).optim.layer_decay is None  # off by default
+    assert one_line_error(capsys, [*common, "--layer-decay", "0"]).endswith(
+        "--layer-decay: optim.layer_decay=0.0: must be in (0, 1] or null")

@@ -46,6 +46,10 @@ FLAG_KEYS = {
     "memory_limit": "run.memory_limit",
     "data_parallel": "run.data_parallel",
     "download": "data.download",
+    "layer_decay": "optim.layer_decay",
+    "trainable_blocks": "model.trainable_blocks",
+    "reprob": "augment.reprob",
+    "repeats": "augment.repeats",
 }
 SIGNAL_EXIT = {"SIGINT": 130, "SIGTERM": 143}
 
@@ -109,6 +113,15 @@ def _add_training_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-parallel", choices=typing.get_args(DataParallel),
                         help="under torchrun: ddp copies the model to every process, fsdp shards it (default ddp)")
     parser.add_argument("--download", action="store_true", default=None, help="fetch CIFAR-10/100 if missing")
+    parser.add_argument("--layer-decay", type=float, metavar="X",
+                        help="layer-wise learning-rate decay (BEiT/MAE fine-tuning): of n layers, layer l "
+                             "trains at lr * X^(n-1-l)")
+    parser.add_argument("--trainable-blocks", type=int, metavar="K",
+                        help="train only the last K blocks and the head, freeze the rest; 0: the head alone (for "
+                             "a logistic-regression probe on fixed features see vitlab fewshot)")
+    parser.add_argument("--reprob", type=float, metavar="P", help="random erasing probability (timm's, pixel mode)")
+    parser.add_argument("--repeats", type=int, metavar="N",
+                        help="repeated augmentation (DeiT): each image N times in a row, differently augmented")
 
 
 # -- train / finetune --------------------------------------------------------------------------------

@@ -4,8 +4,9 @@ Training: inception-style random resized crop (area 5-100%, vit_jax's default) a
 optionally RandAugment as timm defines it (AugReg / DeiT; randaugment.py). Evaluation: resize to `size / crop_pct`, centre crop `size`
 (timm's convention). Both end in the checkpoint's mean/std normalisation; vit_jax uses 0.5/0.5, i.e.
 pixels in [-1, 1]. `train_transform` / `eval_transform` build them from a model's preprocessing
-(mean, std, crop_pct, interpolation: any object with those fields) and a run's augmentation values;
-`batch_mixing` is Mixup/CutMix on whole batches.
+(mean, std, crop_pct, interpolation: any object with those fields) and a run's augmentation values,
+random erasing last, on the normalised image, as timm places it; `batch_mixing` is Mixup/CutMix on
+whole batches.
 """
 
 from __future__ import annotations
@@ -113,6 +114,16 @@ class Augmentation(Protocol):
     rotation: float
     zoom: float
     fill_mode: FillMode
+    reprob: float
+
+
+def random_erasing(probability: float) -> v2.RandomErasing:
+    """timm's RandomErasing with `--reprob probability` and train.py's default `--remode pixel`: with
+    that chance one rectangle of 2-33% of the area, aspect ratio log-uniform in [0.3, 1/0.3], becomes
+    standard-normal noise per pixel and channel, drawn on the normalised image (torchvision's
+    value="random"; the same area and ratio ranges as timm's). timm's "const" mode would fill zeros
+    (the mean colour) and "rand" one random colour per channel; vitlab offers the pixel mode only."""
+    return v2.RandomErasing(p=probability, scale=(0.02, 1 / 3), ratio=(0.3, 1 / 0.3), value="random")
 
 
 def resolve_preprocessing(base: Any, *, mean: Sequence[float] | None = None, std: Sequence[float] | None = None,
@@ -129,7 +140,8 @@ def resolve_preprocessing(base: Any, *, mean: Sequence[float] | None = None, std
 
 def train_transform(image_size: int | tuple[int, int], preprocessing: PreprocessingFields,
                     augment: Augmentation) -> v2.Compose:
-    """Random crop + flip (+ RandAugment), then the Keras example's rotation and zoom when asked."""
+    """Random crop + flip (+ RandAugment), then the Keras example's rotation and zoom and random
+    erasing when asked."""
     transform = build_transforms(
         image_size, mean=preprocessing.mean, std=preprocessing.std, train=True,
         interpolation=preprocessing.interpolation, scale=augment.crop_scale, ratio=augment.crop_ratio,
@@ -140,7 +152,8 @@ def train_transform(image_size: int | tuple[int, int], preprocessing: Preprocess
         keras_layers.append(RandomRotation(augment.rotation / 360, augment.fill_mode))
     if augment.zoom:
         keras_layers.append(RandomZoom(augment.zoom, augment.zoom, augment.fill_mode))
-    return v2.Compose([transform, *keras_layers]) if keras_layers else transform
+    after = [*keras_layers, random_erasing(augment.reprob)] if augment.reprob else keras_layers
+    return v2.Compose([transform, *after]) if after else transform
 
 
 def eval_transform(image_size: int | tuple[int, int], preprocessing: PreprocessingFields) -> v2.Compose:

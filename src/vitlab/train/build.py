@@ -1,5 +1,6 @@
 """The model, data splits and loaders a TrainConfig asks for: from scratch or from model.init, with a
-new head for the data's classes, and the transforms of the model's preprocessing."""
+new head for the data's classes, the layers that stay frozen (model.trainable_blocks), and the
+transforms of the model's preprocessing."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from vitlab.weights import load
 
 from .config import ModelSpec, TrainConfig
 from .distributed import Processes
+from .layers import freeze_layers
 from .loader import eval_loader, train_loader
 
 log = logging.getLogger("vitlab")
@@ -81,6 +83,7 @@ def build_model_and_data(config: TrainConfig, architecture: ViTConfig | BiTConfi
     log.info("%s: %d training and %d validation images, %d classes; model %s at %s px, %.2fM parameters",
              data.source, len(splits.train), len(splits.val), len(names), model.config.name or "ViT",
              "x".join(map(str, model.config.image_size)), sum(p.numel() for p in model.parameters()) / 1e6)
+    freeze_layers(model, spec.trainable_blocks)
     return model.train(), splits, test_set
 
 
@@ -89,7 +92,8 @@ def build_loaders(config: TrainConfig, splits: DataSplits, test_set: Dataset | N
     """The training loader (micro-batches in the resumable order), the validation and the test loader."""
     micro, workers = config.micro_batch_size, config.data.workers
     eval_batch = config.data.eval_batch_size or 2 * micro
-    return (train_loader(splits.train, micro, config.run.seed, workers, pin_memory, processes),
+    return (train_loader(splits.train, micro, config.run.seed, workers, pin_memory, processes,
+                         repeats=config.augment.repeats),
             eval_loader(splits.val, eval_batch, workers, pin_memory),
             eval_loader(test_set, eval_batch, workers, pin_memory) if test_set is not None else None)
 

@@ -59,13 +59,16 @@ class ModelSpec:
     head_dropout: float | None = None
     embed_dropout: bool | None = None  # dropout after adding E_pos
     proj_dropout: bool | None = None  # dropout after the attention's output projection
+    # Fine-tune only the last K blocks (with the final norm) and the head; 0: the head alone, on frozen
+    # features (for logistic regression on fixed features use `vitlab fewshot`'s linear probe); None: all.
+    trainable_blocks: int | None = None
 
     REGULARISATION: typing.ClassVar[tuple[str, ...]] = ("dropout", "attn_dropout", "drop_path", "head_dropout",
                                                         "embed_dropout", "proj_dropout")
 
     def options(self) -> dict[str, Any]:
-        """The ViTConfig fields this spec sets (everything but variant, init and image_size)."""
-        skip = ("variant", "init", "image_size")
+        """The ViTConfig fields this spec sets (everything but variant, init, image_size and trainable_blocks)."""
+        skip = ("variant", "init", "image_size", "trainable_blocks")
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
                 if f.name not in skip and getattr(self, f.name) is not None}
 
@@ -107,6 +110,12 @@ class AugmentSpec:
     rotation: float = 0.0  # degrees either way (Keras' factor x 360)
     zoom: float = 0.0  # a zoom per axis, each uniform in 1 +- zoom
     fill_mode: FillMode = "reflect"  # what rotation and zoom show beyond the border
+    # timm's --reprob: the chance that a random rectangle of the normalised image is replaced by
+    # per-pixel normal noise (timm's "pixel" mode, train.py's default; transforms.py).
+    reprob: float = 0.0
+    # Repeated augmentation (DeiT's RASampler): each image of the epoch's order comes `repeats` times
+    # in a row, each copy augmented differently; the epoch keeps its length, as DeiT's does (loader.py).
+    repeats: int = 1
     mixup: float = 0.0  # Beta(alpha, alpha); 0 turns it off
     cutmix: float = 0.0
     label_smoothing: float = 0.0
@@ -123,6 +132,7 @@ class OptimSpec:
     grad_clip: float | None = 1.0  # global gradient norm
     grad_accum: int = 1
     ema_decay: float | None = None  # Polyak / EMA averaging of the weights; evaluated and saved if set
+    layer_decay: float | None = None  # layer-wise learning-rate decay (BEiT / MAE fine-tuning, optim.py)
 
 
 @dataclass
@@ -207,10 +217,11 @@ SECTIONS: dict[str, type] = sections(TrainConfig)
 
 
 def _range_checks(config: TrainConfig) -> list[tuple[str, bool, str]]:
-    d, a, o, s, r = config.data, config.augment, config.optim, config.schedule, config.run
+    m, d, a, o, s, r = config.model, config.data, config.augment, config.optim, config.schedule, config.run
     positive = "must be > 0"
     fraction = "must be in [0, 1)"
     return [
+        ("model.trainable_blocks", m.trainable_blocks is None or m.trainable_blocks >= 0, "must be >= 0 or null"),
         ("data.source", bool(d.source.strip()), "must name a data source"),
         ("data.batch_size", d.batch_size > 0, positive),
         ("data.eval_batch_size", d.eval_batch_size is None or d.eval_batch_size > 0, positive),
@@ -227,6 +238,8 @@ def _range_checks(config: TrainConfig) -> list[tuple[str, bool, str]]:
          "must be (ops > 0, magnitude in 0..30)"),
         ("augment.rotation", 0.0 <= a.rotation <= 180.0, "must be in [0, 180] degrees"),
         ("augment.zoom", 0.0 <= a.zoom < 1.0, fraction),
+        ("augment.reprob", 0.0 <= a.reprob <= 1.0, "must be in [0, 1]"),
+        ("augment.repeats", a.repeats >= 1, "must be >= 1"),
         ("augment.mixup", a.mixup >= 0.0, "must be >= 0"),
         ("augment.cutmix", a.cutmix >= 0.0, "must be >= 0"),
         ("augment.label_smoothing", 0.0 <= a.label_smoothing < 1.0, fraction),
@@ -239,6 +252,9 @@ def _range_checks(config: TrainConfig) -> list[tuple[str, bool, str]]:
         ("optim.grad_accum", o.grad_accum >= 1, "must be >= 1"),
         ("optim.grad_accum", o.grad_accum < 1 or d.batch_size % o.grad_accum == 0,  # (< 1 fails above)
          f"must divide data.batch_size={d.batch_size} into equal micro-batches"),
+        ("optim.layer_decay", o.layer_decay is None or 0.0 < o.layer_decay <= 1.0, "must be in (0, 1] or null"),
+        ("optim.layer_decay", o.layer_decay is None or o.name != "tfa_adamw",
+         "needs parameter groups; optim.name=tfa_adamw decays every variable alike"),
         ("optim.ema_decay", o.ema_decay is None or 0.0 < o.ema_decay < 1.0, "must be in (0, 1) or null"),
         ("schedule.steps", (s.steps is None) != (s.epochs is None), "set exactly one of schedule.steps and schedule.epochs"),
         ("schedule.steps", s.steps is None or s.steps > 0, positive),

@@ -124,11 +124,14 @@ def wrap(model: nn.Module, processes: Processes, strategy: str, device: torch.de
 
 
 class RankSlices(Sampler[list]):
-    """This process's slice of every batch of `batches`: data-parallel processes share one data order."""
+    """This process's slice of every batch of `batches`: data-parallel processes share one data order.
+    A contiguous slice, or with `strided` every world_size-th sample, so that the repeated copies of
+    an image (augment.repeats) go to different processes, as DeiT's RASampler deals them."""
 
-    def __init__(self, batches: BatchSampler, processes: Processes) -> None:
+    def __init__(self, batches: BatchSampler, processes: Processes, strided: bool = False) -> None:
         self.batches = batches
         self.processes = processes
+        self.strided = strided
 
     @property
     def sampler(self) -> Sampler:  # the trainer positions the epoch through it
@@ -138,7 +141,7 @@ class RankSlices(Sampler[list]):
         rank, world_size = self.processes.rank, self.processes.world_size
         for batch in self.batches:
             size = len(batch) // world_size
-            yield batch[rank * size:(rank + 1) * size]
+            yield batch[rank::world_size] if self.strided else batch[rank * size:(rank + 1) * size]
 
     def __len__(self) -> int:
         return len(self.batches)

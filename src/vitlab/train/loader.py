@@ -6,6 +6,12 @@ part-way through it. Each sample's augmentation is seeded by (seed, e, index), s
 on which worker decodes it, how many workers there are, how samples are grouped into (micro-)batches
 or what was drawn before: a resumed run sees the same images as an uninterrupted one, and no
 worker's generator needs saving.
+
+Repeated augmentation (DeiT's RASampler, `augment.repeats`): each index of the epoch's permutation
+comes `repeats` times in a row, the order cut to the dataset's length as DeiT's and timm's samplers
+cut it, so an epoch keeps its number of steps and sees 1/repeats of the images. Copy c > 0 of an
+image is drawn under (seed, e, index, c), copy 0 under the usual (seed, e, index); under torchrun the
+copies are dealt out to different processes (RankSlices, strided).
 """
 
 from __future__ import annotations
@@ -22,29 +28,39 @@ from .distributed import Processes, RankSlices, check_batch
 from .rng import hash_seeds, preserved_rng, reseed
 
 
-class EpochSampler(Sampler[tuple[int, int]]):
-    """Yields (epoch, index): the epoch's seeded permutation, from position `start` on."""
+class EpochSampler(Sampler[tuple[int, int, int]]):
+    """Yields (epoch, index, copy): the epoch's seeded permutation, each index `repeats` times, from
+    position `start` on."""
 
-    def __init__(self, size: int, seed: int) -> None:
+    def __init__(self, size: int, seed: int, repeats: int = 1) -> None:
         self.size = size
         self.seed = seed
+        self.repeats = repeats
         self.epoch = 0
         self.start = 0
 
     def set_epoch(self, epoch: int, start: int = 0) -> None:
         self.epoch, self.start = epoch, start
 
-    def __iter__(self) -> Iterator[tuple[int, int]]:
+    def __iter__(self) -> Iterator[tuple[int, int, int]]:
         generator = torch.Generator().manual_seed(hash_seeds(self.seed, self.epoch))
-        order = torch.randperm(self.size, generator=generator)[self.start:]
-        return iter([(self.epoch, int(index)) for index in order])
+        order = torch.randperm(self.size, generator=generator)
+        copies = torch.arange(self.size) % self.repeats  # the epoch's first `size` positions
+        order = order.repeat_interleave(self.repeats)
+        return iter([(self.epoch, int(index), int(copy))
+                     for index, copy in zip(order[self.start:self.size], copies[self.start:self.size])])
 
     def __len__(self) -> int:
         return self.size - self.start
 
 
+def sample_seed(seed: int, epoch: int, index: int, copy: int) -> int:
+    """The seed of one sample's augmentation; a repeated copy's differs from the first's."""
+    return hash_seeds(seed, epoch, index) if copy == 0 else hash_seeds(seed, epoch, index, copy)
+
+
 class SeededSamples(Dataset):
-    """`samples[(epoch, index)]` is `dataset[index]` drawn under the seed (seed, epoch, index), so that a
+    """`samples[(epoch, index, copy)]` is `dataset[index]` drawn under its sample_seed, so that a
     transform drawing from torch's, Python's or NumPy's generator repeats exactly on resume; the
     caller's generators are left as they were. The DataLoader fetches whole batches (`__getitems__`)."""
 
@@ -55,14 +71,14 @@ class SeededSamples(Dataset):
     def __len__(self) -> int:
         return len(self.dataset)
 
-    def __getitem__(self, key: tuple[int, int]):
+    def __getitem__(self, key: tuple[int, int, int]):
         return self.__getitems__([key])[0]
 
-    def __getitems__(self, keys: list[tuple[int, int]]) -> list:
+    def __getitems__(self, keys: list[tuple[int, int, int]]) -> list:
         samples = []
         with preserved_rng():
-            for epoch, index in keys:
-                reseed(hash_seeds(self.seed, epoch, index))
+            for epoch, index, copy in keys:
+                reseed(sample_seed(self.seed, epoch, index, copy))
                 samples.append(self.dataset[index])
         return samples
 
@@ -125,14 +141,14 @@ def _loader_options(workers: int, pin_memory: bool) -> dict:
 
 
 def train_loader(dataset: Dataset, micro_batch: int, seed: int, workers: int, pin_memory: bool,
-                 processes: Processes = Processes()) -> DataLoader:
+                 processes: Processes = Processes(), repeats: int = 1) -> DataLoader:
     """Micro-batches of the training split in the resumable seeded order (last partial batch dropped);
     under torchrun, this process's slice of each (see distributed.py)."""
-    sampler = EpochSampler(len(dataset), seed)
+    sampler = EpochSampler(len(dataset), seed, repeats)
     batches = BatchSampler(sampler, micro_batch, drop_last=True)
     if processes.distributed:
         check_batch(micro_batch, processes)
-        batches = RankSlices(batches, processes)
+        batches = RankSlices(batches, processes, strided=repeats > 1)
     return _tracked(DataLoader(SeededSamples(dataset, seed), batch_sampler=batches,
                                **_loader_options(workers, pin_memory)))
 

@@ -2,6 +2,10 @@
 
 Parameter groups follow the reference code: weight decay applies to the weight matrices only,
 never to norms, biases, the class token or position embeddings (`model.no_weight_decay()`).
+With `optim.layer_decay` (BEiT / MAE fine-tuning) the groups are those of timm's
+`param_groups_layer_decay`: one pair per layer of layers.py, layer l of n taking the learning rate
+times layer_decay ** (n - 1 - l), so the head trains at the full rate and the embeddings slowest.
+Frozen parameters (requires_grad False, layers.freeze_layers) are left out of every group.
 The schedule is a linear warm-up to the peak learning rate, then linear or cosine decay (or none).
 """
 
@@ -9,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -16,6 +21,7 @@ from torch import nn
 
 from .config import OptimSpec, ScheduleSpec
 from .distributed import full_tensor
+from .layers import layer_ids
 
 log = logging.getLogger("vitlab")
 
@@ -27,13 +33,19 @@ def clip_gradients(model: nn.Module, max_norm: float | None) -> float:
     return float(full_tensor(torch.nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None])))
 
 
-def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    """Two groups: decayed weight matrices, and everything `model.no_weight_decay()` names."""
+def _no_decay_names(model: nn.Module) -> set[str]:
     if hasattr(model, "no_weight_decay"):
-        skip = set(model.no_weight_decay())
-    else:  # any module: vectors (norms, biases) take no decay
-        skip = {name for name, param in model.named_parameters() if param.dim() <= 1}
-    decay, no_decay = [], []
+        no_weight_decay: Callable[[], set[str]] = getattr(model, "no_weight_decay")  # noqa: B009 (typed here)
+        return set(no_weight_decay())
+    return {name for name, param in model.named_parameters() if param.dim() <= 1}  # norms, biases
+
+
+def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+    """Two groups: decayed weight matrices, and everything `model.no_weight_decay()` names (any other
+    module: its vectors, i.e. norms and biases)."""
+    skip = _no_decay_names(model)
+    decay: list[nn.Parameter] = []
+    no_decay: list[nn.Parameter] = []
     for name, param in model.named_parameters():
         if param.requires_grad:
             (no_decay if name in skip else decay).append(param)
@@ -42,6 +54,34 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
         {"params": no_decay, "weight_decay": 0.0},
     ]
     return [group for group in groups if group["params"]]
+
+
+def layer_decay_groups(model: nn.Module, weight_decay: float, layer_decay: float) -> list[dict]:
+    """timm's param_groups_layer_decay on vitlab's weight-decay rule: a decayed and an undecayed group
+    per layer, each with `lr_scale` and `param_names`; the head's first, so that param_groups[0]
+    carries the schedule's own learning rate (the one the trainer logs)."""
+    ids, skip = layer_ids(model, "optim.layer_decay"), _no_decay_names(model)
+    last = max(ids.values())
+    groups: dict[tuple[int, bool], dict] = {}
+    for name, param in model.named_parameters():
+        if not param.requires_grad:
+            continue
+        layer, decayed = ids[name], name not in skip
+        group = groups.setdefault((layer, decayed), {
+            "params": [], "param_names": [], "lr_scale": layer_decay ** (last - layer),
+            "weight_decay": weight_decay if decayed else 0.0})
+        group["params"].append(param)
+        group["param_names"].append(name)
+    return [groups[key] for key in sorted(groups, key=lambda key: (-key[0], not key[1]))]
+
+
+def _optimizer_groups(model: nn.Module, spec: OptimSpec) -> list[dict]:
+    if spec.layer_decay is None:
+        return param_groups(model, spec.weight_decay)
+    groups = layer_decay_groups(model, spec.weight_decay, spec.layer_decay)
+    # The optimiser reads each group's own rate; the schedule scales it from there (LambdaLR).
+    return [{"params": g["params"], "weight_decay": g["weight_decay"], "lr": spec.lr * g["lr_scale"],
+             "lr_scale": g["lr_scale"]} for g in groups]
 
 
 class TfaAdamW(torch.optim.Optimizer):
@@ -85,9 +125,9 @@ class TfaAdamW(torch.optim.Optimizer):
 
 def build_optimizer(model: nn.Module, spec: OptimSpec) -> torch.optim.Optimizer:
     if spec.name == "tfa_adamw":  # decays every variable, norms and biases too, as tfa does
-        return TfaAdamW(model.parameters(), lr=spec.lr, betas=spec.betas, eps=spec.eps,
+        return TfaAdamW([p for p in model.parameters() if p.requires_grad], lr=spec.lr, betas=spec.betas, eps=spec.eps,
                         weight_decay=spec.weight_decay)
-    groups = param_groups(model, spec.weight_decay)
+    groups = _optimizer_groups(model, spec)
     if spec.name == "sgd":
         return torch.optim.SGD(groups, lr=spec.lr, momentum=spec.momentum)
     if spec.name == "adam":  # weight decay added to the gradient (L2)
