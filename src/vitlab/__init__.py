@@ -1,8 +1,9 @@
 """vitlab: the Vision Transformer (Dosovitskiy et al., ICLR 2021) end to end."""
 
-from .model import ConfigError, ViTConfig, VisionTransformer, config_for, list_models
+from .errors import CheckpointError, ConfigError
+from .model import ViTConfig, VisionTransformer, config_for, list_models
 from .model.fast import optimize_for_inference
-from .weights import CheckpointError, create_model, export_npz, list_pretrained, load, save_pretrained
+from .weights import create_model, export_npz, list_pretrained, load, save_pretrained
 from . import train  # a package that can be called: vitlab.train("demo", ...)
 
 __version__ = "0.1.0"

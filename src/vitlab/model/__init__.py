@@ -1,6 +1,8 @@
 """The Vision Transformer and its parts; knows nothing of files, data or training."""
 
-from .config import ConfigError, Preprocessing, ViTConfig
+from vitlab.errors import ConfigError
+
+from .config import Preprocessing, ViTConfig
 from .position import resample_pos_embed
 from .registry import config_for, create_model, list_models
 from .resnet import BiTConfig, BiTResNet, ResNetConfig

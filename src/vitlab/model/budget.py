@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .config import ConfigError, ViTConfig
+from vitlab.errors import ConfigError
+
+from .config import ViTConfig
 from .resnet import BiTConfig, ResNetConfig
 
 DEFAULT_FRACTION = 0.5  # of the memory available: room for the data, the optimiser, the rest of the process

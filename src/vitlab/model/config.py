@@ -15,8 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from vitlab.config_fields import (CROP_PCT_RULE, INTERPOLATIONS, STD_RULE, ConfigError, Interpolation, check_fields,
-                                  crop_pct_ok, literal_values, std_ok, unknown_keys)
+from vitlab.config_fields import (CROP_PCT_RULE, INTERPOLATIONS, STD_RULE, Interpolation, check_fields, crop_pct_ok,
+                                  literal_values, std_ok, unknown_keys)
+from vitlab.errors import ConfigError
 
 if TYPE_CHECKING:
     from .resnet import ResNetConfig

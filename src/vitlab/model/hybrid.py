@@ -8,7 +8,8 @@ from typing import Any
 
 import torch
 
-from .config import ConfigError
+from vitlab.errors import ConfigError
+
 from .patch_embed import PatchEmbedding
 from .resnet import ResNet, ResNetConfig
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from vitlab.errors import ConfigError
+
 from .aliases import from_timm_name, is_timm_name
 from .budget import check_memory
-from .config import ConfigError, ViTConfig
+from .config import ViTConfig
 from .hybrid import HYBRIDS, hybrid_variant, is_hybrid_name
 from .resnet import BIT_MODELS, BiTConfig, BiTResNet, bit_config, is_bit_name
 from .variants import PAPER_PATCH_SIZES, SIZES, parse_variant

@@ -13,8 +13,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from vitlab.errors import ConfigError
+
 from .aliases import timm_architecture, timm_first_conv
-from .config import ConfigError
 
 # timm's global_pool names for vitlab's pool options; vitlab's own names are accepted too.
 TIMM_POOL = {"token": "token", "gap": "avg"}

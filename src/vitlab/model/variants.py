@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .config import ConfigError
+from vitlab.errors import ConfigError
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,10 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from vitlab.errors import ConfigError
+
 from .block import EncoderBlock
-from .config import ConfigError, ViTConfig, as_pair
+from .config import ViTConfig, as_pair
 from .heads import build_pre_logits, pool_tokens
 from .hybrid import HybridEmbedding
 from .patch_embed import PatchEmbedding

@@ -1,8 +1,9 @@
 """Reading and writing checkpoints: vitlab's own folder, official vit_jax .npz, timm, HF, torchvision;
 the pretrained-weights catalogue and Hub repositories."""
 
+from vitlab.errors import CheckpointError
+
 from .catalogue import CatalogueError, list_pretrained
-from .errors import CheckpointError
 from .folder import save_pretrained
 from .load import load
 from .npz import export_npz

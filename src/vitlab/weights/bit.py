@@ -18,10 +18,10 @@ from typing import Any, Mapping
 
 import torch
 
+from vitlab.errors import CheckpointError
 from vitlab.model import BiTConfig, Preprocessing
 from vitlab.model.resnet import bit_resnet_config
 
-from .errors import CheckpointError
 from .hybrid import count_units
 
 log = logging.getLogger("vitlab")

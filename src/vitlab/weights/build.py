@@ -12,11 +12,11 @@ from typing import Any, Mapping
 
 import torch
 
+from vitlab.errors import CheckpointError
 from vitlab.model import BiTConfig, BiTResNet, ConfigError, ViTConfig, VisionTransformer, create_model
 from vitlab.model.budget import check_memory
 from vitlab.model.config import as_pair
 
-from .errors import CheckpointError
 
 log = logging.getLogger("vitlab")
 

@@ -24,8 +24,9 @@ from urllib.parse import urlsplit
 
 from tqdm.auto import tqdm
 
+from vitlab.errors import CheckpointError
+
 from .catalogue import Download, Pretrained
-from .errors import CheckpointError
 
 log = logging.getLogger("vitlab")
 

@@ -10,7 +10,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file
 
-from .errors import CheckpointError
+from vitlab.errors import CheckpointError
 
 PICKLE_SUFFIXES = (".pth", ".pt", ".bin", ".ckpt")
 SAFETENSORS_SUFFIX = ".safetensors"

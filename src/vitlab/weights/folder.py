@@ -26,13 +26,13 @@ from typing import Any, Callable
 
 from safetensors.torch import save_file
 
+from vitlab.errors import CheckpointError
 from vitlab.model import BiTConfig, BiTResNet, ConfigError, ViTConfig, VisionTransformer
 from vitlab.model.budget import check_memory
 from vitlab.textfiles import TextFileError, read_json
 
 from .build import build_model, check_shapes, expected_shapes
 from .card import write_model_card
-from .errors import CheckpointError
 from .files import read_shapes, read_state_dict
 
 FORMAT = "vitlab"

@@ -18,7 +18,8 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from .errors import CheckpointError
+from vitlab.errors import CheckpointError
+
 from .heads import TABLE_FILE
 
 # timm's modules whose models are its VisionTransformer class (plain, DeiT, hybrids).

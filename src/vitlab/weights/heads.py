@@ -20,7 +20,8 @@ import re
 from pathlib import Path
 from typing import Any, Mapping
 
-from .errors import CheckpointError
+from vitlab.errors import CheckpointError
+
 from .keys import count_blocks, patch_conv_sizes, require
 
 log = logging.getLogger("vitlab")

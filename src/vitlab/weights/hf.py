@@ -13,11 +13,11 @@ from typing import Any
 
 import torch
 
+from vitlab.errors import CheckpointError
 from vitlab.model import ConfigError, Preprocessing, ViTConfig, VisionTransformer
 from vitlab.textfiles import TextFileError, read_json
 
 from .build import build_model
-from .errors import CheckpointError
 from .files import read_state_dict
 from .keys import rename_keys
 

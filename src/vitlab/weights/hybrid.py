@@ -19,12 +19,12 @@ from typing import Any, Mapping
 import numpy as np
 import torch
 
+from vitlab.errors import CheckpointError
 from vitlab.model import ResNetConfig, ViTConfig, VisionTransformer
 from vitlab.model.budget import check_memory
 from vitlab.model.config import as_pair
 
 from .build import build_model
-from .errors import CheckpointError
 from .keys import rename_keys
 from .npz import CONV, PREFIXES, FlaxParams, export_npz, infer_config, read_arrays, to_state_dict
 

@@ -6,9 +6,8 @@ import logging
 import math
 from typing import Any
 
+from vitlab.errors import CheckpointError
 from vitlab.model.config import as_pair
-
-from .errors import CheckpointError
 
 log = logging.getLogger("vitlab")
 

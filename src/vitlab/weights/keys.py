@@ -7,7 +7,7 @@ from typing import Mapping
 
 import torch
 
-from .errors import CheckpointError
+from vitlab.errors import CheckpointError
 
 # (regular expression, replacement) applied to each key in turn; the first that matches wins.
 Rules = list[tuple[str, str]]

@@ -14,13 +14,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from vitlab.errors import CheckpointError
 from vitlab.model import BiTResNet, VisionTransformer
 from vitlab.textfiles import TextFileError, read_json
 
 from .bit import convert_timm_resnetv2, is_timm_resnetv2_state_dict
 from .build import build_model
 from .catalogue import is_catalogue_name
-from .errors import CheckpointError
 from .files import read_state_dict
 from .folder import CONFIG_FILE, is_vitlab_folder, load_folder
 from .hf import is_hf_vit_folder, load_hf

@@ -26,11 +26,11 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from vitlab.errors import CheckpointError
 from vitlab.model import Preprocessing, ViTConfig, VisionTransformer
 from vitlab.model.budget import DEFAULT_FRACTION, available_memory, check_memory
 
 from .build import build_model
-from .errors import CheckpointError
 from .infer import infer_image_size, position_layout
 from .keys import count_blocks
 

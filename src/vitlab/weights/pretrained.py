@@ -8,12 +8,12 @@ from typing import Any
 
 from torch import nn
 
+from vitlab.errors import CheckpointError
 from vitlab.model import BiTConfig, BiTResNet, ConfigError, ViTConfig, VisionTransformer, config_for
 from vitlab.model import create_model as create_untrained
 from vitlab.model.aliases import from_timm_name, is_timm_name
 
 from .catalogue import CATALOGUE, IN1K_CLASSES, CatalogueError, Pretrained, find, list_pretrained
-from .errors import CheckpointError
 from .fetch import fetch
 from .load import load_file
 

@@ -15,9 +15,9 @@ from typing import Any, Mapping
 
 import torch
 
+from vitlab.errors import CheckpointError
 from vitlab.model import Preprocessing, ViTConfig
 
-from .errors import CheckpointError
 from .heads import Signature, activation_for, architecture, read_signature, refuse_unholdable
 from .infer import position_layout
 from .keys import rename_keys
