@@ -23,7 +23,7 @@ CONFIG_KINDS: dict[str, type[ViTConfig] | type[BiTConfig]] = {"ViTConfig": ViTCo
 
 
 def metadata_strings(config: ViTConfig | BiTConfig) -> dict[str, str]:
-    from vitlab import __version__
+    from vitlab.version import __version__
 
     return {
         "model_name": config.name or "",

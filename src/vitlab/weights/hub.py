@@ -17,9 +17,10 @@ from typing import Any
 from huggingface_hub import snapshot_download
 from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
 
+from vitlab.errors import CheckpointError
 from vitlab.model import Preprocessing, VisionTransformer
+from vitlab.version import __version__
 
-from .errors import CheckpointError
 from .fetch import is_offline
 from .heads import heads_of_model
 from .hf import PICKLE
@@ -45,8 +46,6 @@ def parse_reference(source: str) -> tuple[str, str | None]:
 def download_repo(source: str) -> Path:
     """The local snapshot folder of a Hub reference (downloaded unless cached and offline)."""
     repo_id, revision = parse_reference(source)
-    from vitlab import __version__
-
     options: dict[str, Any] = dict(
         revision=revision, local_files_only=is_offline(), library_name="vitlab", library_version=__version__
     )
