@@ -24,7 +24,7 @@ from vitlab.analysis import analyze, attention_maps, filters_as_images
 from vitlab.cli import main
 from vitlab.export import OnnxModel, export_model
 from vitlab.model import ResNetConfig, create_model, list_models
-from vitlab.model.resnet import bit_resnet_config
+from vitlab.model.bit import bit_resnet_config
 from vitlab.serve import ImageClassifier
 from vitlab.serve.app import build_app
 

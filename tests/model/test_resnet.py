@@ -11,7 +11,8 @@ from timm.models.resnetv2 import ResNetV2
 
 from helpers import randomise_
 from vitlab.model import BiTConfig, BiTResNet, ConfigError, ResNetConfig, config_for, create_model, list_models
-from vitlab.model.resnet import ResNet, StdConv2d as VitlabStdConv2d, bit_resnet_config, pad_same
+from vitlab.model.bit import bit_resnet_config
+from vitlab.model.resnet import ResNet, StdConv2d as VitlabStdConv2d, pad_same
 
 
 def timm_bit(layers, width, groups, num_classes):

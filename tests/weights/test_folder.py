@@ -91,7 +91,7 @@ def test_format_version_1_flat_file_still_loads(tmp_path):
 def test_a_missing_field_is_refused_by_name_never_filled_with_a_default(tmp_path):
     """Today's default for a missing field would compute other numbers than the model was trained with."""
     from vitlab.model import BiTConfig, ResNetConfig
-    from vitlab.model.resnet import bit_resnet_config
+    from vitlab.model.bit import bit_resnet_config
 
     vit = create_model(ViTConfig(**TINY, act="gelu_tanh"))
     vit.save_pretrained(tmp_path / "vit")

@@ -21,7 +21,7 @@ from matplotlib.axes import Axes
 
 from vitlab.bench.flops import model_flops
 from vitlab.model import BiTConfig, ResNetConfig, ViTConfig, config_for, create_model
-from vitlab.model.resnet import bit_resnet_config
+from vitlab.model.bit import bit_resnet_config
 from vitlab.train import Trainer, TrainResult, get_recipe
 from vitlab.train.checkpoint import holds_checkpoints
 from vitlab.train.config import ModelSpec

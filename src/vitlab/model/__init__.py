@@ -5,7 +5,8 @@ from vitlab.errors import ConfigError
 from .config import Preprocessing, ViTConfig
 from .position import resample_pos_embed
 from .registry import config_for, create_model, list_models
-from .resnet import BiTConfig, BiTResNet, ResNetConfig
+from .bit import BiTConfig, BiTResNet
+from .resnet import ResNetConfig
 from .variants import SIZES, parse_variant
 from .vit import VisionTransformer
 

@@ -12,8 +12,9 @@ from pathlib import Path
 
 from vitlab.errors import ConfigError
 
+from .bit import BiTConfig
 from .config import ViTConfig
-from .resnet import BiTConfig, ResNetConfig
+from .resnet import ResNetConfig
 
 DEFAULT_FRACTION = 0.5  # of the memory available: room for the data, the optimiser, the rest of the process
 FLOAT_BYTES = 4

@@ -13,14 +13,13 @@ import numbers
 import typing
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from vitlab.config_fields import (CROP_PCT_RULE, INTERPOLATIONS, STD_RULE, Interpolation, check_fields, crop_pct_ok,
                                   literal_values, std_ok, unknown_keys)
 from vitlab.errors import ConfigError
 
-if TYPE_CHECKING:
-    from .resnet import ResNetConfig
+from .resnet import ResNetConfig  # a hybrid's backbone (the field `backbone`)
 
 Pooling = Literal["token", "gap", "flatten"]
 PositionEmbeddingKind = Literal["learned", "none", "2d", "sincos", "relative", "relative_bias"]
@@ -54,9 +53,7 @@ def as_pair(value: int | tuple[int, int] | list[int]) -> tuple[int, int]:
 
 @functools.cache
 def _hints(cls: type) -> dict[str, Any]:
-    from .resnet import ResNetConfig  # resnet.py imports this module
-
-    return typing.get_type_hints(cls, localns={"ResNetConfig": ResNetConfig})
+    return typing.get_type_hints(cls)
 
 
 @dataclass

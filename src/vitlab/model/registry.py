@@ -7,10 +7,10 @@ from typing import Any
 from vitlab.errors import ConfigError
 
 from .aliases import from_timm_name, is_timm_name
+from .bit import BIT_MODELS, BiTConfig, BiTResNet, bit_config, is_bit_name
 from .budget import check_memory
 from .config import ViTConfig
 from .hybrid import HYBRIDS, hybrid_variant, is_hybrid_name
-from .resnet import BIT_MODELS, BiTConfig, BiTResNet, bit_config, is_bit_name
 from .variants import PAPER_PATCH_SIZES, SIZES, parse_variant
 from .vit import VisionTransformer
 

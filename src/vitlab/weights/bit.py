@@ -20,7 +20,7 @@ import torch
 
 from vitlab.errors import CheckpointError
 from vitlab.model import BiTConfig, Preprocessing
-from vitlab.model.resnet import bit_resnet_config
+from vitlab.model.bit import bit_resnet_config
 
 from .hybrid import count_units
 

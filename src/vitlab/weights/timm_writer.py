@@ -18,7 +18,7 @@ import torch
 from safetensors.torch import save_file
 
 from vitlab.model import BiTResNet, ConfigError, VisionTransformer
-from vitlab.model.resnet import bit_config
+from vitlab.model.bit import bit_config
 from vitlab.model.aliases import timm_architecture
 from vitlab.model.timm_api import TIMM_POOL
 
