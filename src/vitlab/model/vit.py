@@ -9,7 +9,6 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import torch
 from torch import nn
@@ -232,9 +231,5 @@ class VisionTransformer(TimmInterface, nn.Module):
     def set_grad_checkpointing(self, enabled: bool = True) -> None:
         self.grad_checkpointing = enabled
 
-    def save_pretrained(self, directory: str | Path, format: str = "vitlab", **extra) -> Path:
-        """Write a model folder: vitlab's own (config.json + model.safetensors, see
-        vitlab.weights.folder), or with format="timm" / "hf" one that timm / transformers load."""
-        from vitlab.weights.folder import save_pretrained
-
-        return save_pretrained(self, directory, format=format, **extra)
+    # model.save_pretrained(DIR, format=...) is attached by vitlab.weights.folder: the model knows
+    # nothing of files.

@@ -241,6 +241,18 @@ def save_pretrained(
     return directory
 
 
+def _save_pretrained_method(
+    self: VisionTransformer, directory: str | Path, format: str = "vitlab", **extra: Any
+) -> Path:
+    """Write a model folder: vitlab's own (config.json + model.safetensors), or with format="timm" /
+    "hf" one that timm / transformers load; see vitlab.weights.save_pretrained."""
+    return save_pretrained(self, directory, format=format, **extra)
+
+
+# The convenience method hands over to this module, so that model/ imports nothing of files.
+VisionTransformer.save_pretrained = _save_pretrained_method  # type: ignore[attr-defined]
+
+
 def load_folder(directory: str | Path, **overrides: Any) -> VisionTransformer | BiTResNet:
     """Read a folder written by save_pretrained (any format_version)."""
     directory = Path(directory)
