@@ -24,7 +24,7 @@ from vitlab.version import __version__
 from .fetch import is_offline
 from .heads import heads_of_model
 from .hf import PICKLE
-from .load import load_file
+from .local import load_file
 
 log = logging.getLogger("vitlab")
 

@@ -15,7 +15,7 @@ from vitlab.model.aliases import from_timm_name, is_timm_name
 
 from .catalogue import CATALOGUE, IN1K_CLASSES, CatalogueError, Pretrained, find, list_pretrained
 from .fetch import fetch
-from .load import load_file
+from .local import load_file
 
 log = logging.getLogger("vitlab")
 
