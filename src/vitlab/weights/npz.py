@@ -31,7 +31,7 @@ from vitlab.model import Preprocessing, ViTConfig, VisionTransformer
 from vitlab.model.budget import DEFAULT_FRACTION, available_memory, check_memory
 
 from .build import build_model
-from .infer import infer_image_size, position_layout
+from .position_grid import infer_image_size, position_layout
 from .keys import count_blocks
 
 log = logging.getLogger("vitlab")

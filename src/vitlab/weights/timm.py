@@ -19,7 +19,7 @@ from vitlab.errors import CheckpointError
 from vitlab.model import Preprocessing, ViTConfig
 
 from .heads import Signature, activation_for, architecture, read_signature, refuse_unholdable
-from .infer import position_layout
+from .position_grid import position_layout
 from .keys import rename_keys
 
 RULES = [

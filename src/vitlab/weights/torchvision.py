@@ -18,7 +18,7 @@ import torch
 from vitlab.model import Preprocessing, ViTConfig
 
 from .heads import Signature, architecture, read_signature
-from .infer import infer_image_size
+from .position_grid import infer_image_size
 from .keys import rename_keys, require
 
 LAYER = r"^encoder\.layers\.encoder_layer_(\d+)\."
