@@ -118,7 +118,7 @@ class LearnedPositionEmbedding(nn.Module):
         )
 
 
-class AxialPositionEmbedding(nn.Module):
+class XYPositionEmbedding(nn.Module):
     """Table 8's "2-D": learned row (Y) and column (X) embeddings of D/2 each, concatenated."""
 
     def __init__(self, grid: tuple[int, int], dim: int, num_prefix_tokens: int, mode: str, antialias: bool):

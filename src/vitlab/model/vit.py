@@ -23,11 +23,11 @@ from .hybrid import HybridEmbedding
 from .patch_embed import PatchEmbedding
 from .timm_api import TimmInterface
 from .position import (
-    AxialPositionEmbedding,
     LearnedPositionEmbedding,
     RelativeAttentionEmbedding,
     RelativePositionBias,
     SinCosPositionEmbedding,
+    XYPositionEmbedding,
 )
 
 
@@ -37,7 +37,7 @@ def build_position_embedding(config: ViTConfig) -> nn.Module | None:
     if config.pos_embed == "learned":
         return LearnedPositionEmbedding(*args, *resample)
     if config.pos_embed == "2d":
-        return AxialPositionEmbedding(*args, *resample)
+        return XYPositionEmbedding(*args, *resample)
     if config.pos_embed == "sincos":
         return SinCosPositionEmbedding(config.dim, config.num_prefix_tokens)
     return None  # "none", and the relative kinds, which live in the attention layers
