@@ -1,11 +1,20 @@
-"""The Vision Transformer and its parts; knows nothing of files, data or training."""
+"""The Vision Transformer and its parts; knows nothing of files, data or training.
+
+`create_untrained` builds a freshly initialised model from a registered name or a config;
+pretrained weights come from the weights layer: `vitlab.create_model(name, pretrained=...)`.
+"""
 
 from vitlab.errors import ConfigError
 
-from .config import Preprocessing, ViTConfig
-from .position import resample_pos_embed
-from .registry import config_for, create_model, list_models
+# The model families register themselves when imported, in the order list_models("all") lists them:
+# the ViT, the ResNet + ViT hybrids, the BiT ResNet baseline.
+from . import variants, hybrid, bit  # noqa: F401, I001
 from .bit import BiTConfig, BiTResNet
+from .config import Preprocessing, ViTConfig
+from .factory import config_for, create_untrained
+from .factory import create_model  # noqa: F401  old name, not public: refuses pretrained= (see vitlab.create_model)
+from .position import resample_pos_embed
+from .registry import list_models
 from .resnet import ResNetConfig
 from .variants import SIZES, parse_variant
 from .vit import VisionTransformer
@@ -20,7 +29,7 @@ __all__ = [
     "ViTConfig",
     "VisionTransformer",
     "config_for",
-    "create_model",
+    "create_untrained",
     "list_models",
     "parse_variant",
     "resample_pos_embed",

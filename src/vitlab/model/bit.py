@@ -19,6 +19,7 @@ from vitlab.config_fields import check_fields
 from vitlab.errors import ConfigError
 
 from .config import Preprocessing, as_pair
+from .registry import Family, register_architecture, register_family
 from .resnet import ResNet, ResNetConfig, reject_unknown
 
 
@@ -166,3 +167,7 @@ def bit_config(name: str, **overrides: Any) -> BiTConfig:
         return BiTConfig(**fields)
     except TypeError as error:  # an unknown keyword
         raise ConfigError(f"bad option for {name!r}: {error}") from None
+
+
+register_architecture(BiTConfig, BiTResNet)
+register_family(Family("bit", BIT_MODELS, bit_config, claims=is_bit_name))

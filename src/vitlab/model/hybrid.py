@@ -10,8 +10,11 @@ import torch
 
 from vitlab.errors import ConfigError
 
+from .config import ViTConfig
 from .patch_embed import PatchEmbedding
+from .registry import Family, register_family
 from .resnet import ResNet, ResNetConfig
+from .variants import vit_config
 
 
 class HybridEmbedding(PatchEmbedding):
@@ -59,3 +62,12 @@ def hybrid_variant(name: str) -> tuple[str, dict[str, Any]]:
     size, layers, stem = HYBRIDS[name]
     backbone = ResNetConfig(layers=layers, stem=stem)  # type: ignore[arg-type]
     return f"{size}/{HYBRID_PATCH_SIZES.get(name, 1)}", dict(backbone=backbone, image_size=32 if stem == "small" else 224)
+
+
+def hybrid_config(name: str, **overrides: Any) -> ViTConfig:
+    """"R50+B/16" -> the ViTConfig of B/1 on the R50 backbone, any field overridden."""
+    variant, hybrid = hybrid_variant(name)
+    return vit_config(name, variant, **{**hybrid, **overrides})
+
+
+register_family(Family("hybrid", tuple(HYBRIDS), hybrid_config, claims=is_hybrid_name))

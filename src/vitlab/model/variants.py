@@ -1,4 +1,5 @@
-"""The variant table (paper Table 1, plus the reference code's smaller sizes) and name parsing.
+"""The variant table (paper Table 1, plus the reference code's smaller sizes), name parsing, and
+the ViT family of the registry.
 
 A name is "SIZE/PATCH", e.g. "B/16" or "Ti/4"; any size goes with any patch size.
 """
@@ -6,8 +7,12 @@ A name is "SIZE/PATCH", e.g. "B/16" or "Ti/4"; any size goes with any patch size
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from vitlab.errors import ConfigError
+
+from .config import ViTConfig
+from .registry import Family, register_family
 
 
 @dataclass(frozen=True)
@@ -45,3 +50,27 @@ def parse_variant(name: str) -> tuple[Size, int]:
     if patch_size <= 0:
         raise ConfigError(f"patch size must be positive in {name!r}")
     return SIZES[size_name], patch_size
+
+
+def vit_config(name: str, variant: str | None = None, /, **overrides: Any) -> ViTConfig:
+    """The ViTConfig of `name`, of the form SIZE/PATCH unless `variant` gives the SIZE/PATCH it stands
+    for (a hybrid's "R50+B/16" is B/1 on a backbone), with any field overridden."""
+    size, patch_size = parse_variant(variant or name)
+    fields: dict[str, Any] = dict(
+        name=name, patch_size=patch_size, dim=size.dim, depth=size.depth, mlp_dim=size.mlp_dim, num_heads=size.num_heads
+    )
+    fields.update(overrides)
+    try:
+        return ViTConfig(**fields)
+    except TypeError as error:  # an unknown keyword
+        raise ConfigError(f"bad option for {name!r}: {error}") from None
+
+
+# Registered: every size of the table with the paper's patch sizes. Other patch sizes ("Ti/4",
+# "S/2") are built on request, they are just not enumerated.
+REGISTERED_SIZES = ("Ti", "S", "M", "B", "L", "H")
+
+# The ViT takes every name no other family claims, so that a bad one is named by parse_variant.
+register_family(Family(
+    "vit", tuple(f"{size}/{patch}" for size in REGISTERED_SIZES for patch in PAPER_PATCH_SIZES), vit_config
+))

@@ -21,7 +21,6 @@ from .config import ViTConfig, as_pair
 from .heads import build_pre_logits, pool_tokens
 from .hybrid import HybridEmbedding
 from .patch_embed import PatchEmbedding
-from .timm_api import TimmInterface
 from .position import (
     LearnedPositionEmbedding,
     RelativeAttentionEmbedding,
@@ -29,6 +28,8 @@ from .position import (
     SinCosPositionEmbedding,
     XYPositionEmbedding,
 )
+from .registry import register_architecture
+from .timm_api import TimmInterface
 
 
 def build_position_embedding(config: ViTConfig) -> nn.Module | None:
@@ -233,3 +234,6 @@ class VisionTransformer(TimmInterface, nn.Module):
 
     # model.save_pretrained(DIR, format=...) is attached by vitlab.weights.folder: the model knows
     # nothing of files.
+
+
+register_architecture(ViTConfig, VisionTransformer)

@@ -13,7 +13,7 @@ from typing import Any, Mapping
 import torch
 
 from vitlab.errors import CheckpointError
-from vitlab.model import BiTConfig, BiTResNet, ConfigError, ViTConfig, VisionTransformer, create_model
+from vitlab.model import BiTConfig, BiTResNet, ConfigError, ViTConfig, VisionTransformer, create_untrained
 from vitlab.model.budget import check_memory
 from vitlab.model.config import as_pair
 
@@ -57,7 +57,7 @@ def expected_shapes(config: ViTConfig | BiTConfig, memory_limit: int | None = No
     """The shape of every tensor the model's state dict holds, from a model built on the meta
     device: nothing is allocated, so a file's header can be checked before its tensors are read."""
     with torch.device("meta"):
-        model = create_model(config, memory_limit=memory_limit)
+        model = create_untrained(config, memory_limit=memory_limit)
     return {key: value.shape for key, value in model.state_dict().items()}
 
 
@@ -101,7 +101,7 @@ def build_model(
     check_memory(config, limit=memory_limit, source=source)
     if image_size is not None:  # the activations are those of the size the model will run at
         check_memory(config.replace(image_size=as_pair(image_size)), limit=memory_limit, source=source)
-    model = create_model(config, memory_limit=memory_limit)
+    model = create_untrained(config, memory_limit=memory_limit)
     check_state_dict(model, state_dict, source)
     check_finite(state_dict, source)
     model.load_state_dict(state_dict)

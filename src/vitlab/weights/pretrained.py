@@ -1,4 +1,5 @@
-"""Catalogue weights as models: `vitlab.load("B/16:augreg-in21k")`, `create_model("B/16", pretrained=TAG)`."""
+"""Catalogue weights as models: `vitlab.load("B/16:augreg-in21k")`, and the one public `create_model`
+(`vitlab.create_model("B/16", pretrained=TAG)`), which builds with the model layer's `create_untrained`."""
 
 from __future__ import annotations
 
@@ -9,8 +10,7 @@ from typing import Any
 from torch import nn
 
 from vitlab.errors import CheckpointError
-from vitlab.model import BiTConfig, BiTResNet, ConfigError, ViTConfig, VisionTransformer, config_for
-from vitlab.model import create_model as create_untrained
+from vitlab.model import BiTConfig, BiTResNet, ConfigError, ViTConfig, VisionTransformer, config_for, create_untrained
 from vitlab.model.aliases import from_timm_name, is_timm_name
 
 from .catalogue import CATALOGUE, IN1K_CLASSES, CatalogueError, Pretrained, find, list_pretrained

@@ -1,0 +1,71 @@
+"""From a registered name or a config to a freshly initialised model: `config_for` and
+`create_untrained`, both over the registry (registry.py). Pretrained weights are the weights
+layer's: `vitlab.create_model(name, pretrained=...)` builds with this and loads them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vitlab.errors import ConfigError
+
+from .aliases import from_timm_name, is_timm_name
+from .bit import BiTConfig, BiTResNet
+from .budget import check_memory
+from .config import ViTConfig
+from .registry import architecture_for, family_of
+from .vit import VisionTransformer
+
+Config = ViTConfig | BiTConfig  # the config types the registered families build from
+Model = VisionTransformer | BiTResNet
+
+
+def config_for(name: str, **overrides: Any) -> Config:
+    """The config of a registered name ("B/16", "R50+B/16", "BiT-R50x1", or one of timm's ViT names)
+    with any field overridden (image_size=384, pool="gap", ...)."""
+    if is_timm_name(name):  # timm's names are aliases: "vit_base_patch16_384" is B/16 at 384 px
+        alias = from_timm_name(name)
+        if alias is None:
+            raise ConfigError(
+                f"{name!r} is not a timm ViT vitlab builds; it reads vit_{{tiny,small,base,large,huge}}_patchP_RES "
+                "and timm's R+ViT hybrids (vitlab models lists vitlab's own names)"
+            )
+        overrides.setdefault("image_size", alias.image_size)
+        return config_for(alias.model, **overrides)
+    if not isinstance(name, str):
+        raise ConfigError(f"a model name is a string such as 'B/16', not {type(name).__name__}")
+    return family_of(name).config(name, **overrides)
+
+
+def create_untrained(
+    name: str | Config = "B/16", *, memory_limit: int | None = None, **overrides: Any
+) -> Model:
+    """Build a freshly initialised model from a registered name or a config (a BiTConfig gives the
+    BiT ResNet, a ViTConfig with a backbone the hybrid).
+
+    Nothing is allocated before the parameter count is checked against `memory_limit` bytes
+    (default: budget.DEFAULT_FRACTION of the memory available; budget.py).
+
+    >>> model = create_untrained("Ti/4", image_size=32, num_classes=10)
+    """
+    if isinstance(name, str):
+        config = config_for(name, **overrides)
+    else:
+        architecture_for(name)  # a config of a registered model, else ConfigError
+        config = name.replace(**overrides) if overrides else name
+    check_memory(config, limit=memory_limit, source=config.name)
+    return architecture_for(config)(config)
+
+
+def create_model(name: str | Config = "B/16", *, pretrained: Any = None, **overrides: Any) -> Model:
+    """`create_untrained`, for code that imports create_model from vitlab.model. The model layer has
+    no weights: `pretrained=` is refused, pointing at vitlab.create_model, which has them."""
+    if pretrained not in (None, False):
+        raise ConfigError(
+            f"vitlab.model.create_model builds untrained models; for pretrained={pretrained!r} use "
+            "vitlab.create_model (vitlab.weights.create_model)"
+        )
+    return create_untrained(name, **overrides)
+
+
+__all__ = ["config_for", "create_untrained"]
