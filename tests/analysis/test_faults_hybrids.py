@@ -23,7 +23,7 @@ from helpers import randomise_
 from vitlab.analysis import analyze, attention_maps, filters_as_images
 from vitlab.cli import main
 from vitlab.export import OnnxModel, export_model
-from vitlab.model import ResNetConfig, create_model, list_models
+from vitlab.model import ResNetConfig, create_untrained, list_models
 from vitlab.model.bit import bit_resnet_config
 from vitlab.serve import ImageClassifier
 from vitlab.serve.app import build_app
@@ -45,7 +45,7 @@ FIGURES = {"rollout.png", "raw_attention.png", "attention_distance.png", "posemb
 
 def tiny(family: str) -> torch.nn.Module:
     name = next(n for n in list_models(family) if family == "vit" or "small" in n)
-    model = create_model(name, num_classes=len(NAMES), class_names=NAMES, **TINY[family])
+    model = create_untrained(name, num_classes=len(NAMES), class_names=NAMES, **TINY[family])
     model.config.preprocessing.crop_pct = 1.0
     return randomise_(model, std=0.1).eval()
 

@@ -7,11 +7,11 @@ import pytest
 import torch
 
 from vitlab.analysis import embedding_filters, filters_as_images
-from vitlab.model import create_model
+from vitlab.model import create_untrained
 
 
 def test_components_are_orthonormal_and_ordered():
-    weight = create_model("Ti/4", image_size=16, depth=1, dim=64, num_heads=2, mlp_dim=64).patch_embed.proj.weight
+    weight = create_untrained("Ti/4", image_size=16, depth=1, dim=64, num_heads=2, mlp_dim=64).patch_embed.proj.weight
     filters = embedding_filters(weight, num_components=28)
     assert filters.components.shape == (28, 3, 4, 4)
     flat = filters.components.reshape(28, -1)

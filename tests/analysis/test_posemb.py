@@ -6,11 +6,11 @@ import pytest
 import torch
 
 from vitlab.analysis import position_embedding_table, position_similarity
-from vitlab.model import create_model
+from vitlab.model import create_untrained
 
 
 def tiny(pos_embed: str, pool: str = "token"):
-    return create_model(
+    return create_untrained(
         "Ti/4", image_size=(16, 24), depth=1, dim=32, num_heads=2, mlp_dim=64, num_classes=3,
         pos_embed=pos_embed, pool=pool,
     ).eval()

@@ -8,13 +8,13 @@ import torch
 
 from helpers import randomise_
 from vitlab.analysis import attention_maps, attention_rollout, masked_image, output_token_map, upsample_map
-from vitlab.model import create_model
+from vitlab.model import create_untrained
 
 
 def tiny(**overrides):
     options = dict(image_size=16, depth=3, dim=32, num_heads=2, mlp_dim=64, num_classes=5)
     options.update(overrides)
-    return randomise_(create_model("Ti/4", **options)).eval()
+    return randomise_(create_untrained("Ti/4", **options)).eval()
 
 
 def random_attention(batch: int, heads: int, tokens: int, layers: int, seed: int = 0) -> list[torch.Tensor]:

@@ -10,7 +10,7 @@ from PIL import Image
 
 from helpers import randomise_
 from vitlab.cli import main
-from vitlab.model import create_model
+from vitlab.model import create_untrained
 
 FIGURES = ("rollout.png", "raw_attention.png", "attention_distance.png", "posemb_similarity.png",
            "embedding_filters.png")
@@ -20,7 +20,7 @@ def saved_model(folder, **overrides):
     options = dict(image_size=16, depth=2, dim=32, num_heads=2, mlp_dim=64, num_classes=10,
                    class_names=[str(d) for d in range(10)])
     options.update(overrides)
-    model = randomise_(create_model("Ti/4", **options), std=0.1)
+    model = randomise_(create_untrained("Ti/4", **options), std=0.1)
     model.config.preprocessing.crop_pct = 1.0
     model.save_pretrained(folder)
     return folder

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from helpers import MarkerPayload, TINY_FLAGS, one_line_error, tiny_config
-from vitlab.model import ConfigError, ViTConfig, create_model
+from vitlab.model import ConfigError, ViTConfig, create_untrained
 from vitlab.train import Trainer
 from vitlab.train import get_recipe
 from vitlab.train.checkpoint import record_checksums
@@ -67,7 +67,7 @@ def sources(tmp_path_factory) -> Path:
     (root / "truncated.pt").write_bytes(data[: len(data) // 3])
     torch.save({"patch_embed.proj.weight": torch.zeros(1), "payload": MarkerPayload(root / "pwned")},
                root / "code.pth")
-    other = create_model(ViTConfig(image_size=8, patch_size=4, dim=48, depth=1, num_heads=2, mlp_dim=128))
+    other = create_untrained(ViTConfig(image_size=8, patch_size=4, dim=48, depth=1, num_heads=2, mlp_dim=128))
     other.save_pretrained(root / "wide")
     shutil.copy(root / "wide" / "model.safetensors", root / "run" / "model.safetensors")  # dim 48; config: 32
     Image.new("RGB", (8, 8), (200, 10, 10)).save(root / "red.png")

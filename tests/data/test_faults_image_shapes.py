@@ -22,7 +22,7 @@ from helpers import one_line_error
 from vitlab.cli import main
 from vitlab.data import BadImageError, load_datasets, read_image
 from vitlab.data.images import MAX_ASPECT_RATIO, check_image
-from vitlab.model import ConfigError, Preprocessing, ViTConfig, create_model
+from vitlab.model import ConfigError, Preprocessing, ViTConfig, create_untrained
 
 # (width, height): thin lines either way, a strip just past the limit; each a few KB as PNG.
 EXTREME = [(2_000_000, 1), (1, 2_000_000), (200_000, 3), (3, 200_000), (MAX_ASPECT_RATIO * 4 + 1, 4)]
@@ -47,7 +47,7 @@ def files(tmp_path_factory) -> Path:
 def model_folder(tmp_path_factory) -> Path:
     config = ViTConfig(image_size=16, patch_size=8, dim=16, depth=1, num_heads=2, mlp_dim=32, num_classes=2,
                        class_names=["fine", "odd"], preprocessing=Preprocessing(crop_pct=1.0))
-    return create_model(config).save_pretrained(tmp_path_factory.mktemp("model") / "model")
+    return create_untrained(config).save_pretrained(tmp_path_factory.mktemp("model") / "model")
 
 
 def name(size: tuple[int, int]) -> str:

@@ -9,7 +9,7 @@ import torch
 from helpers import randomise_
 from vitlab.evaluate import extract_features, fewshot_accuracy, fit_least_squares, linear_probe
 from vitlab.evaluate.fewshot import BIAS_CONSTANT, sample_shots
-from vitlab.model import create_model
+from vitlab.model import create_untrained
 
 
 def clusters(per_class: int, num_classes: int = 4, dim: int = 16, spread: float = 0.3, seed: int = 0):
@@ -95,7 +95,7 @@ def test_linear_probe_on_separable_and_single_class_data():
 
 @pytest.mark.parametrize("representation_size", [None, 24])
 def test_features_are_the_pre_logits_representation(representation_size):
-    model = randomise_(create_model("Ti/4", image_size=8, depth=1, dim=32, num_heads=2, mlp_dim=32,
+    model = randomise_(create_untrained("Ti/4", image_size=8, depth=1, dim=32, num_heads=2, mlp_dim=32,
                                     num_classes=3, representation_size=representation_size)).eval()
     images, labels = torch.randn(5, 3, 8, 8), torch.tensor([0, 1, 2, 1, 0])
     features, got_labels = extract_features(model, [(images[:3], labels[:3]), (images[3:], labels[3:])])

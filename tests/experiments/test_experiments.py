@@ -15,7 +15,7 @@ from vitlab.data.datasets import ArrayImages
 from vitlab.data.splits import take_fraction
 from vitlab.experiments import EXPERIMENTS, Settings, run_experiment
 from vitlab.experiments.runner import Results, bit_config, describe_model, hybrid_config, vit_config
-from vitlab.model import ConfigError, create_model
+from vitlab.model import ConfigError, create_untrained
 from vitlab.train import Trainer, get_recipe
 from vitlab.weights import load, save_pretrained
 
@@ -71,7 +71,7 @@ def test_compared_models_have_matched_compute():
 
 
 def test_bit_resnet_folder_round_trip(tmp_path):
-    model = create_model(bit_config(Settings()).replace(num_classes=3, class_names=["a", "b", "c"])).eval()
+    model = create_untrained(bit_config(Settings()).replace(num_classes=3, class_names=["a", "b", "c"])).eval()
     torch.nn.init.normal_(model.head.weight)
     save_pretrained(model, tmp_path / "bit", training={"val_top1": 0.5, "data": "digits"})
     loaded = load(tmp_path / "bit")

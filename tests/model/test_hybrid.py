@@ -14,7 +14,7 @@ from timm.models.resnetv2 import ResNetV2
 from timm.models.vision_transformer import VisionTransformer as TimmViT
 
 from helpers import TOLERANCE, images, randomise_, save_state_dict
-from vitlab.model import ConfigError, ResNetConfig, ViTConfig, config_for, create_model, list_models
+from vitlab.model import ConfigError, ResNetConfig, ViTConfig, config_for, create_untrained, list_models
 from vitlab.weights import load
 from vitlab.weights.hybrid import export_hybrid_npz
 
@@ -61,7 +61,7 @@ def test_timm_hybrid_state_dict_loads_with_inferred_backbone_and_same_logits(tmp
 
 
 def test_official_npz_round_trip_infers_the_architecture(tmp_path):
-    model = randomise_(create_model(tiny_hybrid(act="gelu_tanh"))).eval()
+    model = randomise_(create_untrained(tiny_hybrid(act="gelu_tanh"))).eval()
     path = export_hybrid_npz(model, tmp_path / "R_tiny.npz")
     with np.load(path) as arrays:
         keys = set(arrays.files)
@@ -89,7 +89,7 @@ def test_official_npz_round_trip_infers_the_architecture(tmp_path):
 
 def test_exported_npz_is_the_layout_timm_reads_as_official(tmp_path):
     """timm's loader for the released hybrid files puts every array where vitlab's does."""
-    model = randomise_(create_model(tiny_hybrid())).eval()
+    model = randomise_(create_untrained(tiny_hybrid())).eval()
     path = export_hybrid_npz(model, tmp_path / "R_tiny.npz")
     reference = timm_hybrid()
     reference.load_pretrained(str(path))
@@ -100,7 +100,7 @@ def test_exported_npz_is_the_layout_timm_reads_as_official(tmp_path):
 
 
 def test_loading_checks_the_backbone(tmp_path):
-    model = randomise_(create_model(tiny_hybrid()))
+    model = randomise_(create_untrained(tiny_hybrid()))
     path = export_hybrid_npz(model, tmp_path / "R_tiny.npz")
     with np.load(path) as arrays:
         arrays = dict(arrays)
@@ -115,7 +115,7 @@ def test_loading_checks_the_backbone(tmp_path):
 
 
 def test_hybrid_at_a_new_resolution(tmp_path):
-    model = randomise_(create_model(tiny_hybrid()))
+    model = randomise_(create_untrained(tiny_hybrid()))
     path = export_hybrid_npz(model, tmp_path / "R_tiny.npz")
     loaded = load(path, image_size=64, num_classes=3)
     assert loaded.config.grid_size == (8, 8) and loaded.pos_embed.weight.shape == (1, 65, 32)
@@ -135,7 +135,7 @@ def test_r50_b16_has_timm_layout_and_paper_sequence_length():
 
     with torch.device("meta"):
         reference = timm.create_model("vit_base_r50_s16_224", num_classes=1000)
-        model = create_model("R50+B/16")
+        model = create_untrained("R50+B/16")
     expected = {("pos_embed.weight" if k == "pos_embed" else k): tuple(v.shape) for k, v in reference.state_dict().items()}
     assert {k: tuple(v.shape) for k, v in model.state_dict().items()} == expected
     config = model.config
@@ -158,7 +158,7 @@ def test_registered_hybrids(name):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", [n for n in list_models("hybrid") if "-small" in n])
 def test_small_image_hybrids_train_and_explain_at_32px(name):
-    model = create_model(name, num_classes=3)
+    model = create_untrained(name, num_classes=3)
     x = images(32)
     randomise_(model.head, std=0.02)
     model(x).square().mean().backward()
@@ -176,7 +176,7 @@ def test_hybrid_config_round_trips_and_saves(tmp_path):
     document = json.loads(json.dumps(config.to_dict()))
     assert document["backbone"]["layers"] == list(LAYERS)
     assert ViTConfig.from_dict(document) == config == ViTConfig.from_dict(config.to_dict())
-    model = randomise_(create_model(config)).eval()
+    model = randomise_(create_untrained(config)).eval()
     reloaded = load(model.save_pretrained(tmp_path / "folder"))
     assert reloaded.config.backbone == config.backbone
     with torch.no_grad():
@@ -185,9 +185,9 @@ def test_hybrid_config_round_trips_and_saves(tmp_path):
 
 def test_hybrid_errors():
     with pytest.raises(ConfigError, match="not divisible by the hybrid's effective patch size 16"):
-        create_model("R50+B/16", image_size=200)
+        create_untrained("R50+B/16", image_size=200)
     with pytest.raises(ConfigError, match="unknown hybrid 'R50\\+Q/16'"):
-        create_model("R50+Q/16")
+        create_untrained("R50+Q/16")
     with pytest.raises(ConfigError, match="unknown ResNet config keys: depth"):
         ViTConfig.from_dict({**tiny_hybrid().to_dict(), "backbone": {"depth": 50}})
     with pytest.raises(ConfigError, match="unknown model family"):

@@ -10,7 +10,7 @@ from timm.layers import GroupNormAct, StdConv2d, StdConv2dSame
 from timm.models.resnetv2 import ResNetV2
 
 from helpers import randomise_
-from vitlab.model import BiTConfig, BiTResNet, ConfigError, ResNetConfig, config_for, create_model, list_models
+from vitlab.model import BiTConfig, BiTResNet, ConfigError, ResNetConfig, config_for, create_untrained, list_models
 from vitlab.model.bit import bit_resnet_config
 from vitlab.model.resnet import ResNet, StdConv2d as VitlabStdConv2d, pad_same
 
@@ -69,7 +69,7 @@ def test_real_sizes_have_timm_layout():
 
     with torch.device("meta"):
         reference = timm.create_model("resnetv2_50x1_bit", num_classes=1000)
-        model = create_model("BiT-R50x1")
+        model = create_untrained("BiT-R50x1")
     expected = {k: tuple(v.shape) for k, v in timm_to_vitlab_bit(reference.state_dict()).items()}
     assert {k: tuple(v.shape) for k, v in model.state_dict().items()} == expected
     assert sum(p.numel() for p in model.parameters()) == pytest.approx(25.5e6, rel=0.01)  # BiT-M R50x1
@@ -122,7 +122,7 @@ def test_registered_bit_models(name):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", [n for n in list_models("bit") if n.endswith("-small")])
 def test_small_image_bit_models_train_at_32px(name):
-    model = create_model(name, num_classes=3)
+    model = create_untrained(name, num_classes=3)
     images = torch.randn(2, 3, 32, 32)
     features = model.forward_features(images)
     assert features.shape == (2, model.config.feature_dim, 4, 4)
@@ -134,7 +134,7 @@ def test_small_image_bit_models_train_at_32px(name):
 
 
 def test_bit_interface_for_training_and_few_shot():
-    model = create_model("BiT-R26x1-small", num_classes=4).eval()
+    model = create_untrained("BiT-R26x1-small", num_classes=4).eval()
     assert (model.head.weight == 0).all()  # BiT fine-tunes from a zero head
     images = torch.randn(3, 3, 16, 16)
     with torch.no_grad():
@@ -161,8 +161,8 @@ def test_config_round_trip_and_errors():
     with pytest.raises(ConfigError, match="unknown resnet stem 'tiny'"):
         ResNetConfig(stem="tiny")
     with pytest.raises(ConfigError, match="BiT-R51x1"):
-        create_model("BiT-R51x1")
+        create_untrained("BiT-R51x1")
     with pytest.raises(ConfigError, match="unknown BiT config keys: pool"):
         BiTConfig.from_dict({"pool": "gap"})
     with pytest.raises(ValueError, match=r"expected images of shape \(batch, 3, height, width\)"):
-        create_model("BiT-R26x1-small")(torch.randn(1, 1, 32, 32))
+        create_untrained("BiT-R26x1-small")(torch.randn(1, 1, 32, 32))

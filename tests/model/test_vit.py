@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from helpers import randomise_
-from vitlab.model import ConfigError, ViTConfig, config_for, create_model, list_models
+from vitlab.model import ConfigError, ViTConfig, config_for, create_untrained, list_models
 
 HEAVY = {"L", "H"}
 
@@ -22,7 +22,7 @@ def small_image_size(name: str) -> int:
 )
 def test_every_registered_variant(name):
     size = small_image_size(name)
-    model = create_model(name, image_size=size, num_classes=7)
+    model = create_untrained(name, image_size=size, num_classes=7)
     randomise_(model.head, std=0.02)
     images = torch.randn(2, 3, size, size)
     logits = model(images)
@@ -44,7 +44,7 @@ def test_paper_table_1_sizes():
     counts = {}
     for name in ("B/16", "L/16", "H/14"):
         with torch.device("meta"):
-            model = create_model(name)
+            model = create_untrained(name)
         counts[name] = sum(p.numel() for p in model.parameters()) / 1e6
     # Table 1: 86M, 307M, 632M (head and image size move the last digit).
     assert counts["B/16"] == pytest.approx(86, abs=1.5)
@@ -84,7 +84,7 @@ def tiny(**overrides) -> ViTConfig:
 
 @pytest.mark.parametrize("options", OPTIONS, ids=lambda o: "-".join(f"{k}={v}" for k, v in o.items()))
 def test_options_forward_backward_and_attention_paths_agree(options):
-    model = randomise_(create_model(tiny(**options)))
+    model = randomise_(create_untrained(tiny(**options)))
     images = torch.randn(3, 3, 16, 16)
     model.train()
     model(images).sum().backward()
@@ -103,7 +103,7 @@ def test_options_forward_backward_and_attention_paths_agree(options):
 def test_runtime_resolution_change_equals_resized_model(pos_embed, pool):
     """Running at a new (non-square) size resamples E_pos exactly as set_image_size does."""
     kind, _, where = pos_embed.partition(":")
-    model = randomise_(create_model(tiny(pos_embed=kind, pos_embed_at=where or "input", pool=pool))).eval()
+    model = randomise_(create_untrained(tiny(pos_embed=kind, pos_embed_at=where or "input", pool=pool))).eval()
     images = torch.randn(2, 3, 24, 32)
     with torch.no_grad():
         on_the_fly = model(images)
@@ -116,7 +116,7 @@ def test_runtime_resolution_change_equals_resized_model(pos_embed, pool):
 def test_position_embedding_is_position_specific():
     """Without position information the model is permutation-equivariant over patches; with it, not."""
     def patch_shuffled_logits(pos_embed):
-        model = randomise_(create_model(tiny(pos_embed=pos_embed, pool="gap"))).eval()
+        model = randomise_(create_untrained(tiny(pos_embed=pos_embed, pool="gap"))).eval()
         images = torch.randn(1, 3, 16, 16)
         # Swap two 4x4 patches.
         swapped = images.clone()
@@ -133,7 +133,7 @@ def test_position_embedding_is_position_specific():
 def test_relative_is_appendix_d4_relative_attention():
     """Each query attends to learned per-offset embeddings; those logits q_i . r_(i-j) / sqrt(d) join
     the content logits (Appendix D.4), so the position term depends on the query's content."""
-    model = randomise_(create_model(tiny(pos_embed="relative", depth=1))).eval()
+    model = randomise_(create_untrained(tiny(pos_embed="relative", depth=1))).eval()
     attn, offsets = model.blocks[0].attn, model.relative_attention[0].weight  # (2T - 1, head_dim)
     tokens = 1 + 16
     assert offsets.shape == (2 * tokens - 1, 8)
@@ -152,7 +152,7 @@ def test_relative_is_appendix_d4_relative_attention():
 
 
 def test_relative_attention_refuses_another_grid():
-    model = create_model(tiny(pos_embed="relative"))
+    model = create_untrained(tiny(pos_embed="relative"))
     with pytest.raises(ValueError, match="relative.*4x4 patch grid; a 6x8 grid"):
         model(torch.randn(1, 3, 24, 32))
     with pytest.raises(ValueError, match="relative.*4x4 patch grid"):
@@ -174,9 +174,9 @@ def test_pos_embed_at_every_layer_and_every_layer_shared(kind):
     """every_layer: layer l gets its own E_pos before it; every_layer_shared: one E_pos before every
     layer; input: E_pos only before the first (Table 8's three columns)."""
     grid = (4, 4)
-    per_layer = randomise_(create_model(tiny(pos_embed=kind, pos_embed_at="every_layer", depth=3))).eval()
-    shared = randomise_(create_model(tiny(pos_embed=kind, pos_embed_at="every_layer_shared", depth=3))).eval()
-    stem = create_model(tiny(pos_embed=kind, depth=3)).eval()
+    per_layer = randomise_(create_untrained(tiny(pos_embed=kind, pos_embed_at="every_layer", depth=3))).eval()
+    shared = randomise_(create_untrained(tiny(pos_embed=kind, pos_embed_at="every_layer_shared", depth=3))).eval()
+    stem = create_untrained(tiny(pos_embed=kind, depth=3)).eval()
     stem.load_state_dict(shared.state_dict())
     images = torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
@@ -202,7 +202,7 @@ def test_pos_embed_at_refuses_what_table_8_does_not_define():
 
 
 def test_reset_classifier_drops_pre_logits_and_zero_inits_head():
-    model = randomise_(create_model(tiny(representation_size=24)))
+    model = randomise_(create_untrained(tiny(representation_size=24)))
     assert isinstance(model.pre_logits, torch.nn.Sequential)
     model.reset_classifier(3, class_names=["a", "b", "c"])
     assert isinstance(model.pre_logits, torch.nn.Identity)
@@ -218,7 +218,7 @@ def test_reset_classifier_drops_pre_logits_and_zero_inits_head():
 
 
 def test_forward_head_pre_logits_is_the_representation():
-    model = randomise_(create_model(tiny(representation_size=24))).eval()
+    model = randomise_(create_untrained(tiny(representation_size=24))).eval()
     tokens = model.forward_features(torch.randn(2, 3, 16, 16))
     features = model.forward_head(tokens, pre_logits=True)
     assert features.shape == (2, 24)
@@ -227,7 +227,7 @@ def test_forward_head_pre_logits_is_the_representation():
 
 
 def test_eval_mode_is_deterministic_with_all_dropouts():
-    model = randomise_(create_model(tiny(dropout=0.3, attn_dropout=0.3, drop_path=0.3))).eval()
+    model = randomise_(create_untrained(tiny(dropout=0.3, attn_dropout=0.3, drop_path=0.3))).eval()
     images = torch.randn(2, 3, 16, 16)
     torch.testing.assert_close(model(images), model(images))
     model.train()
@@ -238,7 +238,7 @@ def test_gradient_checkpointing_gives_same_gradients():
     images = torch.randn(2, 3, 16, 16)
     grads = []
     for enabled in (False, True):
-        model = randomise_(create_model(tiny()))
+        model = randomise_(create_untrained(tiny()))
         model.set_grad_checkpointing(enabled)
         model(images).square().sum().backward()
         grads.append(model.patch_embed.proj.weight.grad.clone())
@@ -246,7 +246,7 @@ def test_gradient_checkpointing_gives_same_gradients():
 
 
 def test_no_weight_decay_names():
-    names = create_model(tiny()).no_weight_decay()
+    names = create_untrained(tiny()).no_weight_decay()
     assert "cls_token" in names and "pos_embed.weight" in names
     assert "blocks.0.norm1.weight" in names and "blocks.0.attn.qkv.bias" in names
     assert "blocks.0.attn.qkv.weight" not in names
@@ -261,14 +261,14 @@ def test_config_round_trip():
 @pytest.mark.parametrize(
     "build, message",
     [
-        (lambda: create_model("B/15", image_size=224), "not divisible by patch size 15"),
-        (lambda: create_model("Q/16"), "unknown model size 'Q'"),
-        (lambda: create_model("B16"), "not of the form SIZE/PATCH"),
-        (lambda: create_model("B/16", num_heads=7), "not divisible by 7 heads"),
-        (lambda: create_model("B/16", pool="mean"), "unknown pool 'mean'"),
-        (lambda: create_model("B/16", pos_embed="3d"), "unknown pos_embed '3d'"),
-        (lambda: create_model("B/16", dropout=1.5), "dropout must be in [0, 1)"),
-        (lambda: create_model("B/16", colour=True), "colour"),
+        (lambda: create_untrained("B/15", image_size=224), "not divisible by patch size 15"),
+        (lambda: create_untrained("Q/16"), "unknown model size 'Q'"),
+        (lambda: create_untrained("B16"), "not of the form SIZE/PATCH"),
+        (lambda: create_untrained("B/16", num_heads=7), "not divisible by 7 heads"),
+        (lambda: create_untrained("B/16", pool="mean"), "unknown pool 'mean'"),
+        (lambda: create_untrained("B/16", pos_embed="3d"), "unknown pos_embed '3d'"),
+        (lambda: create_untrained("B/16", dropout=1.5), "dropout must be in [0, 1)"),
+        (lambda: create_untrained("B/16", colour=True), "colour"),
         (lambda: ViTConfig.from_dict({"dim": 8, "widht": 3}), "unknown ViT config keys: widht"),
     ],
 )
@@ -286,6 +286,6 @@ def test_bad_configs_name_the_problem(build, message):
     ],
 )
 def test_bad_inputs_name_the_problem(shape, message):
-    model = create_model(tiny())
+    model = create_untrained(tiny())
     with pytest.raises(ValueError, match=message):
         model(torch.randn(shape))

@@ -11,14 +11,14 @@ from torch import nn
 
 from helpers import randomise_, tiny_config
 from vitlab import load
-from vitlab.model import ConfigError, create_model, resample_pos_embed
+from vitlab.model import ConfigError, create_untrained, resample_pos_embed
 from vitlab.train import Trainer
 
 
 @pytest.fixture
 def pretrained(tmp_path):
     """A pre-trained-like checkpoint: 5 classes at 8 px (a 2x2 grid), with the tanh pre-logits layer."""
-    model = create_model("mu/4", image_size=8, num_classes=5, representation_size=16,
+    model = create_untrained("mu/4", image_size=8, num_classes=5, representation_size=16,
                          class_names=list("abcde"))
     randomise_(model)
     model.save_pretrained(tmp_path / "pretrained")
@@ -58,7 +58,7 @@ def test_head_reset_and_resolution_change(tmp_path, pretrained, caplog):
 
 
 def test_same_resolution_and_class_count_still_gets_a_fresh_head(tmp_path):
-    source = randomise_(create_model("mu/4", image_size=8, num_classes=10))
+    source = randomise_(create_untrained("mu/4", image_size=8, num_classes=10))
     source.save_pretrained(tmp_path / "ten")
     model = Trainer(finetune_config(tmp_path / "ft", tmp_path / "ten")).model
     assert model.config.image_size == (8, 8)

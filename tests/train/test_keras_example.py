@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from vitlab.data.keras_augment import RandomRotation, RandomZoom, zoom
-from vitlab.model import create_model
+from vitlab.model import create_untrained
 from vitlab.model.config import Preprocessing
 from vitlab.train import get_recipe
 from vitlab.data.transforms import train_transform
@@ -20,7 +20,7 @@ from vitlab.train.build import scratch_config
 def keras_model(**changes):
     config = scratch_config(get_recipe("keras-example").model).replace(num_classes=100, **changes)
     with torch.device("meta"):
-        return create_model(config)
+        return create_untrained(config)
 
 
 def test_dropout_only_where_keras_has_it():
@@ -28,7 +28,7 @@ def test_dropout_only_where_keras_has_it():
     block = model.blocks[0]
     assert model.pos_drop.p == 0.0 and block.attn.proj_drop.p == 0.0  # Keras: neither after E_pos nor after MHA's output
     assert block.attn.attn_dropout == 0.1 and block.mlp.drop1.p == block.mlp.drop2.p == 0.1  # MHA(dropout=.1), mlp()
-    paper = create_model("mu/4", image_size=8, num_classes=3, dropout=0.1)  # the paper's placement stays the default
+    paper = create_untrained("mu/4", image_size=8, num_classes=3, dropout=0.1)  # the paper's placement stays the default
     assert paper.pos_drop.p == 0.1 and paper.blocks[0].attn.proj_drop.p == 0.1
 
 
@@ -54,7 +54,7 @@ def test_tfa_adamw_step_is_keras_adam_after_an_unscaled_decay():
 
 
 def test_tfa_adamw_decays_every_variable():
-    model = create_model("mu/4", image_size=8, num_classes=3)
+    model = create_untrained("mu/4", image_size=8, num_classes=3)
     optimizer = build_optimizer(model, get_recipe("keras-example").optim)
     (group,) = optimizer.param_groups
     assert len(group["params"]) == len(list(model.parameters())) and group["weight_decay"] == 1e-4

@@ -9,7 +9,7 @@ import re
 import pytest
 import torch
 
-from vitlab.model import ConfigError, create_model
+from vitlab.model import ConfigError, create_untrained
 from vitlab.train import get_recipe
 from vitlab.train.optim import build_optimizer, build_schedule
 from vitlab.train.paper_tables import TABLE_3, TABLE_4
@@ -148,7 +148,7 @@ def test_every_schedule_reaches_its_decay(recipe, caplog):
     """Warm-up well under the run (at most a fifth of it), and the rate at the last step far below the peak."""
     config = get_recipe(recipe)
     steps_per_epoch = 100
-    optimizer = build_optimizer(create_model("mu/4", image_size=8, num_classes=3), config.optim)
+    optimizer = build_optimizer(create_untrained("mu/4", image_size=8, num_classes=3), config.optim)
     with caplog.at_level(logging.WARNING, logger="vitlab"):
         factor = build_schedule(optimizer, config.schedule, steps_per_epoch).lr_lambdas[0]
     total = config.schedule.steps or config.schedule.epochs * steps_per_epoch

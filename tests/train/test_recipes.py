@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from vitlab.model import ViTConfig, create_model
+from vitlab.model import ViTConfig, create_untrained
 from vitlab.train import RECIPES, TrainConfig, Trainer, get_recipe
 from vitlab.train.build import scratch_config
 from vitlab.train.config import ModelSpec, apply_mapping
@@ -21,7 +21,7 @@ STEPS_PER_EPOCH = 100
 
 
 def tiny_model() -> nn.Module:
-    return create_model("mu/4", image_size=8, num_classes=3)
+    return create_untrained("mu/4", image_size=8, num_classes=3)
 
 
 def lr_at(recipe: str, steps: list[int]) -> tuple[torch.optim.Optimizer, list[float]]:
@@ -120,7 +120,7 @@ def test_keras_example_model_is_the_keras_model():
     expected = 6_976 + 9_216 + 8 * (256 + 66_368 + 16_576) + 128 + (9216 * 2048 + 2048) + (2048 * 1024 + 1024) + 102_500
     config = scratch_config(get_recipe("keras-example").model).replace(num_classes=100)
     with torch.device("meta"):
-        model = create_model(config)
+        model = create_untrained(config)
     assert sum(p.numel() for p in model.parameters()) == expected == 21_759_012
     assert model.cls_token is None and config.pool == "flatten" and config.num_patches == 144
     assert config.attn_head_dim == 64 and model.blocks[0].attn.qkv.out_features == 3 * 4 * 64
@@ -128,9 +128,9 @@ def test_keras_example_model_is_the_keras_model():
 
 
 def test_mlp_out_act_is_off_by_default_and_changes_the_output():
-    plain = create_model("mu/4", image_size=8, num_classes=3)
+    plain = create_untrained("mu/4", image_size=8, num_classes=3)
     assert isinstance(plain.blocks[0].mlp.out_act, nn.Identity) and not ViTConfig().mlp_out_act
-    keras_like = create_model(plain.config.replace(mlp_out_act=True))
+    keras_like = create_untrained(plain.config.replace(mlp_out_act=True))
     keras_like.load_state_dict(plain.state_dict())  # same parameters: the option adds no weights
     images = torch.randn(2, 3, 8, 8)
     mlp_input = torch.randn(2, 5, 32)
@@ -142,7 +142,7 @@ def test_mlp_out_act_is_off_by_default_and_changes_the_output():
 def test_mlp_out_act_survives_save_and_load(tmp_path):
     from vitlab import load
 
-    model = create_model("mu/4", image_size=8, num_classes=3, mlp_out_act=True)
+    model = create_untrained("mu/4", image_size=8, num_classes=3, mlp_out_act=True)
     model.save_pretrained(tmp_path)
     assert load(tmp_path).config.mlp_out_act is True
 

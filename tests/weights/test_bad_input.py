@@ -9,7 +9,7 @@ import torch
 from safetensors.torch import save_file
 
 import vitlab
-from vitlab.model import ViTConfig, create_model
+from vitlab.model import ViTConfig, create_untrained
 from vitlab.weights import CheckpointError
 from helpers import MarkerPayload, images, random_eval, save_state_dict
 
@@ -50,7 +50,7 @@ def test_unknown_formats_name_the_file(tmp_path):
 
 @pytest.mark.fault("bad-checkpoint")
 def test_bare_vitlab_weights_ask_for_their_folder(tmp_path):
-    model = create_model(ViTConfig(image_size=32, patch_size=8, dim=32, depth=1, num_heads=2, mlp_dim=64))
+    model = create_untrained(ViTConfig(image_size=32, patch_size=8, dim=32, depth=1, num_heads=2, mlp_dim=64))
     model.save_pretrained(tmp_path)
     with pytest.raises(CheckpointError, match="without their config"):
         vitlab.load(tmp_path / "model.safetensors")
@@ -58,7 +58,7 @@ def test_bare_vitlab_weights_ask_for_their_folder(tmp_path):
 
 @pytest.mark.fault("bad-checkpoint")
 def test_overrides_may_not_contradict_the_weights(tmp_path):
-    model = create_model(ViTConfig(image_size=32, patch_size=8, dim=32, depth=2, num_heads=4, mlp_dim=64))
+    model = create_untrained(ViTConfig(image_size=32, patch_size=8, dim=32, depth=2, num_heads=4, mlp_dim=64))
     model.save_pretrained(tmp_path)
     with pytest.raises(CheckpointError, match=r"num_heads=8 \(checkpoint: 4\), pool='gap' \(checkpoint: 'token'\)"):
         vitlab.load(tmp_path, num_heads=8, pool="gap")

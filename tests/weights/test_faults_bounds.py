@@ -20,7 +20,7 @@ from safetensors.torch import save_file
 
 import vitlab
 from helpers import one_line_error
-from vitlab.model import ConfigError, ViTConfig, create_model, list_models
+from vitlab.model import ConfigError, ViTConfig, create_untrained, list_models
 from vitlab.model.budget import memory_needed, parameter_count
 from vitlab.weights import CheckpointError
 from vitlab.weights.folder import FORMAT_VERSION
@@ -32,7 +32,7 @@ FAST = 5.0  # seconds: a refusal reads headers only; an attempted allocation tak
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory) -> Path:
-    return create_model(TINY).save_pretrained(tmp_path_factory.mktemp("tiny") / "model")
+    return create_untrained(TINY).save_pretrained(tmp_path_factory.mktemp("tiny") / "model")
 
 
 def edited(folder: Path, target: Path, edit=None, weights=None) -> Path:
@@ -74,7 +74,7 @@ def test_the_parameter_count_is_the_models_own(name):
     if pos == "flatten":
         options = {"pool": "flatten", "image_size": 32, "head_hidden": (64, 32)}
     with torch.device("meta"):
-        model = create_model(variant, **options)
+        model = create_untrained(variant, **options)
     assert parameter_count(model.config) == sum(p.numel() for p in model.parameters())
 
 
@@ -98,7 +98,7 @@ def test_configs_asking_for_too_much_memory_are_refused_before_building(folder, 
 
 @pytest.mark.fault("allocation", kinds=3)
 def test_zero_element_tensors_are_checked_before_anything_is_built(folder, tmp_path):
-    state = create_model(TINY).state_dict()
+    state = create_untrained(TINY).state_dict()
     zero = {**state, "pos_embed.weight": torch.zeros(10**8, 0)}
     inside = edited(folder, tmp_path / "zero", weights=lambda p: save_file(zero, str(p)))
     refused(inside, "model.safetensors: checkpoint does not fit the model; shape mismatches: pos_embed.weight (100000000, 0)")
@@ -108,7 +108,7 @@ def test_zero_element_tensors_are_checked_before_anything_is_built(folder, tmp_p
     assert (tmp_path / "timm.safetensors").stat().st_size < 100_000
     refused(tmp_path / "timm.safetensors", "timm.safetensors: the model needs about", num_heads=TINY.num_heads)
     with pytest.raises(ConfigError, match="Ti/16: the model needs about .* GiB"):
-        create_model("Ti/16", depth=1_000_000)
+        create_untrained("Ti/16", depth=1_000_000)
 
 
 @pytest.mark.fault("allocation", kinds=2)
@@ -212,7 +212,7 @@ def test_every_bad_field_is_one_line_naming_config_json(folder, tmp_path):
 def test_bad_weight_files_name_the_file_and_the_real_problem(folder, tmp_path):
     corrupt = edited(folder, tmp_path / "corrupt", weights=lambda p: p.write_bytes(b"\x08" * 64))
     refused(corrupt, "corrupt/model.safetensors: not a readable safetensors file")
-    nan = {k: torch.full_like(v, float("nan")) for k, v in create_model(TINY).state_dict().items()}
+    nan = {k: torch.full_like(v, float("nan")) for k, v in create_untrained(TINY).state_dict().items()}
     refused(edited(folder, tmp_path / "nan", weights=lambda p: save_file(nan, str(p))),
             "non-finite weights (NaN or infinity) in 20 tensors: blocks.0.attn.proj.bias")
     (tmp_path / "text.npz").write_text("not a zip at all")

@@ -12,7 +12,7 @@ from safetensors.torch import load_file, save_file
 
 import vitlab
 from helpers import randomise_
-from vitlab.model import Preprocessing, ViTConfig, create_model
+from vitlab.model import Preprocessing, ViTConfig, create_untrained
 from vitlab.weights import CheckpointError
 from vitlab.weights.folder import FORMAT_VERSION, read_config
 
@@ -47,7 +47,7 @@ def images(height: int = 32, width: int = 32, batch: int = 2) -> torch.Tensor:
 def test_round_trip_gives_identical_logits_and_config(tmp_path, options):
     config = ViTConfig(**{**TINY, **options}, class_names=list("abcde"),
                        preprocessing=Preprocessing(mean=(0.4, 0.5, 0.6), std=(0.2, 0.3, 0.4), crop_pct=0.9))
-    model = randomise(create_model(config))
+    model = randomise(create_untrained(config))
     vitlab.save_pretrained(model, tmp_path / "ckpt", note="hello")
     loaded = vitlab.load(tmp_path / "ckpt")
     assert loaded.config == model.config
@@ -56,7 +56,7 @@ def test_round_trip_gives_identical_logits_and_config(tmp_path, options):
 
 
 def test_config_json_is_versioned_and_grouped(tmp_path):
-    model = create_model(ViTConfig(**TINY, act="gelu_tanh", class_names=list("abcde")))
+    model = create_untrained(ViTConfig(**TINY, act="gelu_tanh", class_names=list("abcde")))
     model.save_pretrained(tmp_path, epoch=3)
     document = json.loads((tmp_path / "config.json").read_text())
     assert document["format"] == "vitlab" and document["format_version"] == FORMAT_VERSION
@@ -78,7 +78,7 @@ def version_1_document(config: ViTConfig) -> dict:
 
 
 def test_format_version_1_flat_file_still_loads(tmp_path):
-    reference = randomise(create_model(ViTConfig(**TINY, pool="gap", act="gelu_tanh", name="tiny")))
+    reference = randomise(create_untrained(ViTConfig(**TINY, pool="gap", act="gelu_tanh", name="tiny")))
     save_file({k: v.contiguous() for k, v in reference.state_dict().items()}, str(tmp_path / "model.safetensors"))
     (tmp_path / "config.json").write_text(json.dumps(version_1_document(reference.config)))
     loaded = vitlab.load(tmp_path)
@@ -93,11 +93,11 @@ def test_a_missing_field_is_refused_by_name_never_filled_with_a_default(tmp_path
     from vitlab.model import BiTConfig, ResNetConfig
     from vitlab.model.bit import bit_resnet_config
 
-    vit = create_model(ViTConfig(**TINY, act="gelu_tanh"))
+    vit = create_untrained(ViTConfig(**TINY, act="gelu_tanh"))
     vit.save_pretrained(tmp_path / "vit")
     resnet = dict(layers=(1,), width=8, num_groups=8, stem="small")
-    vitlab.save_pretrained(create_model(BiTConfig(resnet=bit_resnet_config(**resnet), num_classes=3)), tmp_path / "bit")
-    hybrid = create_model(ViTConfig(**{**TINY, "patch_size": 2}, backbone=ResNetConfig(**resnet)))
+    vitlab.save_pretrained(create_untrained(BiTConfig(resnet=bit_resnet_config(**resnet), num_classes=3)), tmp_path / "bit")
+    hybrid = create_untrained(ViTConfig(**{**TINY, "patch_size": 2}, backbone=ResNetConfig(**resnet)))
     vitlab.save_pretrained(hybrid, tmp_path / "hybrid")
     cases = [
         ("vit", ["numerics", "act"], "'numerics.act'"),
@@ -132,7 +132,7 @@ def read_config_document(document: dict, folder) -> None:
 def test_relative_of_versions_1_and_2_loads_as_relative_bias(tmp_path, version):
     """Before version 3, pos_embed "relative" named the per-head 2-D logit bias; "relative" is now the
     paper's relative attention, so older files migrate to "relative_bias" and keep their numbers."""
-    reference = randomise(create_model(ViTConfig(**TINY, pos_embed="relative_bias")))
+    reference = randomise(create_untrained(ViTConfig(**TINY, pos_embed="relative_bias")))
     reference.save_pretrained(tmp_path)
     document = json.loads((tmp_path / "config.json").read_text())
     document["architecture"]["pos_embed"] = "relative"
@@ -150,7 +150,7 @@ def test_relative_of_versions_1_and_2_loads_as_relative_bias(tmp_path, version):
 
 
 def test_newer_format_version_is_refused(tmp_path):
-    create_model(ViTConfig(**TINY)).save_pretrained(tmp_path)
+    create_untrained(ViTConfig(**TINY)).save_pretrained(tmp_path)
     document = json.loads((tmp_path / "config.json").read_text())
     document["format_version"] = FORMAT_VERSION + 1
     (tmp_path / "config.json").write_text(json.dumps(document))
@@ -159,7 +159,7 @@ def test_newer_format_version_is_refused(tmp_path):
 
 
 def test_new_image_size_resamples_and_new_classes_reset_with_one_log_line_each(tmp_path, caplog):
-    model = randomise(create_model(ViTConfig(**TINY)))
+    model = randomise(create_untrained(ViTConfig(**TINY)))
     model.save_pretrained(tmp_path)
     with caplog.at_level(logging.INFO, logger="vitlab"):
         loaded = vitlab.load(tmp_path, image_size=(48, 64), num_classes=3, class_names=["x", "y", "z"], dropout=0.1)
@@ -175,7 +175,7 @@ def test_new_image_size_resamples_and_new_classes_reset_with_one_log_line_each(t
 
 
 def test_weights_that_do_not_fit_name_every_offending_key(tmp_path):
-    model = create_model(ViTConfig(**TINY))
+    model = create_untrained(ViTConfig(**TINY))
     model.save_pretrained(tmp_path)
     state = load_file(str(tmp_path / "model.safetensors"))
     del state["blocks.1.norm1.weight"]
@@ -198,4 +198,4 @@ def test_bad_folders(tmp_path):
     with pytest.raises(CheckpointError, match="model.safetensors"):
         vitlab.load(tmp_path)
     with pytest.raises(ValueError, match="JSON"):
-        create_model(ViTConfig(**TINY)).save_pretrained(tmp_path / "x", bad=object())
+        create_untrained(ViTConfig(**TINY)).save_pretrained(tmp_path / "x", bad=object())

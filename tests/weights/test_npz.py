@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import vitlab
-from vitlab.model import ViTConfig, create_model
+from vitlab.model import ViTConfig, create_untrained
 from vitlab.weights import CheckpointError
 from vitlab.weights.npz import CURRENT, RELEASED
 from helpers import TOLERANCE, VIT_JAX_FIXTURE, images, random_eval
@@ -102,7 +102,7 @@ def test_big_vision_layout_loads_the_same(tmp_path):
     ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()) or "token",
 )
 def test_export_npz_round_trip_is_exact(tmp_path, options):
-    model = random_eval(create_model(ViTConfig(**{**TINY, **options})))
+    model = random_eval(create_untrained(ViTConfig(**{**TINY, **options})))
     path = vitlab.export_npz(model, tmp_path / "model")
     assert path.suffix == ".npz"
     arrays = np.load(path)
@@ -120,7 +120,7 @@ def test_export_npz_round_trip_is_exact(tmp_path, options):
 
 
 def test_non_square_export_loads_with_its_image_size(tmp_path):
-    model = random_eval(create_model(ViTConfig(**{**TINY, "image_size": (32, 48)})))
+    model = random_eval(create_untrained(ViTConfig(**{**TINY, "image_size": (32, 48)})))
     path = vitlab.export_npz(model, tmp_path / "wide.npz")
     with pytest.raises(CheckpointError, match="pass image_size"):
         vitlab.load(path)
@@ -134,7 +134,7 @@ def test_timm_npz_loader_gives_the_same_logits(tmp_path):
     """timm's own reader of official checkpoints, on a timm ViT with Flax's tanh-GELU."""
     timm_vit = pytest.importorskip("timm.models.vision_transformer")
     for pool in ("token", "gap"):
-        model = random_eval(create_model(ViTConfig(**{**TINY, "pool": pool, "gap_norm": "before_pool"})))
+        model = random_eval(create_untrained(ViTConfig(**{**TINY, "pool": pool, "gap_norm": "before_pool"})))
         path = vitlab.export_npz(model, tmp_path / f"{pool}.npz")
         peer = timm_vit.VisionTransformer(
             img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=4, mlp_ratio=2.0, num_classes=6,
@@ -155,18 +155,18 @@ def test_export_refuses_what_the_format_cannot_hold(tmp_path):
         ({"head_hidden": (16,)}, "head_hidden"),
     ):
         with pytest.raises(ValueError, match=culprit):
-            vitlab.export_npz(create_model(ViTConfig(**{**TINY, **options})), tmp_path / "x.npz")
+            vitlab.export_npz(create_untrained(ViTConfig(**{**TINY, **options})), tmp_path / "x.npz")
 
 
 def test_export_warns_when_numerics_differ_from_vit_jax(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="vitlab"):
-        vitlab.export_npz(create_model(ViTConfig(**{**TINY, "act": "gelu"})), tmp_path / "x.npz")
+        vitlab.export_npz(create_untrained(ViTConfig(**{**TINY, "act": "gelu"})), tmp_path / "x.npz")
     assert "tanh-GELU" in caplog.text
 
 
 def test_resampling_at_load_is_vit_jax_linear_zoom(tmp_path, caplog):
     scipy_ndimage = pytest.importorskip("scipy.ndimage")
-    model = random_eval(create_model(ViTConfig(**TINY)))
+    model = random_eval(create_untrained(ViTConfig(**TINY)))
     path = vitlab.export_npz(model, tmp_path / "m.npz")
     with caplog.at_level(logging.INFO, logger="vitlab"):
         loaded = vitlab.load(path, image_size=56, num_classes=3)
@@ -182,7 +182,7 @@ def test_resampling_at_load_is_vit_jax_linear_zoom(tmp_path, caplog):
 
 
 def test_npz_keys_without_a_place_are_named(tmp_path):
-    model = create_model(ViTConfig(**TINY))
+    model = create_untrained(ViTConfig(**TINY))
     path = vitlab.export_npz(model, tmp_path / "m.npz")
     arrays = dict(np.load(path))
     arrays["Transformer/encoderblock_0/LayerScale_0/scale"] = np.ones(32, np.float32)

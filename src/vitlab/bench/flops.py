@@ -11,14 +11,14 @@ from __future__ import annotations
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from vitlab.model import BiTConfig, ViTConfig, create_model
+from vitlab.model import BiTConfig, ViTConfig, create_untrained
 
 
 def model_flops(config: ViTConfig | BiTConfig, train: bool = False) -> int:
     """FLOPs for one image: the forward pass, or forward + backward when `train`; any model
-    create_model builds (ViT, hybrid, BiT ResNet)."""
+    create_untrained builds (ViT, hybrid, BiT ResNet)."""
     with torch.device("meta"):
-        model = create_model(config)
+        model = create_untrained(config)
         images = torch.empty(1, config.in_channels, *config.image_size)
     with FlopCounterMode(display=False) as counter:
         logits = model.forward_head(model.forward_features(images))

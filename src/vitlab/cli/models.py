@@ -26,14 +26,14 @@ def describe(config) -> str:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from vitlab.model import config_for, create_model, list_models
+    from vitlab.model import config_for, create_untrained, list_models
 
     for name in list_models(args.family):
         config = config_for(name)
         line = f"{name:<16} {describe(config)}"
         if args.params:
             with torch.device("meta"):
-                model = create_model(name)
+                model = create_untrained(name)
             line += f"  params {sum(p.numel() for p in model.parameters()) / 1e6:7.1f}M"
         print(line)
     return 0

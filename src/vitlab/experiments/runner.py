@@ -20,7 +20,7 @@ import numpy as np
 from matplotlib.axes import Axes
 
 from vitlab.bench.flops import model_flops
-from vitlab.model import BiTConfig, ResNetConfig, ViTConfig, config_for, create_model
+from vitlab.model import BiTConfig, ResNetConfig, ViTConfig, config_for, create_untrained
 from vitlab.model.bit import bit_resnet_config
 from vitlab.train import Trainer, TrainResult, get_recipe
 from vitlab.train.checkpoint import holds_checkpoints
@@ -185,7 +185,7 @@ def describe_model(config: ViTConfig | BiTConfig) -> dict[str, Any]:
         if config.backbone is not None:
             b = config.backbone
             words = f"ResNet units {b.layers}, width {b.width}, stride {b.stride} + " + words
-    params = sum(p.numel() for p in create_model(config.replace(num_classes=10)).parameters())
+    params = sum(p.numel() for p in create_untrained(config.replace(num_classes=10)).parameters())
     return {"architecture": words, "mflops": round(model_flops(config.replace(num_classes=10)) / 1e6, 2),
             "params": params, "name": config.name}
 

@@ -11,7 +11,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from vitlab.data import DataSplits, load_datasets
 from vitlab.data.transforms import eval_transform, resolve_preprocessing, train_transform
-from vitlab.model import BiTConfig, ConfigError, ViTConfig, VisionTransformer, config_for, create_model
+from vitlab.model import BiTConfig, ConfigError, ViTConfig, VisionTransformer, config_for, create_untrained
 from vitlab.model.budget import check_memory
 from vitlab.weights import load
 
@@ -78,7 +78,7 @@ def build_model_and_data(config: TrainConfig, architecture: ViTConfig | BiTConfi
         model.config = model.config.replace(preprocessing=preprocessing)
     else:
         torch.manual_seed(config.run.seed)
-        model = create_model(vit_config.replace(num_classes=len(names), class_names=names,
+        model = create_untrained(vit_config.replace(num_classes=len(names), class_names=names,
                                                 preprocessing=preprocessing), memory_limit=limit)
     log.info("%s: %d training and %d validation images, %d classes; model %s at %s px, %.2fM parameters",
              data.source, len(splits.train), len(splits.val), len(names), model.config.name or "ViT",

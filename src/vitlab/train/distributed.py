@@ -35,7 +35,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils.data import BatchSampler, Sampler
 
-from vitlab.model import ConfigError, create_model
+from vitlab.model import ConfigError, create_untrained
 
 from . import checkpoint as ckpt
 from .atomic_files import atomic_folder, atomic_write, remove_partial_writes
@@ -242,6 +242,6 @@ def whole_model(model: nn.Module, processes: Processes, sharded: bool) -> nn.Mod
     weights = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     if not processes.is_main:
         return model
-    whole = create_model(model.config)
+    whole = create_untrained(model.config)
     whole.load_state_dict(weights)
     return whole
