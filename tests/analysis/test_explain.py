@@ -17,13 +17,13 @@ from vitlab.analysis import (
     output_token_map,
     parse_what,
 )
-from vitlab.model import create_model
+from vitlab.model import create_untrained
 
 
 def tiny(**overrides):
     options = {"image_size": 16, "depth": 2, "dim": 32, "num_heads": 2, "mlp_dim": 64, "num_classes": 5}
     options.update(overrides)
-    return randomise_(create_model("Ti/4", **options)).eval()
+    return randomise_(create_untrained("Ti/4", **options)).eval()
 
 
 def test_all_keeps_the_paper_analyses_and_the_others_are_named():

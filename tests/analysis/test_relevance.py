@@ -8,7 +8,7 @@ import torch
 
 from helpers import randomise_
 from vitlab.analysis import class_relevance, relevance_rule
-from vitlab.model import create_model
+from vitlab.model import create_untrained
 
 # One layer, two heads, three tokens (token 0 the class token).
 A = torch.tensor([
@@ -39,7 +39,7 @@ def test_layers_compose_last_on_the_left():
 def tiny(**overrides):
     options = {"image_size": 16, "depth": 2, "dim": 32, "num_heads": 2, "mlp_dim": 64, "num_classes": 5}
     options.update(overrides)
-    return randomise_(create_model("Ti/4", **options)).eval()
+    return randomise_(create_untrained("Ti/4", **options)).eval()
 
 
 def test_maps_depend_on_the_class_and_come_from_the_prediction_pass():

@@ -11,7 +11,7 @@ import torch
 
 import vitlab
 import vitlab.model
-from conftest import randomise_
+from helpers import randomise_
 from vitlab.model import config_for, create_untrained, list_models
 from vitlab.model.budget import parameter_count
 from vitlab.model.registry import ARCHITECTURES, FAMILIES, architecture_for, family_of
