@@ -13,7 +13,7 @@ from timm.models.vision_transformer import VisionTransformer as TimmViT
 from timm.optim import param_groups_layer_decay
 
 from vitlab.errors import ConfigError
-from vitlab.model import config_for, create_model
+from vitlab.model import config_for, create_untrained
 from vitlab.train import Trainer
 from vitlab.train.config import OptimSpec
 from vitlab.train.layers import freeze_layers
@@ -25,7 +25,7 @@ DEPTH = 3
 
 
 def _pair() -> tuple[torch.nn.Module, torch.nn.Module]:
-    ours = create_model(config_for("Ti/16", num_classes=5, depth=DEPTH, image_size=32))
+    ours = create_untrained(config_for("Ti/16", num_classes=5, depth=DEPTH, image_size=32))
     theirs = TimmViT(
         img_size=32,
         patch_size=16,
