@@ -6,7 +6,10 @@ dev_split, data.train_fraction), the bad-image limit, the device, precision and 
 the accuracy in its summary.json (a run with a dev split: --split dev gives its val_top1, --split val
 its test_top1). A flag that differs from the run says so in the log, and a scored image the run
 trained on is a warning.
-Only the scored split's images are checked. The report goes to RUN/eval.json (or --out) as JSON.
+Only the scored split's images are checked. The report goes to RUN/eval.json (or --out) as JSON:
+top-1/top-5 and loss, the expected calibration error (metrics.ece, 15 bins as Guo et al. 2017), the
+accuracy of each class (per_class), and with --real-labels real.json the ImageNet-ReaL top-1 (real);
+confusion.json and confusion.png are written beside it.
 """
 
 from __future__ import annotations
@@ -82,6 +85,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="the class-balanced share of the training split the run used (default: the run's)")
     parser.add_argument("--max-bad-fraction", type=float, metavar="X",
                         help="unreadable images tolerated in the scored split (default: the run's)")
+    parser.add_argument("--real-labels", metavar="REAL_JSON",
+                        help="also score ImageNet-ReaL: real.json of google-research/reassessed-imagenet, one label "
+                             "list per scored image in sorted file-name order")
     parser.set_defaults(func=run_eval)
 
 
@@ -128,7 +134,11 @@ def resolve_settings(args: argparse.Namespace, run, run_file: Path | None) -> Ev
 def run_eval(args: argparse.Namespace) -> int:
     from vitlab.data import load_datasets
     from vitlab.evaluate import evaluate
+    from vitlab.evaluate.breakdown import PredictionLog
+    from vitlab.evaluate.details import write_details
     from vitlab.evaluate.predict import eval_transform
+    from vitlab.evaluate.real import match_real_labels, read_real_labels
+    from vitlab.progress import progress
     from vitlab.train.loader import eval_loader
     from vitlab.model.budget import check_memory
     from vitlab.model.runtime import resolve_device, resolve_precision
@@ -144,6 +154,7 @@ def run_eval(args: argparse.Namespace) -> int:
         writable_file(out)  # one line now, not a traceback after the evaluation
     overrides = {"image_size": args.image_size} if args.image_size else {}
     model = load_checkpoint(args, **overrides)
+    real = read_real_labels(args.real_labels, model.config.num_classes) if args.real_labels else None
     check_memory(model.config, settings.batch_size, limit=memory_limit(args), source=str(args.ckpt))
     model = model.to(device).eval()
     transform = eval_transform(model.config)
@@ -174,22 +185,33 @@ def run_eval(args: argparse.Namespace) -> int:
                     "train_fraction %g); this is not a validation accuracy", overlap, len(scored_keys), run_file,
                     run.run.seed, run.data.val_fraction, run.data.train_fraction)
 
+    label_sets = None
+    if real is not None:  # refused before the evaluation, not after it
+        label_sets = match_real_labels([Path(key).name for key in scored_keys], real, args.real_labels)
+
     import torch
 
     dataset = parts[0] if len(parts) == 1 else torch.utils.data.ConcatDataset(parts)
     loader = eval_loader(dataset, settings.batch_size, args.workers, pin_memory=device.type == "cuda")
-    result = evaluate(model, loader, device=device, autocast=precision.autocast)
+    predictions = PredictionLog()
+    result = evaluate(model, progress(loader, "eval", total=len(loader)), device=device,
+                      autocast=precision.autocast, on_batch=predictions)
+    details = write_details(predictions, [str(n) for n in splits.class_names],
+                            out.parent if out is not None else None, real=label_sets)
     report = {
         "ckpt": str(args.ckpt),
         "data": settings.data,
         "split": args.split,
         "image_size": list(model.config.image_size),
-        "metrics": result.to_dict(),
+        "metrics": {**result.to_dict(), "ece": details.pop("ece")},
+        **details,
         "trained_images_scored": overlap,  # null: no run.yaml to tell
         "settings": {**dataclasses.asdict(settings), "precision": precision.name, "device": device.type,
                      "from": str(run_file) if run_file else None},
     }
-    print(f"{result.describe()}  ({result.count} images, {settings.data} {args.split})")
+    real_words = f"  ReaL top-1 {details['real']['top1']:.4f}" if "real" in details else ""
+    print(f"{result.describe()}{real_words}  ECE {report['metrics']['ece']:.4f}  ({result.count} images, "
+          f"{settings.data} {args.split})")
     if out is None:
         print("report not written: --ckpt is not a model folder; pass --out FILE")
         return 0

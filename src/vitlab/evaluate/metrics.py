@@ -56,8 +56,13 @@ def evaluate(
     *,
     device: torch.device | str | None = None,
     autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+    on_batch: Callable[[torch.Tensor, torch.Tensor], None] | None = None,
 ) -> Evaluation:
-    """Top-1 / top-5 accuracy and mean cross-entropy of `model` over `loader` of (images, labels)."""
+    """Top-1 / top-5 accuracy and mean cross-entropy of `model` over `loader` of (images, labels).
+
+    on_batch(logits, labels), float32 on the model's device, sees every batch in loader order
+    (e.g. a PredictionLog for the confusion matrix and the calibration).
+    """
     device = torch.device(device) if device is not None else next(model.parameters()).device
     was_training = model.training
     model.eval()
@@ -73,6 +78,8 @@ def evaluate(
             hits1, hits5 = topk_correct(logits, labels, (1, TOP5))
             correct1, correct5, count = correct1 + hits1, correct5 + hits5, count + len(labels)
             num_classes = logits.shape[1]
+            if on_batch is not None:
+                on_batch(logits, labels)
     finally:
         model.train(was_training)
     if count == 0:
