@@ -18,6 +18,14 @@ class ReportFigure:
     caption: str = ""
 
 
+@dataclass
+class ReportTable:
+    title: str
+    columns: list[str]
+    rows: list[list[str]]
+    caption: str = ""
+
+
 _STYLE = """
 body { font-family: sans-serif; max-width: 980px; margin: 2em auto; color: #222; }
 section { margin-bottom: 2.5em; }
@@ -25,6 +33,9 @@ img { max-width: 100%; border: 1px solid #ddd; }
 p.caption { color: #555; font-size: 0.92em; }
 pre { background: #f6f6f6; padding: 1em; overflow: auto; max-height: 30em; font-size: 0.8em; }
 ul.notes { color: #8a4b00; }
+table { border-collapse: collapse; font-size: 0.9em; }
+th, td { border: 1px solid #ddd; padding: 0.25em 0.6em; text-align: right; }
+th:first-child, td:first-child { text-align: left; }
 """
 
 
@@ -34,8 +45,10 @@ def write_report(
     figures: Sequence[ReportFigure],
     numbers: dict[str, Any],
     notes: Sequence[str] = (),
+    tables: Sequence[ReportTable] = (),
 ) -> Path:
-    """Write the page to `path`; the PNGs are embedded, so the page can be moved on its own."""
+    """Write the page to `path`; the PNGs are embedded (data: URIs), so the page can be moved on its
+    own and asks nothing of the network. Tables come after the figures, then the numbers as JSON."""
     path = Path(path)
     parts = [
         "<!DOCTYPE html>",
@@ -52,6 +65,16 @@ def write_report(
             f"<h2>{html.escape(figure.title)}</h2>",
             f'<img src="data:image/png;base64,{data}" alt="{html.escape(figure.title)}">',
             f'<p class="caption">{html.escape(figure.caption)} ({html.escape(Path(figure.path).name)})</p>',
+            "</section>",
+        ]
+    for table in tables:
+        head = "".join(f"<th>{html.escape(c)}</th>" for c in table.columns)
+        body = "".join("<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in row) + "</tr>" for row in table.rows)
+        parts += [
+            "<section>",
+            f"<h2>{html.escape(table.title)}</h2>",
+            f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>",
+            f'<p class="caption">{html.escape(table.caption)}</p>' if table.caption else "",
             "</section>",
         ]
     parts += [

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,13 +22,17 @@ import torch.nn.functional as F
 
 from vitlab.model import BiTConfig, BiTResNet, ViTConfig, VisionTransformer
 
+from .dataset import DatasetAttention, dataset_attention
+from .dataset_plots import plot_class_distance, plot_class_maps, plot_head_grid
 from .distance import attention_distance, patch_distances
 from .explain import EXPLANATIONS, explanation_figures
 from .filters import embedding_filters, filters_as_images, pixel_filters
 from .plots import plot_attention_distance, plot_attention_maps, plot_filters, plot_position_similarity
 from .posemb import position_embedding_table, position_similarity
-from .report import ReportFigure, write_report
+from .report import ReportFigure, ReportTable, write_report
 from .rollout import attention_maps, require_attention, resolve_layer_head, upsample_map
+
+Batches = Iterable[tuple[torch.Tensor, torch.Tensor]]
 
 ANALYSES = ("rollout", "distance", "posemb", "filters")  # "all": the paper's Fig. 6 and 7
 NEED_ATTENTION = ("rollout", "distance", "posemb", *EXPLANATIONS)  # a ResNet has no attention and no E_pos
@@ -38,6 +42,7 @@ DISPLAY_SIZE = 224  # small inputs are enlarged to this many pixels on the short
 @dataclass
 class AnalysisResult:
     figures: list[ReportFigure] = field(default_factory=list)
+    tables: list[ReportTable] = field(default_factory=list)
     numbers: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     json_path: Path | None = None
@@ -98,11 +103,15 @@ def analyze(
     head: int | None = None,
     show: int = 6,
     batch_size: int = 16,
+    dataset: Batches | None = None,
+    class_names: Sequence[str] | None = None,
 ) -> AnalysisResult:
     """Run the chosen analyses, write their PNGs, analysis.json and report.html into `out_dir`.
 
     images: (B, C, H, W), normalised as the model expects. Every image counts towards the mean
     attention distance (the paper averages 128); the first `show` are drawn with their maps.
+    dataset: (images, labels) batches, e.g. a DataLoader, read once batch by batch: the mean attention
+    distance is then over all of them and, with rollout, averaged per class of `class_names`.
     """
     chosen = parse_what(what)
     named = not set(ANALYSES) <= set(chosen)  # a subset named: what cannot run is refused, not skipped
@@ -119,8 +128,15 @@ def analyze(
     out.mkdir(parents=True, exist_ok=True)
     config = model.config
     result.numbers["model"] = _model_numbers(config)
-    if "rollout" in chosen or "distance" in chosen:
-        _attention_analyses(require_attention(model), images, out, chosen, layer, head, show, batch_size, result)
+    per_image = chosen
+    if dataset is not None and ("rollout" in chosen or "distance" in chosen):
+        if class_names is None:
+            raise ValueError("a dataset analysis needs the class names of its labels")
+        vit = require_attention(model)
+        _dataset_analyses(vit, dataset_attention(vit, dataset, class_names), out, chosen, result)
+        per_image = tuple(name for name in chosen if name != "distance")  # over the dataset instead
+    if "rollout" in per_image or "distance" in per_image:
+        _attention_analyses(require_attention(model), images, out, per_image, layer, head, show, batch_size, result)
     if any(name in chosen for name in EXPLANATIONS):
         _explanations(require_attention(model), images[: min(show, len(images))], out, chosen, result)
     if "posemb" in chosen:
@@ -130,7 +146,8 @@ def analyze(
     result.json_path = out / "analysis.json"
     result.json_path.write_text(json.dumps(result.numbers, indent=1))
     title = f"vitlab analysis of {config.name or type(model).__name__} ({_model_words(config)})"
-    result.html_path = write_report(out / "report.html", title, result.figures, result.numbers, result.notes)
+    result.html_path = write_report(out / "report.html", title, result.figures, result.numbers, result.notes,
+                                    result.tables)
     return result
 
 
@@ -202,6 +219,69 @@ def _attention_analyses(
             "uniform_attention_pixels": round(uniform, 3),
             "images": len(per_image),
         }
+
+
+def _dataset_analyses(
+    model: VisionTransformer, data: DatasetAttention, out: Path, chosen: tuple[str, ...], result: AnalysisResult,
+) -> None:
+    config = model.config
+    per_class = data.per_class()
+    names = list(per_class)
+    if "distance" in chosen:
+        mean = data.mean_distance()
+        uniform = float(patch_distances(data.grid, config.effective_patch_size).mean())
+        assert data.first_image is not None
+        image_size = (int(data.first_image.shape[-2]), int(data.first_image.shape[-1]))
+        result.figures.append(ReportFigure(
+            "Mean attention distance (Fig. 7 right)",
+            plot_attention_distance(mean, out / "attention_distance.png", image_size, uniform),
+            f"Distance between query and attended patches weighted by attention, averaged over the "
+            f"{data.images} images of the dataset; one dot per head. Dashed: a head attending uniformly.",
+        ))
+        result.numbers["mean_attention_distance"] = {
+            "pixels": _rounded(mean, 3), "uniform_attention_pixels": round(uniform, 3), "images": data.images,
+        }
+        table = np.stack([row.distance.mean(axis=1) for row in per_class.values()])
+        result.figures.append(ReportFigure(
+            "Mean attention distance per class",
+            plot_class_distance(table, names, out / "attention_distance_per_class.png"),
+            "Each class's images averaged apart; per layer, the mean over heads.",
+        ))
+    if "rollout" in chosen:
+        maps = np.stack([row.rollout for row in per_class.values()])
+        result.figures.append(ReportFigure(
+            "Attention Rollout per class",
+            plot_class_maps(maps, names, [row.images for row in per_class.values()],
+                            out / "rollout_per_class.png"),
+            "Attention Rollout to the output token, averaged over each class's images.",
+        ))
+        assert data.first_image is not None and data.head_maps is not None
+        picture = display_images(data.first_image[None], config.preprocessing.mean, config.preprocessing.std)
+        heads = data.head_maps
+        size = (int(picture.shape[1]), int(picture.shape[2]))
+        heat = upsample_map(heads.flatten(0, 1), size).reshape(*heads.shape[:2], *size)
+        label = data.class_names[data.first_label] if data.first_label is not None else "?"
+        result.figures.append(ReportFigure(
+            "Every layer and head, one image",
+            plot_head_grid(picture[0].numpy(), heat.numpy(), out / "heads.png",
+                           f"Attention of the output token, first image (class {label})"),
+            "Rows: layers; columns: heads. Each map is the attention of the token the classifier reads.",
+        ))
+        result.numbers["heads_first_image"] = {"class": label, "maps": _rounded(heads)}
+    result.numbers["per_class"] = {
+        name: {"images": row.images, "top1": round(row.top1, 5),
+               **({"mean_attention_distance": _rounded(row.distance, 3)} if "distance" in chosen else {}),
+               **({"rollout": _rounded(row.rollout)} if "rollout" in chosen else {})}
+        for name, row in per_class.items()
+    }
+    columns = ["class", "images", "top-1"] + (["mean attention distance (px)"] if "distance" in chosen else [])
+    rows = [[name, str(row.images), f"{row.top1:.4f}"]
+            + ([f"{float(np.mean(row.distance)):.2f}"] if "distance" in chosen else [])
+            for name, row in per_class.items()]
+    result.tables.append(ReportTable(
+        "Per class", columns, rows,
+        f"{data.images} images; top-1 of this analysis pass; the distance is the mean over layers and heads.",
+    ))
 
 
 def _explanations(

@@ -1,8 +1,12 @@
 """`vitlab analyze`: the paper's Figure 6 and 7 analyses of a checkpoint, as PNGs, JSON and HTML.
 
-Without --images the first 128 validation images of the built-in `digits` source are used (128 is
-the number of images the paper averages the mean attention distance over); the first --show of
-them are drawn with their attention maps.
+Over a dataset: --data SRC (any source `vitlab train` takes), or, for a training run's folder, the
+run's own data and validation split (its run.yaml). The validation images stream through a
+DataLoader batch by batch (at most --max-images of them): the mean attention distance over all of
+them, it and Attention Rollout averaged per class, and every layer and head of the first image.
+With --images, those files instead; with neither and no run.yaml, the first 128 validation images
+of the built-in `digits` source (128 is the number the paper averages the attention distance over).
+The first --show images are drawn with their attention maps.
 """
 
 from __future__ import annotations
@@ -27,7 +31,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     add_checkpoint_argument(parser)
     parser.add_argument("--images", nargs="+", metavar="IMG_OR_DIR",
-                        help="image files or folders (default: the first 128 validation images of digits)")
+                        help="image files or folders (default: the validation split of --data or of the run)")
+    parser.add_argument("--data", metavar="SRC",
+                        help="analyse the validation split of this data source (default: a run folder's own "
+                             "data, else the first 128 validation images of digits)")
+    parser.add_argument("--batch-size", type=int, default=32, metavar="N", help="images per batch (default: 32)")
+    parser.add_argument("--workers", type=int, default=0, help="data-loader worker processes (default: 0)")
     parser.add_argument("--out", required=True, help="output folder")
     parser.add_argument("--what", default="all",
                         help="all, or a comma-separated subset of rollout,distance,posemb,filters; flow (Attention Flow) "
@@ -39,8 +48,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--image-size", type=int, default=None,
                         help="analyse at this resolution (E_pos resampled; default: the model's own)")
     parser.add_argument("--show", type=int, default=6, help="images drawn with their maps (default: 6)")
-    parser.add_argument("--max-images", type=int, default=DEFAULT_IMAGES,
-                        help=f"images read at most, all used for the attention distance (default: {DEFAULT_IMAGES})")
+    parser.add_argument("--max-images", type=int, default=None,
+                        help=f"images read at most, all used for the attention distance (default: all of a "
+                             f"dataset's validation split; {DEFAULT_IMAGES} of digits or --images)")
     add_runtime_arguments(parser, device_help=DEVICE_HELP, precision=False)
     parser.set_defaults(func=run)
 
@@ -51,6 +61,7 @@ def load_images(paths: list[str] | None, transform, limit: int) -> torch.Tensor:
     from vitlab.data.images import image_files
 
     if not paths:
+        logger.info("no --images, --data or run.yaml: the first %d validation images of digits", limit)
         val = load_datasets("digits", transform, transform).val
         return torch.stack([val[i][0] for i in range(min(limit, len(val)))])
     images = []
@@ -64,6 +75,35 @@ def load_images(paths: list[str] | None, transform, limit: int) -> torch.Tensor:
     return torch.stack(images)
 
 
+def dataset_batches(args: argparse.Namespace, transform, model_names: list[str] | None):
+    """The DataLoader over the validation split of --data or the run's data, and its class names;
+    None without either."""
+    from vitlab.cli import preview
+    from vitlab.cli.evaluate import read_run
+    from vitlab.data import load_datasets
+    from vitlab.train.config import TrainConfig
+    from vitlab.train.loader import eval_loader
+
+    run, run_file = read_run(args.ckpt)
+    source = args.data or (run.data.source if run is not None else None)
+    if source is None:
+        return None
+    base = run or TrainConfig()  # the split a new run would make, for --data without a run
+    if run is not None:
+        logger.info("analysing the validation split of %s as %s splits it", source, run_file)
+    splits = load_datasets(source, transform, transform, val_fraction=base.data.val_fraction, seed=base.run.seed,
+                           train_fraction=base.data.train_fraction, dev_fraction=base.data.dev_fraction,
+                           dev_split=base.data.dev_split, max_bad_fraction=base.data.max_bad_fraction,
+                           check_splits=("val",))
+    if model_names is not None and list(model_names) != list(splits.class_names):
+        raise ValueError(f"{args.ckpt} was trained on classes {preview(model_names)}, but {source} has "
+                         f"{preview(splits.class_names)}")
+    val = splits.val
+    if args.max_images is not None and args.max_images < len(val):
+        val = torch.utils.data.Subset(val, range(args.max_images))
+    return eval_loader(val, args.batch_size, args.workers), [str(n) for n in splits.class_names]
+
+
 def run(args: argparse.Namespace) -> int:
     from vitlab.analysis import analyze, parse_what
     from vitlab.evaluate.predict import eval_transform
@@ -71,13 +111,24 @@ def run(args: argparse.Namespace) -> int:
     from vitlab.cli import load_checkpoint
 
     what = parse_what(args.what)  # a bad --what fails before the model is loaded
-    if args.show < 1 or args.max_images < 1:
-        raise ValueError(f"--show and --max-images must be positive, got {args.show} and {args.max_images}")
+    if args.show < 1 or (args.max_images is not None and args.max_images < 1) or args.batch_size < 1:
+        raise ValueError(f"--show, --max-images and --batch-size must be positive, got {args.show}, "
+                         f"{args.max_images} and {args.batch_size}")
+    if args.images and args.data:
+        raise ValueError("--images and --data: give one of them")
     device = resolve_device(args.device)
     overrides = {"image_size": args.image_size} if args.image_size else {}
     model = load_checkpoint(args, **overrides).to(device).eval()
-    images = load_images(args.images, eval_transform(model.config), args.max_images)
-    result = analyze(model, images, args.out, what=what, layer=args.layer, head=args.head, show=args.show)
+    transform = eval_transform(model.config)
+    dataset = None if args.images else dataset_batches(args, transform, model.config.class_names)
+    if dataset is None:
+        images = load_images(args.images, transform, args.max_images or DEFAULT_IMAGES)
+        result = analyze(model, images, args.out, what=what, layer=args.layer, head=args.head, show=args.show)
+    else:
+        loader, class_names = dataset
+        shown = torch.stack([loader.dataset[i][0] for i in range(min(args.show, len(loader.dataset)))])
+        result = analyze(model, shown, args.out, what=what, layer=args.layer, head=args.head, show=args.show,
+                         dataset=loader, class_names=class_names)
     for note in result.notes:
         logger.warning(note)
     for figure in result.figures:
