@@ -32,6 +32,14 @@ VIT_JAX_FIXTURE = FIXTURES / "vit_jax"
 TOLERANCE = dict(rtol=1e-5, atol=1e-5)  # the bar for fp32 logits against a peer
 
 
+# Headless Chromium: Debian's, which `make test` installs; Playwright drives it, never downloads one.
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync", "--no-first-run",
+]
+
+
 # -- models and weights --------------------------------------------------------------------------------
 def randomise_(module: torch.nn.Module, std: float = 0.2) -> torch.nn.Module:
     """Give every parameter random values so that every sub-layer (zero-initialised heads too) matters."""

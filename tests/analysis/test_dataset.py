@@ -9,7 +9,7 @@ import weakref
 import numpy as np
 import pytest
 import torch
-from helpers import randomise_, tiny_config
+from helpers import CHROMIUM, CHROMIUM_ARGS, randomise_, tiny_config
 from PIL import Image
 from torch.utils.data import DataLoader, Dataset, default_collate
 
@@ -209,3 +209,79 @@ def test_images_pass_batch_by_batch(tmp_path):
         counter.most <= 2
     )  # the batch in hand and the next one being made, never all six
     assert {label: sums.images for label, sums in result.sums.items()} == {0: 6, 1: 6}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not CHROMIUM.exists(),
+    reason=f"{CHROMIUM} missing; `make test` installs Debian's chromium",
+)
+def test_report_opens_offline_in_chromium_with_every_figure_and_the_per_class_numbers(
+    tmp_path,
+):
+    from playwright.sync_api import sync_playwright
+
+    root = tiny_folder(tmp_path / "data")
+    ckpt = tiny_model(tmp_path / "model")
+    out = tmp_path / "analysis"
+    assert (
+        main(
+            [
+                "analyze",
+                "--ckpt",
+                str(ckpt),
+                "--data",
+                str(root),
+                "--out",
+                str(out),
+                "--show",
+                "2",
+                "--device",
+                "cpu",
+            ]
+        )
+        == 0
+    )
+    numbers = json.loads((out / "analysis.json").read_text())
+    figures = sorted(out.glob("*.png"))
+    report = (out / "report.html").resolve()
+    outside: list[str] = []
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=str(CHROMIUM), args=CHROMIUM_ARGS
+        )
+        try:
+            page = browser.new_page(viewport={"width": 1100, "height": 900})
+            page.on(
+                "request",
+                lambda r: (
+                    None
+                    if r.url.startswith(("data:", report.as_uri()))
+                    else outside.append(r.url)
+                ),
+            )
+            page.goto(report.as_uri(), wait_until="load")
+            sizes = page.eval_on_selector_all(
+                "img", "imgs => imgs.map(i => [i.complete, i.naturalWidth])"
+            )
+            text = page.inner_text("body")
+            page.screenshot(path=str(tmp_path / "report.png"), full_page=True)
+        finally:
+            browser.close()
+    assert len(sizes) == len(figures) >= 7  # every PNG written is on the page
+    assert all(complete and width > 0 for complete, width in sizes), sizes
+    assert (
+        outside == []
+    )  # self-contained: the page asks nothing of the network or the disk
+    assert "Per class" in text and "5 images" in text
+    lines = text.splitlines()
+    for name, row in numbers[
+        "per_class"
+    ].items():  # the table's row: class, images, top-1, distance
+        start = f"{name}\t{row['images']}\t{row['top1']:.4f}\t"
+        cells = [line for line in lines if line.startswith(start)]
+        assert len(cells) == 1, (start, lines)
+        mean = float(np.mean(row["mean_attention_distance"]))
+        assert float(cells[0][len(start) :]) == pytest.approx(mean, abs=0.006)
+    with Image.open(tmp_path / "report.png") as shot:
+        assert shot.size[0] == 1100 and shot.size[1] > 900

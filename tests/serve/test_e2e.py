@@ -15,15 +15,10 @@ import pytest
 from PIL import Image, ImageDraw
 
 import vitlab
-from helpers import REPO_ROOT, randomise_
+from helpers import CHROMIUM, CHROMIUM_ARGS, REPO_ROOT, randomise_
 from vitlab.model import ViTConfig
 from vitlab.serve import ImageClassifier
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--no-first-run",
-]
 NAMES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
 START_TIMEOUT_S = 120
 UI_TIMEOUT_MS = 60_000
