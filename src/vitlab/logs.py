@@ -23,13 +23,11 @@ class FallbackHandler(logging.StreamHandler):
         self.setFormatter(logging.Formatter("%(message)s"))
 
     def emit(self, record: logging.LogRecord) -> None:
-        if (
-            logging.getLogger().handlers
-        ):  # configured since: the root's handlers print it
+        # Logging configured since: the root's handlers print the record.
+        if logging.getLogger().handlers:
             return
-        self.setStream(
-            sys.stderr
-        )  # the stream of now (a test's capture, a redirected stderr)
+        # The stream of now (a test's capture, a redirected stderr), not the one at install time.
+        self.setStream(sys.stderr)
         super().emit(record)
 
 

@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from vitlab.model import BiTConfig, BiTResNet, ViTConfig, VisionTransformer
+from vitlab.progress import progress
 
 from .dataset import DatasetAttention, dataset_attention
 from .dataset_plots import plot_class_distance, plot_class_maps, plot_head_grid
@@ -166,7 +167,8 @@ def _attention_analyses(
     logit_parts: list[torch.Tensor] = []
     rollout_parts: list[torch.Tensor] = []
     raw_parts: list[torch.Tensor] = []
-    for start in range(0, len(images), batch_size):
+    starts = range(0, len(images), batch_size)
+    for start in progress(starts, "attention", total=len(starts)):
         maps = attention_maps(model, images[start : start + batch_size].to(device), layer, head)
         distances.append(attention_distance(maps.attentions, grid, patch, config.num_prefix_tokens).cpu())
         logit_parts.append(maps.logits.cpu())

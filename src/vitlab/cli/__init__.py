@@ -104,6 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vitlab", description="The Vision Transformer, end to end.")
     parser.add_argument("--version", action="version", version=f"vitlab {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging and full tracebacks")
+    parser.add_argument("--no-progress", action="store_true",
+                        help="no progress bars for eval, predict, fewshot, analyze and export (shown only on a "
+                             "terminal anyway)")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(f"vitlab.cli.{name}").register(subparsers)
@@ -130,6 +133,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO, format="%(message)s", stream=sys.stderr
     )
+    from vitlab.progress import disable_progress
+
+    disable_progress(args.no_progress)  # each call as its flags say (tests and scripts call main repeatedly)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

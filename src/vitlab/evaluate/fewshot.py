@@ -14,7 +14,7 @@ linear map is fitted in closed form by L2-regularised least squares onto {-1, 1}
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Sequence, Sized
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -22,6 +22,8 @@ import scipy.linalg
 import torch
 
 from vitlab.model import BiTResNet, VisionTransformer
+
+from vitlab.progress import progress
 
 L2_REG = 2.0**10
 SHOTS = (1, 5, 10, 25)
@@ -38,7 +40,8 @@ def extract_features(
     device = torch.device(device) if device is not None else next(model.parameters()).device
     model.eval()
     features, labels = [], []
-    for images, targets in batches:
+    total = len(batches) if isinstance(batches, Sized) else None
+    for images, targets in progress(batches, "features", total=total):
         tokens = model.forward_features(images.to(device))
         features.append(model.forward_head(tokens, pre_logits=True).float().cpu().numpy())
         labels.append(np.asarray(targets, dtype=np.int64))

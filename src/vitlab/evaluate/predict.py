@@ -12,6 +12,7 @@ from torchvision.transforms import v2
 
 from vitlab.data import transforms
 from vitlab.model import BiTConfig, ViTConfig
+from vitlab.progress import progress
 
 
 def model_config(model: torch.nn.Module) -> ViTConfig | BiTConfig:
@@ -61,7 +62,8 @@ def predict_images(
     device = next(model.parameters()).device
     model.eval()
     predictions: list[Prediction] = []
-    for start in range(0, len(images), batch_size):
+    starts = range(0, len(images), batch_size)
+    for start in progress(starts, "predict", total=len(starts)):
         batch = torch.stack([transform(image) for image in images[start:start + batch_size]]).to(device)
         with autocast():
             probabilities = model(batch).float().softmax(dim=1)  # (B, K)

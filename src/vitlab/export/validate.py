@@ -14,6 +14,7 @@ import torch
 
 from vitlab.evaluate.predict import model_config
 from vitlab.model import BiTConfig, ViTConfig
+from vitlab.progress import progress
 
 from .metadata import INPUT_NAME
 
@@ -82,7 +83,7 @@ def compare(
 ) -> Validation:
     """Run both on the same sample batches; raise ExportMismatchError above `tolerance`."""
     worst = scale = 0.0
-    for index, batch in enumerate(batch_sizes):
+    for index, batch in enumerate(progress(batch_sizes, "export check", total=len(batch_sizes))):
         images = sample_images(batch, channels, size, seed=index)
         expected = reference(images)
         got = candidate(images)

@@ -5,6 +5,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from vitlab.logs import ensure_handler
+
 from .callbacks import Callback, MetricsFile, ProgressBar
 from .config import TrainConfig, apply_mapping
 from .recipes import RECIPES, get_recipe
@@ -19,6 +21,7 @@ def train(config: TrainConfig | str = "small-data", *, callbacks: Sequence[Callb
 
         vitlab.train("demo", run={"out": "runs/demo"}, schedule={"steps": 300})
     """
+    ensure_handler()  # its progress lines reach stderr unless the program has configured logging itself
     config = get_recipe(config) if isinstance(config, str) else copy.deepcopy(config)
     config = apply_mapping(config, sections, "vitlab.train()")
     return Trainer(config, callbacks).fit()
