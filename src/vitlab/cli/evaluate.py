@@ -196,7 +196,7 @@ def run_eval(args: argparse.Namespace) -> int:
     predictions = PredictionLog()
     result = evaluate(model, progress(loader, "eval", total=len(loader)), device=device,
                       autocast=precision.autocast, on_batch=predictions)
-    details = write_details(predictions, [str(n) for n in splits.class_names],
+    details = write_details(predictions, output_names(model.config, splits.class_names),
                             out.parent if out is not None else None, real=label_sets)
     report = {
         "ckpt": str(args.ckpt),
@@ -218,6 +218,15 @@ def run_eval(args: argparse.Namespace) -> int:
     out.write_text(json.dumps(report, indent=2) + "\n")
     print(f"written to {out}")
     return 0
+
+
+def output_names(config, data_names: list[str]) -> list[str]:
+    """A name for each of the model's outputs: its own, else the data's, numbered past the data's classes
+    (a model with more outputs than the data has classes can predict one the data lacks)."""
+    if config.class_names:
+        return [str(n) for n in config.class_names]
+    names = [str(n) for n in data_names][: config.num_classes]
+    return names + [str(k) for k in range(len(names), config.num_classes)]
 
 
 def trained_in_run(run, run_file: Path | None, settings: EvalSettings, splits) -> set[str] | None:
