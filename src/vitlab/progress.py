@@ -27,9 +27,7 @@ def progress_enabled() -> bool:
     return _enabled and sys.stderr.isatty()
 
 
-def progress(
-    items: Iterable[T], desc: str, *, total: int | None = None, unit: str = "batch"
-) -> Iterator[T]:
+def progress(items: Iterable[T], desc: str, *, total: int | None = None, unit: str = "batch") -> Iterator[T]:
     """`items`, wrapped in a bar that closes when the loop ends (or is left early)."""
     if not progress_enabled():
         yield from items

@@ -9,10 +9,10 @@ import weakref
 import numpy as np
 import pytest
 import torch
-from helpers import CHROMIUM, CHROMIUM_ARGS, randomise_, tiny_config
 from PIL import Image
 from torch.utils.data import DataLoader, Dataset, default_collate
 
+from helpers import CHROMIUM, CHROMIUM_ARGS, randomise_, tiny_config
 from vitlab.analysis import attention_distance, attention_maps
 from vitlab.analysis.dataset import dataset_attention
 from vitlab.cli import main
@@ -65,11 +65,7 @@ def manual_per_class(ckpt, root):
         for path in sorted((root / "val" / name).iterdir()):
             image = transform(read_image(path))[None]
             maps = attention_maps(model, image)
-            distances.append(
-                attention_distance(
-                    maps.attentions, (2, 2), 4, config.num_prefix_tokens
-                )[0].numpy()
-            )
+            distances.append(attention_distance(maps.attentions, (2, 2), 4, config.num_prefix_tokens)[0].numpy())
             rollouts.append(maps.rollout[0].numpy())
             right.append(int(maps.logits.argmax()) == list(CLASSES).index(name))
         expected[name] = (
@@ -85,9 +81,7 @@ def test_per_class_averages_of_a_runs_own_data_equal_a_manual_computation(tmp_pa
     ckpt = tiny_model(tmp_path / "run")
     config = tiny_config(ckpt)
     config.data.source = str(root)
-    (ckpt / "run.yaml").write_text(
-        config.to_yaml()
-    )  # a training run's folder: analyze takes its data
+    (ckpt / "run.yaml").write_text(config.to_yaml())  # a training run's folder: analyze takes its data
     out = tmp_path / "analysis"
     assert (
         main(
@@ -116,13 +110,9 @@ def test_per_class_averages_of_a_runs_own_data_equal_a_manual_computation(tmp_pa
         np.testing.assert_allclose(row["mean_attention_distance"], distance, atol=2e-3)
         np.testing.assert_allclose(row["rollout"], rollout, atol=2e-5)
         assert row["top1"] == pytest.approx(top1)
-    assert not np.allclose(
-        expected["ant"][1], expected["bee"][1]
-    )  # the classes' maps differ: a real check
+    assert not np.allclose(expected["ant"][1], expected["bee"][1])  # the classes' maps differ: a real check
     overall = (expected["ant"][0] * 3 + expected["bee"][0] * 2) / 5
-    np.testing.assert_allclose(
-        numbers["mean_attention_distance"]["pixels"], overall, atol=2e-3
-    )
+    np.testing.assert_allclose(numbers["mean_attention_distance"]["pixels"], overall, atol=2e-3)
     assert numbers["mean_attention_distance"]["images"] == 5
     assert np.array(numbers["heads_first_image"]["maps"]).shape == (
         2,
@@ -205,9 +195,7 @@ def test_images_pass_batch_by_batch(tmp_path):
     loader = DataLoader(CountingImages(12), batch_size=2, collate_fn=counter)
     result = dataset_attention(model, loader, list(CLASSES))
     assert counter.made == 6 and result.images == 12
-    assert (
-        counter.most <= 2
-    )  # the batch in hand and the next one being made, never all six
+    assert counter.most <= 2  # the batch in hand and the next one being made, never all six
     assert {label: sums.images for label, sums in result.sums.items()} == {0: 6, 1: 6}
 
 
@@ -247,37 +235,25 @@ def test_report_opens_offline_in_chromium_with_every_figure_and_the_per_class_nu
     report = (out / "report.html").resolve()
     outside: list[str] = []
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=str(CHROMIUM), args=CHROMIUM_ARGS
-        )
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:
             page = browser.new_page(viewport={"width": 1100, "height": 900})
             page.on(
                 "request",
-                lambda r: (
-                    None
-                    if r.url.startswith(("data:", report.as_uri()))
-                    else outside.append(r.url)
-                ),
+                lambda r: None if r.url.startswith(("data:", report.as_uri())) else outside.append(r.url),
             )
             page.goto(report.as_uri(), wait_until="load")
-            sizes = page.eval_on_selector_all(
-                "img", "imgs => imgs.map(i => [i.complete, i.naturalWidth])"
-            )
+            sizes = page.eval_on_selector_all("img", "imgs => imgs.map(i => [i.complete, i.naturalWidth])")
             text = page.inner_text("body")
             page.screenshot(path=str(tmp_path / "report.png"), full_page=True)
         finally:
             browser.close()
     assert len(sizes) == len(figures) >= 7  # every PNG written is on the page
     assert all(complete and width > 0 for complete, width in sizes), sizes
-    assert (
-        outside == []
-    )  # self-contained: the page asks nothing of the network or the disk
+    assert outside == []  # self-contained: the page asks nothing of the network or the disk
     assert "Per class" in text and "5 images" in text
     lines = text.splitlines()
-    for name, row in numbers[
-        "per_class"
-    ].items():  # the table's row: class, images, top-1, distance
+    for name, row in numbers["per_class"].items():  # the table's row: class, images, top-1, distance
         start = f"{name}\t{row['images']}\t{row['top1']:.4f}\t"
         cells = [line for line in lines if line.startswith(start)]
         assert len(cells) == 1, (start, lines)

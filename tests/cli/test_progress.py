@@ -8,18 +8,16 @@ import sys
 
 import numpy as np
 import pytest
-from helpers import randomise_, tiny_config
 from PIL import Image
 
 import vitlab
+from helpers import randomise_, tiny_config
 from vitlab.cli import main
 from vitlab.logs import FallbackHandler, ensure_handler
 from vitlab.model import create_model
 
 
-def test_bars_only_on_a_terminal_and_never_with_no_progress(
-    tmp_path, capsys, monkeypatch
-):
+def test_bars_only_on_a_terminal_and_never_with_no_progress(tmp_path, capsys, monkeypatch):
     options = {
         "image_size": 8,
         "depth": 1,
@@ -75,9 +73,7 @@ def unconfigure(monkeypatch):
     logger.setLevel(level)
 
 
-def test_library_training_reports_to_stderr_without_logging_configured(
-    tmp_path, capsys, unconfigure
-):
+def test_library_training_reports_to_stderr_without_logging_configured(tmp_path, capsys, unconfigure):
     logger = unconfigure()
     vitlab.train(tiny_config(tmp_path / "run"))
     err = capsys.readouterr().err

@@ -7,9 +7,9 @@ import json
 import numpy as np
 import pytest
 import torch
-from helpers import one_line_error, randomise_
 from PIL import Image
 
+from helpers import one_line_error, randomise_
 from vitlab.cli import main
 from vitlab.evaluate import predict_images
 from vitlab.evaluate.breakdown import PredictionLog, confusion_matrix, per_class
@@ -21,26 +21,15 @@ from vitlab.weights import load
 def test_ece_by_hand():
     # 15 bins of width 1/15. Bin (13/15, 14/15]: 0.90 right, 0.92 wrong -> acc 0.5, conf 0.91.
     # Bin (7/15, 8/15]: 0.50 right -> |1 - 0.5|. Bin (14/15, 1]: 1.0 right -> 0.
-    result = calibration(
-        np.array([0.90, 0.92, 0.50, 1.0]), np.array([True, False, True, True])
-    )
-    assert result.ece == pytest.approx(
-        2 / 4 * abs(0.5 - 0.91) + 1 / 4 * abs(1.0 - 0.5)
-    )  # 0.33
-    assert (
-        result.counts[13] == 2
-        and result.counts[7] == 1
-        and result.counts[14] == 1
-        and sum(result.counts) == 4
-    )
+    result = calibration(np.array([0.90, 0.92, 0.50, 1.0]), np.array([True, False, True, True]))
+    assert result.ece == pytest.approx(2 / 4 * abs(0.5 - 0.91) + 1 / 4 * abs(1.0 - 0.5))  # 0.33
+    assert result.counts[13] == 2 and result.counts[7] == 1 and result.counts[14] == 1 and sum(result.counts) == 4
     assert result.accuracy[13] == 0.5 and result.accuracy[0] is None
     # The bins are closed on the right: a confidence on an edge belongs to the bin below it.
     edge = calibration(np.array([np.linspace(0, 1, 16)[9]]), np.array([True]))
     assert edge.counts[8] == 1
     # Perfectly calibrated: confidence equals accuracy in every bin.
-    assert calibration(
-        np.array([0.6] * 5), np.array([1, 1, 1, 0, 0], bool)
-    ).ece == pytest.approx(0.0)
+    assert calibration(np.array([0.6] * 5), np.array([1, 1, 1, 0, 0], bool)).ece == pytest.approx(0.0)
 
 
 def test_confusion_matrix_and_per_class_from_logged_batches():
@@ -92,28 +81,19 @@ def test_real_accuracy_matches_images_by_sorted_file_name(tmp_path, capsys):
         ),
         std=0.5,
     )
-    with (
-        torch.no_grad()
-    ):  # no constant offset before the head: the predictions follow the images
+    with torch.no_grad():  # no constant offset before the head: the predictions follow the images
         model.norm.bias.zero_()
         model.head.bias.zero_()
     model.config.preprocessing.crop_pct = 1.0
     model.save_pretrained(tmp_path / "model")
-    paths = sorted(
-        (tmp_path / "data" / "val").glob("*/*.png"), key=lambda p: p.name
-    )  # v1 .. v5
+    paths = sorted((tmp_path / "data" / "val").glob("*/*.png"), key=lambda p: p.name)  # v1 .. v5
     names = list(files)
     predicted = [
-        names.index(p.label)
-        for p in predict_images(
-            load(tmp_path / "model"), [Image.open(path) for path in paths]
-        )
+        names.index(p.label) for p in predict_images(load(tmp_path / "model"), [Image.open(path) for path in paths])
     ]
     # v1: the prediction among two labels (right), v2: another class only (wrong), v3: no label (left out),
     # v4: exactly the prediction (right), v5: the two other classes (wrong) -> 2 of 4.
-    assert len(set(predicted)) > 1, (
-        predicted
-    )  # the mapping is tested only if the predictions differ
+    assert len(set(predicted)) > 1, predicted  # the mapping is tested only if the predictions differ
     others = [[k for k in range(3) if k != guess] for guess in predicted]
     real = [
         sorted({predicted[0], others[0][0]}),
@@ -156,17 +136,11 @@ def test_real_accuracy_matches_images_by_sorted_file_name(tmp_path, capsys):
     # The confusion matrix beside the report: rows are the val folders' true classes.
     confusion = json.loads((out.parent / "confusion.json").read_text())
     truth = [names.index(path.parent.name) for path in paths]
-    np.testing.assert_array_equal(
-        confusion["matrix"], confusion_matrix(np.array(truth), np.array(predicted), 3)
-    )
+    np.testing.assert_array_equal(confusion["matrix"], confusion_matrix(np.array(truth), np.array(predicted), 3))
     with Image.open(out.parent / "confusion.png") as picture:
         assert picture.format == "PNG" and min(picture.size) > 200
-    assert report["metrics"]["top1"] == pytest.approx(
-        np.mean(np.array(truth) == np.array(predicted))
-    )
-    assert (
-        0.0 <= report["metrics"]["ece"] <= 1.0 and report["calibration"]["bins"] == 15
-    )
+    assert report["metrics"]["top1"] == pytest.approx(np.mean(np.array(truth) == np.array(predicted)))
+    assert 0.0 <= report["metrics"]["ece"] <= 1.0 and report["calibration"]["bins"] == 15
     assert sum(row["images"] for row in report["per_class"].values()) == 5
     assert "ReaL top-1 0.5000" in capsys.readouterr().out
 

@@ -24,14 +24,10 @@ from .rollout import attention_maps, output_token_map
 class ClassSums:
     images: int = 0
     correct: int = 0
-    distance: np.ndarray | None = (
-        None  # (layers, heads) summed over the class's images, pixels
-    )
+    distance: np.ndarray | None = None  # (layers, heads) summed over the class's images, pixels
     rollout: np.ndarray | None = None  # (h, w) summed
 
-    def add(
-        self, distance: np.ndarray, rollout: np.ndarray, correct: int, images: int
-    ) -> None:
+    def add(self, distance: np.ndarray, rollout: np.ndarray, correct: int, images: int) -> None:
         self.distance = distance if self.distance is None else self.distance + distance
         self.rollout = rollout if self.rollout is None else self.rollout + rollout
         self.correct += correct
@@ -55,9 +51,7 @@ class DatasetAttention:
     sums: dict[int, ClassSums] = field(default_factory=dict)
     first_image: torch.Tensor | None = None  # (C, H, W), as the model saw it
     first_label: int | None = None
-    head_maps: torch.Tensor | None = (
-        None  # (layers, heads, h, w): the classifier token's attention
-    )
+    head_maps: torch.Tensor | None = None  # (layers, heads, h, w): the classifier token's attention
 
     @property
     def images(self) -> int:
@@ -106,28 +100,13 @@ def dataset_attention(
             )
             result.head_maps = torch.stack(
                 [
-                    torch.stack(
-                        [
-                            output_token_map(layer[:1, head], grid, prefix)[0]
-                            for head in range(layer.shape[1])
-                        ]
-                    )
+                    torch.stack([output_token_map(layer[:1, head], grid, prefix)[0] for head in range(layer.shape[1])])
                     for layer in maps.attentions
                 ]
             ).cpu()  # (layers, heads, h, w)
-        distance = (
-            attention_distance(
-                maps.attentions, grid, config.effective_patch_size, prefix
-            )
-            .double()
-            .cpu()
-        )
+        distance = attention_distance(maps.attentions, grid, config.effective_patch_size, prefix).double().cpu()
         rollout = maps.rollout.double().cpu()
-        right = (
-            (maps.logits.argmax(dim=1).cpu() == labels.cpu())
-            if config.num_classes > 1
-            else None
-        )
+        right = (maps.logits.argmax(dim=1).cpu() == labels.cpu()) if config.num_classes > 1 else None
         for label in labels.unique().tolist():
             rows = labels.cpu() == label
             result.sums.setdefault(int(label), ClassSums()).add(

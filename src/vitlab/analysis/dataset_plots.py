@@ -13,14 +13,10 @@ from matplotlib.figure import Figure
 
 from .plots import _save
 
-MAX_CLASSES_DRAWN = (
-    48  # per-class rollout maps: more classes than this, the first ones only
-)
+MAX_CLASSES_DRAWN = 48  # per-class rollout maps: more classes than this, the first ones only
 
 
-def plot_class_distance(
-    distance: np.ndarray, names: Sequence[str], path: str | Path
-) -> Path:
+def plot_class_distance(distance: np.ndarray, names: Sequence[str], path: str | Path) -> Path:
     """Mean attention distance per layer (averaged over heads), one line per class; distance (C, layers)."""
     classes, layers = distance.shape
     figure = Figure(figsize=(6.0, 4.2))
@@ -47,9 +43,7 @@ def plot_class_distance(
     return _save(figure, path)
 
 
-def plot_class_maps(
-    maps: np.ndarray, names: Sequence[str], counts: Sequence[int], path: str | Path
-) -> Path:
+def plot_class_maps(maps: np.ndarray, names: Sequence[str], counts: Sequence[int], path: str | Path) -> Path:
     """Attention Rollout averaged over each class's images; maps (C, h, w), each scaled to its maximum."""
     shown = min(len(maps), MAX_CLASSES_DRAWN)
     cols = min(shown, 6)
@@ -69,23 +63,17 @@ def plot_class_maps(
             )
             axis.set_title(f"{names[index]} ({counts[index]})", fontsize=8)
     extra = f", first {shown} of {len(maps)} classes" if shown < len(maps) else ""
-    figure.suptitle(
-        f"Attention Rollout averaged per class (images per class in brackets{extra})"
-    )
+    figure.suptitle(f"Attention Rollout averaged per class (images per class in brackets{extra})")
     return _save(figure, path)
 
 
-def plot_head_grid(
-    picture: np.ndarray, heat: np.ndarray, path: str | Path, caption: str
-) -> Path:
+def plot_head_grid(picture: np.ndarray, heat: np.ndarray, path: str | Path, caption: str) -> Path:
     """The classifier token's attention in every layer (rows) and head (columns) over one picture.
 
     picture (H, W, 3) in [0, 1]; heat (layers, heads, H, W) in [0, 1].
     """
     layers, heads = heat.shape[:2]
-    figure = Figure(
-        figsize=(1.6 * heads + 0.8, 1.6 * layers + 0.8), layout="constrained"
-    )
+    figure = Figure(figsize=(1.6 * heads + 0.8, 1.6 * layers + 0.8), layout="constrained")
     axes = figure.subplots(layers, heads, squeeze=False)
     for layer in range(layers):
         for head in range(heads):

@@ -98,9 +98,9 @@ def dataset_batches(args: argparse.Namespace, transform, model_names: list[str] 
     if model_names is not None and list(model_names) != list(splits.class_names):
         raise ValueError(f"{args.ckpt} was trained on classes {preview(model_names)}, but {source} has "
                          f"{preview(splits.class_names)}")
-    val = splits.val
-    if args.max_images is not None and args.max_images < len(val):
-        val = torch.utils.data.Subset(val, range(args.max_images))
+    val: torch.utils.data.Dataset = splits.val
+    if args.max_images is not None and args.max_images < len(splits.val):
+        val = torch.utils.data.Subset(splits.val, range(args.max_images))
     return eval_loader(val, args.batch_size, args.workers), [str(n) for n in splits.class_names]
 
 

@@ -36,9 +36,7 @@ class PredictionLog:
         )
 
 
-def confusion_matrix(
-    labels: np.ndarray, predicted: np.ndarray, num_classes: int
-) -> np.ndarray:
+def confusion_matrix(labels: np.ndarray, predicted: np.ndarray, num_classes: int) -> np.ndarray:
     """(K, K) counts: row = true class, column = predicted class."""
     labels, predicted = (
         np.asarray(labels, dtype=np.int64),
@@ -46,26 +44,16 @@ def confusion_matrix(
     )
     if labels.shape != predicted.shape:
         raise ValueError(f"{len(labels)} labels but {len(predicted)} predictions")
-    outside = [
-        int(v) for v in np.concatenate([labels, predicted]) if not 0 <= v < num_classes
-    ]
+    outside = [int(v) for v in np.concatenate([labels, predicted]) if not 0 <= v < num_classes]
     if outside:
-        raise ValueError(
-            f"class index {outside[0]} is outside the {num_classes} classes"
-        )
-    return np.bincount(
-        labels * num_classes + predicted, minlength=num_classes**2
-    ).reshape(num_classes, num_classes)
+        raise ValueError(f"class index {outside[0]} is outside the {num_classes} classes")
+    return np.bincount(labels * num_classes + predicted, minlength=num_classes**2).reshape(num_classes, num_classes)
 
 
-def per_class(
-    confusion: np.ndarray, class_names: Sequence[str]
-) -> dict[str, dict[str, float | int | None]]:
+def per_class(confusion: np.ndarray, class_names: Sequence[str]) -> dict[str, dict[str, float | int | None]]:
     """Per class: its images, how many were right, and the accuracy (None for a class with no images)."""
     if len(class_names) != len(confusion):
-        raise ValueError(
-            f"{len(class_names)} class names for a {len(confusion)}-class confusion matrix"
-        )
+        raise ValueError(f"{len(class_names)} class names for a {len(confusion)}-class confusion matrix")
     rows = {}
     for index, name in enumerate(class_names):
         images, right = int(confusion[index].sum()), int(confusion[index, index])

@@ -36,17 +36,11 @@ class Calibration:
         }
 
 
-def calibration(
-    confidence: np.ndarray, correct: np.ndarray, bins: int = ECE_BINS
-) -> Calibration:
+def calibration(confidence: np.ndarray, correct: np.ndarray, bins: int = ECE_BINS) -> Calibration:
     """ECE and the reliability diagram's bins of top-1 `confidence` (N,) in (0, 1] and `correct` (N,)."""
     confidence = np.asarray(confidence, dtype=np.float64)
     correct = np.asarray(correct, dtype=bool)
-    if (
-        confidence.shape != correct.shape
-        or confidence.ndim != 1
-        or len(confidence) == 0
-    ):
+    if confidence.shape != correct.shape or confidence.ndim != 1 or len(confidence) == 0:
         raise ValueError(
             f"calibration needs as many confidences as outcomes, one each; got shapes "
             f"{confidence.shape} and {correct.shape}"
@@ -54,9 +48,7 @@ def calibration(
     if bins < 1:
         raise ValueError(f"calibration needs at least one bin, got {bins}")
     if confidence.min() < 0.0 or confidence.max() > 1.0:
-        raise ValueError(
-            f"confidences must lie in [0, 1], got {confidence.min()}..{confidence.max()}"
-        )
+        raise ValueError(f"confidences must lie in [0, 1], got {confidence.min()}..{confidence.max()}")
     # Bin m (0-based) holds (m / M, (m + 1) / M]; a confidence of exactly 0 joins the first.
     edges = np.linspace(0.0, 1.0, bins + 1)
     index = np.clip(np.searchsorted(edges, confidence, side="left") - 1, 0, bins - 1)

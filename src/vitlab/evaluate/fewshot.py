@@ -22,7 +22,6 @@ import scipy.linalg
 import torch
 
 from vitlab.model import BiTResNet, VisionTransformer
-
 from vitlab.progress import progress
 
 L2_REG = 2.0**10

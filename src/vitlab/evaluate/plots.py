@@ -11,9 +11,7 @@ from matplotlib.figure import Figure
 MAX_TICK_LABELS = 40  # more classes than this: the axes are numbered, not named
 
 
-def plot_confusion(
-    confusion: np.ndarray, class_names: Sequence[str], path: str | Path
-) -> Path:
+def plot_confusion(confusion: np.ndarray, class_names: Sequence[str], path: str | Path) -> Path:
     """Row-normalised confusion matrix (true class down, predicted across), counts on small matrices."""
     classes = len(confusion)
     totals = confusion.sum(axis=1, keepdims=True)
@@ -26,13 +24,9 @@ def plot_confusion(
     side = min(14.0, 3.0 + 0.4 * classes)
     figure = Figure(figsize=(side + 1.2, side), layout="constrained")
     axis = figure.subplots()
-    shown = axis.imshow(
-        shares, cmap="Blues", vmin=0.0, vmax=1.0, interpolation="nearest"
-    )
+    shown = axis.imshow(shares, cmap="Blues", vmin=0.0, vmax=1.0, interpolation="nearest")
     if classes <= MAX_TICK_LABELS:
-        axis.set_xticks(
-            range(classes), [str(n) for n in class_names], rotation=90, fontsize=8
-        )
+        axis.set_xticks(range(classes), [str(n) for n in class_names], rotation=90, fontsize=8)
         axis.set_yticks(range(classes), [str(n) for n in class_names], fontsize=8)
     if classes <= 20:
         for row in range(classes):
@@ -51,9 +45,7 @@ def plot_confusion(
     axis.set_xlabel("Predicted class")
     axis.set_ylabel("True class")
     axis.set_title(f"Confusion matrix ({int(confusion.sum())} images, rows sum to 1)")
-    figure.colorbar(
-        shown, ax=axis, fraction=0.046, pad=0.04, label="Share of the true class"
-    )
+    figure.colorbar(shown, ax=axis, fraction=0.046, pad=0.04, label="Share of the true class")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=110)

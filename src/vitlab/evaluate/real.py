@@ -30,16 +30,10 @@ def read_real_labels(path: str | Path, num_classes: int) -> list[list[int]]:
             f"{path}: expected a list of label lists (real.json), got a {type(entries).__name__}"
         )
     for index, labels in enumerate(entries):
-        if not isinstance(labels, list) or not all(
-            isinstance(k, int) and not isinstance(k, bool) for k in labels
-        ):
-            raise ValueError(
-                f"{path}: entry {index} is {labels!r}, not a list of class indices"
-            )
+        if not isinstance(labels, list) or not all(isinstance(k, int) and not isinstance(k, bool) for k in labels):
+            raise ValueError(f"{path}: entry {index} is {labels!r}, not a list of class indices")
         if any(not 0 <= k < num_classes for k in labels):
-            raise ValueError(
-                f"{path}: entry {index} has class {max(labels)}, outside the model's {num_classes}"
-            )
+            raise ValueError(f"{path}: entry {index} has class {max(labels)}, outside the model's {num_classes}")
     return entries
 
 
@@ -55,30 +49,20 @@ def match_real_labels(
     order = sorted(range(len(file_names)), key=lambda i: file_names[i])
     for previous, current in itertools.pairwise(order):
         if file_names[previous] == file_names[current]:
-            raise ValueError(
-                f"two scored images are named {file_names[current]}: ReaL matches images by file name"
-            )
+            raise ValueError(f"two scored images are named {file_names[current]}: ReaL matches images by file name")
     per_image: list[list[int]] = [[] for _ in file_names]
     for rank, index in enumerate(order):
         per_image[index] = list(real[rank])
     return per_image
 
 
-def real_accuracy(
-    predicted: np.ndarray, label_sets: Sequence[Sequence[int]]
-) -> dict[str, float | int]:
+def real_accuracy(predicted: np.ndarray, label_sets: Sequence[Sequence[int]]) -> dict[str, float | int]:
     """ReaL top-1 of `predicted` (N,) against each image's label set; images with an empty set left out."""
     if len(predicted) != len(label_sets):
-        raise ValueError(
-            f"{len(predicted)} predictions for {len(label_sets)} label sets"
-        )
-    hits = [
-        int(guess) in labels for guess, labels in zip(predicted, label_sets) if labels
-    ]
+        raise ValueError(f"{len(predicted)} predictions for {len(label_sets)} label sets")
+    hits = [int(guess) in labels for guess, labels in zip(predicted, label_sets) if labels]
     if not hits:
-        raise ValueError(
-            "every scored image has an empty ReaL label set; there is nothing to score"
-        )
+        raise ValueError("every scored image has an empty ReaL label set; there is nothing to score")
     return {
         "top1": float(np.mean(hits)),
         "images": len(hits),
