@@ -13,6 +13,7 @@ import os
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 # Modules of vitlab.cli, each registering one or more subcommands.
 COMMAND_MODULES = [
@@ -96,6 +97,23 @@ def writable_file(path: str | os.PathLike, flag: str = "--out") -> Path:
         raise UserError(f"{flag} {path}: is a folder, not a file")
     writable_folder(path.parent, flag=f"{flag} {path}: its folder")
     return path
+
+
+class ExamplesFormatter(argparse.RawDescriptionHelpFormatter):
+    """Wraps a one-paragraph description as argparse does; prints text of several lines (the epilog
+    of examples) line by line."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if "\n" in text:
+            return super()._fill_text(text, width, indent)
+        return argparse.HelpFormatter._fill_text(self, text, width, indent)
+
+
+def with_examples(*commands: str, before: str = "") -> dict[str, Any]:
+    """add_parser keywords that end a command's --help with these example command lines, after the
+    lines of `before` (printed as they are)."""
+    examples = "examples:\n" + "\n".join(f"  {command}" for command in commands)
+    return {"epilog": f"{before}\n\n{examples}" if before else examples, "formatter_class": ExamplesFormatter}
 
 
 def build_parser() -> argparse.ArgumentParser:

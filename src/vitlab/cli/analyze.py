@@ -16,16 +16,22 @@ import logging
 
 import torch
 
-from . import DEVICE_HELP, add_checkpoint_argument, add_runtime_arguments
+from . import DEVICE_HELP, add_checkpoint_argument, add_runtime_arguments, with_examples
 
 logger = logging.getLogger("vitlab")
 
 DEFAULT_IMAGES = 128
 
 
+EXAMPLES = (  # the end of --help
+    "vitlab analyze --ckpt runs/demo --images img.png --out runs/demo/analysis",
+    "vitlab analyze --ckpt B/16:augreg-in21k --images a.jpg b.jpg --out analysis --what rollout,distance",
+)
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "analyze",
+        "analyze", **with_examples(*EXAMPLES),
         help="attention rollout, mean attention distance, position-embedding similarity, embedding filters",
         description="Write the paper's Fig. 6/7 analyses of a checkpoint: PNGs, analysis.json and report.html.",
     )

@@ -4,6 +4,14 @@ from __future__ import annotations
 
 import argparse
 
+from . import with_examples
+
+EXAMPLES = (  # the end of --help
+    "vitlab bench Ti/16:infer:fp32",
+    "vitlab bench --preset tiny --out build/bench",
+    "vitlab bench B/16:train:bf16:8:vitlab,timm --device cuda",
+)
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     from vitlab.bench.harness import ALL_MODES
@@ -11,7 +19,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     from vitlab.bench.presets import PRESETS
 
     parser = subparsers.add_parser(
-        "bench",
+        "bench", **with_examples(*EXAMPLES),
         help="throughput, memory and MFU of vitlab and its peers on the same cases",
         description="Each case is VARIANT:TASK:DTYPE[:BATCH[:IMPL,IMPL...]], e.g. Ti/16:infer:bf16 or "
         "B/16:train:bf16:8:vitlab,timm; TASK is infer or train, DTYPE fp32 or bf16.",

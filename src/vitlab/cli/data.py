@@ -5,12 +5,19 @@ from __future__ import annotations
 import argparse
 import os
 
+from . import with_examples
+
+EXAMPLES = (  # the end of --help
+    "vitlab data fractaldb --classes 10 --per-class 20 --size 32 --out data/fdb10",
+    "vitlab data fractaldb --classes 100 --per-class 50 --size 64 --out data/fdb100",
+)
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("data", help="make data sets")
+    parser = subparsers.add_parser("data", help="make data sets", **with_examples(*EXAMPLES[:1]))
     commands = parser.add_subparsers(dest="data_command", metavar="DATASET", required=True)
     fractaldb = commands.add_parser(
-        "fractaldb",
+        "fractaldb", **with_examples(*EXAMPLES),
         help="FractalDB: iterated-function-system fractal categories (Kataoka et al. 2020)",
         description="Search IFS fractal categories (filling rate >= 0.2) and render instances of each.",
     )

@@ -7,10 +7,17 @@ import argparse
 import shlex
 from pathlib import Path
 
+from . import with_examples
+
+EXAMPLES = (  # the end of --help
+    "vitlab demo",
+    "vitlab demo --out runs/demo2 --samples 8",
+)
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     demo = subparsers.add_parser(
-        "demo", help="train a small ViT on the built-in digits, evaluate it, predict a few images",
+        "demo", **with_examples(*EXAMPLES), help="train a small ViT on the built-in digits, evaluate it, predict a few images",
         description="Runs `vitlab train --recipe demo`, `vitlab eval` and `vitlab predict` on a few digits "
                     "saved as PNG, printing each command first.")
     demo.add_argument("--out", default="runs/demo", metavar="DIR", help="model folder (default runs/demo)")
@@ -40,7 +47,7 @@ def run_demo(args: argparse.Namespace) -> int:
     samples = out / "samples"
     commands = [
         ["train", "--recipe", "demo", "--data", "digits", "--out", str(out)],
-        ["eval", "--ckpt", str(out), "--data", "digits", "--out", str(out / "eval.json")],
+        ["eval", "--ckpt", str(out), "--data", "digits", "--out", str(out / "eval_summary.json")],
         ["predict", "--ckpt", str(out), str(samples), "--topk", "3"],
     ]
     if (out / "checkpoints").is_dir():

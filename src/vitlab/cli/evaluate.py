@@ -6,10 +6,11 @@ dev_split, data.train_fraction), the bad-image limit, the device, precision and 
 the accuracy in its summary.json (a run with a dev split: --split dev gives its val_top1, --split val
 its test_top1). A flag that differs from the run says so in the log, and a scored image the run
 trained on is a warning.
-Only the scored split's images are checked. The report goes to RUN/eval.json (or --out) as JSON:
-top-1/top-5 and loss, the expected calibration error (metrics.ece, 15 bins as Guo et al. 2017), the
-accuracy of each class (per_class), and with --real-labels real.json the ImageNet-ReaL top-1 (real);
-confusion.json and confusion.png are written beside it.
+Only the scored split's images are checked. The report goes to RUN/eval_summary.json (or --out) as
+JSON, named as the run's own summary.json (RUN/eval.json, its earlier name, is written with it for
+readers of that name): top-1/top-5 and loss, the expected calibration error (metrics.ece, 15 bins as
+Guo et al. 2017), the accuracy of each class (per_class), and with --real-labels real.json the
+ImageNet-ReaL top-1 (real); confusion.json and confusion.png are written beside it.
 """
 
 from __future__ import annotations
@@ -21,11 +22,17 @@ import logging
 from pathlib import Path
 
 from . import (UserError, add_checkpoint_argument, add_runtime_arguments, load_checkpoint, memory_limit, preview,
-               writable_file)
+               with_examples, writable_file)
 
 log = logging.getLogger("vitlab")
 
-EVAL_FILE = "eval.json"
+EVAL_FILE = "eval_summary.json"
+OLD_EVAL_FILE = "eval.json"  # the earlier name of the default report, still written beside it
+EXAMPLES = (  # the end of --help
+    "vitlab eval --ckpt runs/demo  # the run's data and validation split; runs/demo/eval_summary.json",
+    "vitlab eval --ckpt runs/demo --split train --out train_eval.json",
+    "vitlab eval --ckpt B/16:augreg-in21k-ft-in1k --data imagefolder:VAL --image-size 384 --out in1k.json",
+)
 SPLITS = ("val", "dev", "train", "all")
 DEFAULT_BATCH_SIZE = 64  # without a run.yaml to take the run's evaluation batch from
 
@@ -63,7 +70,7 @@ SETTING_FLAGS = {
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "eval", help="top-1 / top-5 accuracy of a checkpoint on a dataset",
+        "eval", help="top-1 / top-5 accuracy of a checkpoint on a dataset", **with_examples(*EXAMPLES),
         description="Score a checkpoint on a split of a data source. For a run folder, the split, bad-image "
                     "limit, device, precision and batch size are the run's (from its run.yaml) unless a flag changes "
                     f"them; the JSON report goes to the folder's {EVAL_FILE} or --out.")
@@ -216,6 +223,8 @@ def run_eval(args: argparse.Namespace) -> int:
         print("report not written: --ckpt is not a model folder; pass --out FILE")
         return 0
     out.write_text(json.dumps(report, indent=2) + "\n")
+    if not args.out:
+        (out.parent / OLD_EVAL_FILE).write_text(out.read_text())
     print(f"written to {out}")
     return 0
 

@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from . import DEVICE_HELP, add_checkpoint_argument, add_runtime_arguments
+from . import DEVICE_HELP, add_checkpoint_argument, add_runtime_arguments, with_examples
 
 
 def parse_shots(text: str) -> list[int]:
@@ -19,11 +19,17 @@ def parse_shots(text: str) -> list[int]:
     return shots
 
 
+EXAMPLES = (  # the end of --help
+    "vitlab fewshot --ckpt runs/demo --data digits",
+    "vitlab fewshot --ckpt B/16:augreg-in21k --data cifar10:DIR --shots 1,5,10 --out fewshot.json",
+)
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     from vitlab.evaluate.fewshot import L2_REG, NUM_SEEDS, SHOTS
 
     parser = subparsers.add_parser(
-        "fewshot",
+        "fewshot", **with_examples(*EXAMPLES),
         help="few-shot linear evaluation (closed-form least squares) and a linear probe",
         description="Fit linear classifiers on the frozen pre-logits features of the training split with "
         "k examples per class (and on all of them), and report top-1 on the validation split.",

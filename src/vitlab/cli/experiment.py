@@ -4,13 +4,21 @@ from __future__ import annotations
 
 import argparse
 
+from . import with_examples
+
 NAMES = ("data-scaling", "posemb", "pooling", "pretrain-transfer", "lr-sweep")
 REPORT = "report"  # not an experiment: joins the experiments' outputs into one document
 
 
+EXAMPLES = (  # the end of --help
+    "vitlab experiment data-scaling --data digits --out runs/scaling",
+    "vitlab experiment report --runs runs/scaling --out docs/experiments.md",
+)
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "experiment", help="rerun one of the paper's comparisons on your data and budget",
+        "experiment", **with_examples(*EXAMPLES), help="rerun one of the paper's comparisons on your data and budget",
         description="data-scaling: ViT vs BiT ResNet vs hybrid on growing data fractions (Fig. 3); posemb: "
                     "position embeddings (Table 8); pooling: class token vs GAP over learning rates (Fig. 9); "
                     "pretrain-transfer: FractalDB pre-training vs training from scratch; lr-sweep: the fine-tuning "

@@ -5,7 +5,12 @@ from __future__ import annotations
 
 import argparse
 
-from . import add_checkpoint_argument
+from . import add_checkpoint_argument, with_examples
+
+EXAMPLES = (  # the end of --help
+    "vitlab export --ckpt runs/demo --format onnx --out demo.onnx",
+    "vitlab export --ckpt runs/demo --format hf --out demo-hf",
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -13,7 +18,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     from vitlab.export.validate import FP32_TOLERANCE
 
     parser = subparsers.add_parser(
-        "export",
+        "export", **with_examples(*EXAMPLES),
         help="export a checkpoint to ONNX, torch.export (.pt2), vit_jax .npz, or a timm / transformers folder",
         description="Export a checkpoint and check the written file against the PyTorch model on sample "
         "inputs (onnxruntime for ONNX); prints the largest logit difference and fails above the tolerance.",

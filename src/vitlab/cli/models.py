@@ -4,9 +4,17 @@ from __future__ import annotations
 
 import argparse
 
+from . import with_examples
+
+EXAMPLES = (  # the end of --help
+    "vitlab models",
+    "vitlab models --family bit",
+    "vitlab models --family vit --params",
+)
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("models", help="list the registered models (ViT, hybrid, BiT)")
+    parser = subparsers.add_parser("models", help="list the registered models (ViT, hybrid, BiT)", **with_examples(*EXAMPLES))
     parser.add_argument(
         "--family", choices=("vit", "hybrid", "bit", "all"), default="all", help="which family to list"
     )

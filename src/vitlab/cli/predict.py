@@ -6,11 +6,16 @@ import argparse
 import json
 import sys
 
-from . import add_checkpoint_argument, add_runtime_arguments
+from . import add_checkpoint_argument, add_runtime_arguments, with_examples
+
+EXAMPLES = (  # the end of --help
+    "vitlab predict --ckpt runs/demo img.png",
+    "vitlab predict --ckpt runs/demo photos/ --topk 3 --json",
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    predict = subparsers.add_parser("predict", help="class probabilities for image files")
+    predict = subparsers.add_parser("predict", help="class probabilities for image files", **with_examples(*EXAMPLES))
     add_checkpoint_argument(predict)
     predict.add_argument("images", nargs="+", metavar="IMAGE_OR_DIR", help="image files or folders of them")
     predict.add_argument("--topk", type=int, default=5, metavar="K", help="classes shown per image (default 5)")

@@ -5,12 +5,17 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from . import add_checkpoint_argument
+from . import add_checkpoint_argument, with_examples
+
+EXAMPLES = (  # the end of --help
+    "vitlab serve --ckpt runs/demo",
+    "vitlab serve --ckpt runs/demo --host 0.0.0.0 --port 8080",
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "serve",
+        "serve", **with_examples(*EXAMPLES),
         help="web page (upload -> top-5 + attention rollout) and POST /predict JSON endpoint",
         description="Serve a checkpoint: a Gradio page at / and POST /predict (image bytes in, "
         '{"top": [{"label", "prob"}, ...]} out). Binds to 127.0.0.1 unless --host says otherwise.',

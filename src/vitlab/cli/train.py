@@ -11,9 +11,9 @@ import logging
 import sys
 import typing
 
-from vitlab.train.config import DataParallel
+from vitlab.train.config import BestMetric, DataParallel
 
-from . import CKPT_HELP, add_memory_argument, add_runtime_arguments
+from . import CKPT_HELP, add_memory_argument, add_runtime_arguments, with_examples
 
 log = logging.getLogger("vitlab")
 
@@ -51,15 +51,46 @@ FLAG_KEYS = {
     "reprob": "augment.reprob",
     "repeats": "augment.repeats",
 }
+# What a run keeps and logs besides the last model (vitlab.train.best, vitlab.train.run_logs).
+FLAG_KEYS.update({
+    "keep_best_by": "run.keep_best_by",
+    "early_stop_patience": "run.early_stop_patience",
+    "tensorboard": "run.tensorboard",
+})
 SIGNAL_EXIT = {"SIGINT": 130, "SIGTERM": 143}
+TRAIN_EXAMPLES = (  # the end of --help
+    "vitlab train --data digits --out runs/digits --steps 500",
+    "vitlab train --data cifar10:DIR --out runs/c10 --keep-best-by val_top1 --early-stop-patience 5 --tensorboard",
+    "vitlab train --config runs/c10/run.yaml --out runs/c10 --resume --epochs 300  # a longer total",
+)
+FINETUNE_EXAMPLES = (
+    "vitlab finetune --ckpt B/16:augreg-in21k --data cifar10:DIR --out runs/ft",
+    "vitlab finetune --ckpt runs/c10 --recipe paper-finetune:pets --data imagefolder:PETS --out runs/pets",
+    "vitlab finetune --ckpt B/16:augreg-in21k --data digits --out runs/ft --print-config",
+)
+
+
+def recipe_defaults() -> str:
+    """One line per recipe with the settings it trains with, read from the registry (for --help)."""
+    from vitlab.train.recipes import RECIPES, get_recipe
+
+    lines = []
+    for name in RECIPES:
+        c = get_recipe(name)
+        length = f"{c.schedule.steps} steps" if c.schedule.steps else f"{c.schedule.epochs} epochs"
+        lines.append(f"  {name}: {c.model.variant}, {c.optim.name} lr {c.optim.lr:g}, batch {c.data.batch_size}, "
+                     f"{length}, {c.schedule.decay} decay, weight decay {c.optim.weight_decay:g}")
+    heading = "recipe defaults (of paper-pretrain and paper-finetune, the default row; NAME:DATASET picks another):"
+    return "\n".join([heading, *lines])
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     from vitlab.train.recipes import RECIPES
 
     recipes = ", ".join(RECIPES)
+    defaults = recipe_defaults()
     train = subparsers.add_parser(
-        "train", help="train a ViT from scratch",
+        "train", help="train a ViT from scratch", **with_examples(*TRAIN_EXAMPLES, before=defaults),
         description=f"Train a ViT from scratch and write a loadable model folder to --out. Recipes: {recipes} "
                     "(default small-data).")
     train.add_argument("--model", metavar="VARIANT", help="variant such as Ti/16 or B/16 (default: the recipe's)")
@@ -68,6 +99,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     finetune = subparsers.add_parser(
         "finetune", help="fine-tune a checkpoint on new data (paper Sec. 3.2)",
+        **with_examples(*FINETUNE_EXAMPLES, before=defaults),
         description="Load CKPT, replace its head by a zero-initialised one for the new classes, resample the "
                     f"position embeddings if --image-size differs, and train. Recipes: {recipes} "
                     "(default paper-finetune).")
@@ -122,6 +154,19 @@ def _add_training_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--reprob", type=float, metavar="P", help="random erasing probability (timm's, pixel mode)")
     parser.add_argument("--repeats", type=int, metavar="N",
                         help="repeated augmentation (DeiT): each image N times in a row, differently augmented")
+    _add_outputs_flags(parser)
+
+
+def _add_outputs_flags(parser: argparse.ArgumentParser) -> None:
+    """What a run keeps and logs besides the last model, and --print-config."""
+    parser.add_argument("--keep-best-by", choices=typing.get_args(BestMetric),
+                        help="also keep the best model by this metric in DIR/best/ (val_loss: lowest)")
+    parser.add_argument("--early-stop-patience", type=int, metavar="N",
+                        help="stop after N evaluations without a better --keep-best-by metric (default val_top1)")
+    parser.add_argument("--tensorboard", action="store_true", default=None,
+                        help="write TensorBoard event files to DIR/tensorboard (metrics.csv is always written)")
+    parser.add_argument("--print-config", action="store_true",
+                        help="print the resolved config (as DIR/run.yaml would hold it) and exit without training")
 
 
 # -- train / finetune --------------------------------------------------------------------------------
@@ -161,6 +206,9 @@ def run_train(args: argparse.Namespace) -> int:
     from vitlab.cli import writable_folder
 
     config = build_config(args)
+    if args.print_config:  # nothing is created or trained
+        print(config.to_yaml(), end="")
+        return 0
     if config.run.out:
         writable_folder(config.run.out)
     trainer = Trainer(config)

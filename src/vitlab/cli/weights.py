@@ -4,17 +4,30 @@ from __future__ import annotations
 
 import argparse
 
+from . import with_examples
+
+LIST_EXAMPLES = (  # the end of --help
+    "vitlab weights list",
+    "vitlab weights list --model B/16 --urls",
+)
+FETCH_EXAMPLES = (  # the end of --help
+    "vitlab weights fetch B/16:augreg-in21k",
+    "vitlab weights fetch Ti/16:augreg-in21k B/16:augreg-in21k",
+)
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("weights", help="the pretrained-weights catalogue (MODEL:TAG names)")
+    parser = subparsers.add_parser("weights", help="the pretrained-weights catalogue (MODEL:TAG names)",
+                                   **with_examples(*LIST_EXAMPLES[:1], *FETCH_EXAMPLES[:1]))
     commands = parser.add_subparsers(dest="weights_command", metavar="ACTION", required=True)
 
-    listing = commands.add_parser("list", help="list catalogue entries")
+    listing = commands.add_parser("list", help="list catalogue entries", **with_examples(*LIST_EXAMPLES))
     listing.add_argument("--model", help="only this model, e.g. B/16")
     listing.add_argument("--urls", action="store_true", help="also print each entry's sources and checksums")
     listing.set_defaults(func=run_list)
 
-    fetch = commands.add_parser("fetch", help="download entries into the cache and verify them")
+    fetch = commands.add_parser("fetch", help="download entries into the cache and verify them",
+                                **with_examples(*FETCH_EXAMPLES))
     fetch.add_argument("names", nargs="+", metavar="MODEL:TAG")
     fetch.set_defaults(func=run_fetch)
 

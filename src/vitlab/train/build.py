@@ -16,7 +16,7 @@ from vitlab.model.budget import check_memory
 from vitlab.weights import load
 
 from .config import ModelSpec, TrainConfig
-from .distributed import Processes
+from .distributed import Processes, from_environment
 from .layers import freeze_layers
 from .loader import eval_loader, train_loader
 
@@ -35,6 +35,11 @@ def check_run(config: TrainConfig, architecture: ViTConfig | BiTConfig | None = 
         raise ConfigError("optim.ema_decay: weight averaging needs the whole model, not run.data_parallel=fsdp")
     if config.run.data_parallel == "fsdp" and config.run.keep_best:
         raise ConfigError("run.keep_best: keeping the best weights needs the whole model, not run.data_parallel=fsdp")
+    # best.py: DIR/best/ is written by process 0 from the whole model, and process 0 alone decides to stop.
+    if config.run.data_parallel == "fsdp" and config.run.keep_best_by:
+        raise ConfigError("run.keep_best_by: writing DIR/best/ needs the whole model, not run.data_parallel=fsdp")
+    if config.run.early_stop_patience and from_environment().world_size > 1:
+        raise ConfigError("run.early_stop_patience: early stopping runs in one process; not under torchrun")
     return config
 
 

@@ -1,7 +1,9 @@
 """Callbacks: how a Trainer reports. The Trainer calls them; they never change what is learned.
 
 Built in: ProgressBar (tqdm with loss, lr, images/s and ETA on a terminal; log lines otherwise) and
-MetricsFile (DIR/metrics.jsonl, one JSON line per evaluation). Subclass Callback for your own.
+MetricsFile (DIR/metrics.jsonl, one JSON line per evaluation); run_logs.py's StepsCsv and TensorBoard
+and best.py's BestModel (DIR/best/, early stopping). default_callbacks.py says which a run gets.
+Subclass Callback for your own; a callback with state (state_dict) has it saved in every checkpoint.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Protocol
 
+import torch
 from tqdm.auto import tqdm
 
 from vitlab.evaluate import describe_top5
@@ -28,8 +31,10 @@ class TrainingRun(Protocol):
     """What the callbacks read of the Trainer that calls them (trainer.py)."""
 
     config: TrainConfig
+    out: Path
     step: int
-    total_steps: int
+    total_steps: int  # a callback may lower it to the current step to end the run there (early stopping)
+    steps_per_epoch: int
     class_names: list[str]
     metrics: list[dict[str, Any]]  # the evaluation rows so far, a resumed run's earlier ones included
 
@@ -38,6 +43,9 @@ class TrainingRun(Protocol):
 
     @property
     def images_per_second(self) -> float: ...
+
+    @property
+    def eval_model(self) -> torch.nn.Module: ...
 
 
 class Callback:
@@ -53,6 +61,12 @@ class Callback:
 
     def on_train_end(self, trainer: TrainingRun, summary: dict[str, Any] | None) -> None:
         """Called once as fit returns; summary is None when the run stopped early (signal, error)."""
+
+    def state_dict(self) -> dict[str, Any] | None:
+        """What a checkpoint keeps of this callback (None: nothing), so that a resumed run decides alike."""
+        return None
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
 class ProgressBar(Callback):

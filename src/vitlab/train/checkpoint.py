@@ -29,7 +29,7 @@ import re
 import shutil
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any, Protocol
 
@@ -204,6 +204,10 @@ class ResumableRun(Protocol):
     ema: Any
     best: Any
     scaler: Any
+    optimizer: Any
+
+    @property
+    def callbacks(self) -> Sequence[Any]: ...  # those with a state (Callback.state_dict) have it saved
 
 
 def _state(part: Any) -> Any:
@@ -215,11 +219,19 @@ def run_state(run: ResumableRun) -> dict[str, Any]:
     return {"step": run.step, "epoch": run.epoch, "batch_in_epoch": run.batch_in_epoch,
             "scheduler": run.scheduler.state_dict(), "ema": _state(run.ema), "best": _state(run.best),
             "scaler": _state(run.scaler), "rng": capture_rng(), "loss_sum": run.loss_sum,
-            "loss_count": run.loss_count, "bad_steps": run.bad_steps, "wall_time_s": run.wall_time_s}
+            "loss_count": run.loss_count, "bad_steps": run.bad_steps, "wall_time_s": run.wall_time_s,
+            "callbacks": {type(c).__name__: kept for c in run.callbacks if (kept := c.state_dict()) is not None}}
 
 
 def restore_run_state(run: ResumableRun, state: Mapping[str, Any]) -> None:
-    run.scheduler.load_state_dict(state["scheduler"])
+    # The schedule is this run's (its total may be longer than the checkpoint's: check_same_run), taken
+    # up at the checkpoint's step; for an unchanged total these are the checkpoint's numbers exactly.
+    run.scheduler.load_state_dict({**state["scheduler"], "lr_lambdas": [None] * len(run.scheduler.lr_lambdas)})
+    for group, base, factor in zip(run.optimizer.param_groups, run.scheduler.base_lrs, run.scheduler.lr_lambdas):
+        group["lr"] = base * factor(run.scheduler.last_epoch)
+    for callback in run.callbacks:
+        if type(callback).__name__ in state.get("callbacks", {}):
+            callback.load_state_dict(state["callbacks"][type(callback).__name__])
     if run.ema is not None:
         run.ema.load_state_dict(state["ema"])
     if run.best is not None:
@@ -239,7 +251,11 @@ RESUMABLE_CHANGES = {
     "run.out", "run.device", "run.precision", "run.eval_every", "run.log_every", "run.ckpt_every_steps",
     "run.ckpt_every_minutes", "run.keep_ckpts", "run.resume", "run.compile", "run.grad_checkpointing", "run.threads",
     "run.max_bad_steps", "run.memory_limit", "data.workers", "data.eval_batch_size", "data.download",
+    "run.tensorboard",
 }
+# The run's length may grow: a finished (or unfinished) run continues to the longer total, its schedule
+# recomputed over that total from the step reached. A shorter total is refused as any other change.
+LONGER_ALLOWED = ("schedule.steps", "schedule.epochs")
 
 
 def read_resume_state(out: Path, config: Mapping[str, Any], resume: bool, restarts: int = 0,
@@ -267,13 +283,20 @@ def read_resume_state(out: Path, config: Mapping[str, Any], resume: bool, restar
 
 
 def check_same_run(out: Path, current: Mapping[str, Any], saved: Mapping[str, Any]) -> None:
-    """ConfigError naming every setting outside RESUMABLE_CHANGES that differs from the checkpoint's."""
-    changed = [
-        f"{section}.{name}: checkpoint {saved_value!r}, now {current[section].get(name)!r}"
-        for section, values in saved.items() if isinstance(values, dict)
-        for name, saved_value in values.items()
-        if f"{section}.{name}" not in RESUMABLE_CHANGES and current[section].get(name) != saved_value
-    ]
+    """ConfigError naming every setting outside RESUMABLE_CHANGES that differs from the checkpoint's;
+    one of LONGER_ALLOWED set to a larger number (the other unset in both) is logged and allowed."""
+    differ = {f"{section}.{name}": (saved_value, current[section].get(name))
+              for section, values in saved.items() if isinstance(values, dict)
+              for name, saved_value in values.items()
+              if f"{section}.{name}" not in RESUMABLE_CHANGES and current[section].get(name) != saved_value}
+    longer = [key for key, (before, now) in differ.items()
+              if key in LONGER_ALLOWED and isinstance(before, int) and isinstance(now, int) and now > before]
+    if len(differ) == len(longer) == 1:
+        (before, now), = differ.values()
+        log.info("--resume: %s %d -> %d: continuing %s to the longer total; the learning-rate schedule is "
+                 "recomputed over %d from the step reached", longer[0], before, now, out, now)
+        return
+    changed = [f"{key}: checkpoint {before!r}, now {now!r}" for key, (before, now) in differ.items()]
     if changed:
         raise ConfigError(f"--resume: {out} was trained with other settings ({'; '.join(changed)}); "
                           f"repeat them, e.g. with --config {out / RUN_FILE}")

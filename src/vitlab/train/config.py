@@ -30,6 +30,8 @@ from vitlab.config_fields import ConfigError, apply_mapping, coerce, describe, s
 from vitlab.textfiles import parse_assignment  # noqa: F401
 
 DataParallel = Literal["ddp", "fsdp"]  # under torchrun: replicate the model, or shard it (distributed.py)
+# The evaluation numbers a run can keep its best model by (best.py); val_loss is lowest-best, the others highest.
+BestMetric = Literal["val_top1", "val_top5", "val_loss"]
 
 
 @dataclass
@@ -168,6 +170,10 @@ class RunSpec:
     data_parallel: DataParallel = "ddp"  # under torchrun: replicate the model, or shard it (L, H)
     threads: int | None = None  # torch.set_num_threads during fit; None keeps torch's (one per core)
     memory_limit: float | None = None  # GiB the model and a batch may take; None: half the memory available
+    # What a run keeps and logs besides the last model (best.py, run_logs.py).
+    keep_best_by: BestMetric | None = None  # DIR/best/: the model of the best evaluation by this metric
+    early_stop_patience: int | None = None  # stop after N evaluations without a better keep_best_by (or val_top1)
+    tensorboard: bool = False  # DIR/tensorboard/: event files of the per-step and evaluation numbers
 
 
 @dataclass
@@ -272,6 +278,8 @@ def _range_checks(config: TrainConfig) -> list[tuple[str, bool, str]]:
         ("run.max_bad_steps", r.max_bad_steps >= 1, "must be >= 1"),
         ("run.threads", r.threads is None or r.threads >= 1, "must be >= 1 or null"),
         ("run.memory_limit", r.memory_limit is None or r.memory_limit > 0, "must be > 0 GiB or null"),
+        # best.py
+        ("run.early_stop_patience", r.early_stop_patience is None or r.early_stop_patience >= 1, "must be >= 1 or null"),
     ]
 
 

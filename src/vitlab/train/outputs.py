@@ -1,4 +1,5 @@
-"""What a run leaves in DIR: run.yaml, metrics.jsonl, and at the end the model folder and summary.json.
+"""What a run leaves in DIR: run.yaml, metrics.jsonl, metrics.csv (a row per step: run_logs.py), and at
+the end the model folder and summary.json.
 
 The evaluation rows live in memory for the whole run (`Trainer.metrics`); a resumed run reads the
 earlier sessions' rows once, from metrics.jsonl, and the MetricsFile callback appends each new one.
@@ -6,6 +7,7 @@ earlier sessions' rows once, from metrics.jsonl, and the MetricsFile callback ap
 
 from __future__ import annotations
 
+import csv
 import json
 import logging
 from collections.abc import Sequence
@@ -24,6 +26,8 @@ log = logging.getLogger("vitlab")
 RUN_FILE = "run.yaml"
 SUMMARY_FILE = "summary.json"
 METRICS_FILE = "metrics.jsonl"
+STEPS_FILE = "metrics.csv"
+STEPS_COLUMNS = ("step", "epoch", "loss", "lr", "images_per_s", "val_top1", "val_top5", "val_loss")
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
@@ -37,6 +41,17 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
         except json.JSONDecodeError:  # a line cut short by a crash
             continue
     return rows
+
+
+def read_step_rows(out: str | Path) -> list[dict[str, Any]]:
+    """The rows of DIR/metrics.csv as numbers (an empty cell, a step without evaluation: None)."""
+    path = Path(out) / STEPS_FILE
+    if not path.is_file():
+        return []
+    with path.open(newline="") as file:
+        rows = [row for row in csv.DictReader(file) if row.get("step") and None not in row.values()]
+    return [{key: (int(value) if key == "step" else float(value)) if value else None for key, value in row.items()}
+            for row in rows]
 
 
 def earlier_metrics(out: str | Path, step: int) -> list[dict[str, Any]]:
@@ -60,5 +75,5 @@ def write_model_folder(out: Path, model: torch.nn.Module, rows: Sequence[dict[st
         log.info("test top-1 %.4f, top-5 %.4f (%d images)", test.top1, test.top5, test.count)
     save_pretrained(model, out, training=summary)
     (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
-    plot_training_curve(rows, out / PLOT_FILE, title=title)
+    plot_training_curve(rows, out / PLOT_FILE, title=title, step_rows=read_step_rows(out))
     return summary

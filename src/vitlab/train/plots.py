@@ -1,4 +1,5 @@
-"""The training-curve figure: loss and learning rate, and validation accuracy, against the step."""
+"""The training-curve figure: loss and learning rate, and validation accuracy, against the step. The
+loss and rate are drawn from every step (metrics.csv) when given, so warm-up and decay show their shape."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ from typing import Any
 PLOT_FILE = "training_curve.png"
 
 
-def plot_training_curve(rows: Sequence[dict[str, Any]], path: str | Path, title: str = "") -> Path:
-    """Write a PNG of metrics.jsonl rows (Agg canvas: no display, no global backend switch)."""
+def plot_training_curve(rows: Sequence[dict[str, Any]], path: str | Path, title: str = "",
+                        step_rows: Sequence[dict[str, Any]] = ()) -> Path:
+    """Write a PNG of metrics.jsonl rows and, for loss and rate, the per-step `step_rows` when there
+    are any (Agg canvas: no display, no global backend switch)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg  # imported here: matplotlib is slow to import
     from matplotlib.figure import Figure
 
@@ -20,11 +23,14 @@ def plot_training_curve(rows: Sequence[dict[str, Any]], path: str | Path, title:
     FigureCanvasAgg(figure)
     loss_axes, accuracy_axes = figure.subplots(1, 2)
 
-    loss_axes.plot(steps, [row["loss"] for row in rows], marker="o", color="tab:blue", label="train loss")
+    curve = step_rows or rows
+    curve_steps = [row["step"] for row in curve]
+    loss_axes.plot(curve_steps, [row["loss"] for row in curve], marker="" if step_rows else "o", color="tab:blue",
+                   label="train loss")
     loss_axes.set_xlabel("step")
     loss_axes.set_ylabel("train loss", color="tab:blue")
     lr_axes = loss_axes.twinx()
-    lr_axes.plot(steps, [row["lr"] for row in rows], color="tab:gray", linestyle="--", label="learning rate")
+    lr_axes.plot(curve_steps, [row["lr"] for row in curve], color="tab:gray", linestyle="--", label="learning rate")
     lr_axes.set_ylabel("learning rate", color="tab:gray")
     lr_axes.ticklabel_format(axis="y", style="sci", scilimits=(-2, 2))
 

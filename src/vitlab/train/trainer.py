@@ -29,8 +29,9 @@ from vitlab.model import BiTConfig, ConfigError, ViTConfig, VisionTransformer
 from . import checkpoint as ckpt
 from . import distributed, outputs
 from .build import build_loaders, build_model_and_data, check_run
-from .callbacks import Callback, MetricsFile, ProgressBar
+from .callbacks import Callback
 from .config import TrainConfig
+from .default_callbacks import default_callbacks
 from .loader import shut_down_workers
 from .optim import build_optimizer, build_schedule, clip_gradients, total_steps
 from .outputs import RUN_FILE
@@ -88,7 +89,7 @@ class Trainer:
         self.sharded = config.run.data_parallel == "fsdp"
         # Process 0 alone reports and writes the metrics (all processes see the same numbers).
         main = self.processes.is_main
-        self.callbacks: list[Callback] = [ProgressBar(), MetricsFile(self.out), *callbacks] if main else []
+        self.callbacks: list[Callback] = [*default_callbacks(config), *callbacks] if main else []
         resume = ckpt.read_resume_state(self.out, config.to_dict(), config.run.resume, self.processes.restarts,
                                         self.processes.is_main)
         self.resumed_from, resume_state = resume or (None, None)
@@ -108,7 +109,7 @@ class Trainer:
         # With a development split (data.dev_fraction), the source's validation split is the test split.
         self.train_loader, self.val_loader, self.test_loader = build_loaders(
             config, splits, self.test_set, self.device.type == "cuda", self.processes)
-        self.best = BestWeights() if config.run.keep_best else None
+        self.best = BestWeights(config.run.keep_best_by or "val_top1") if config.run.keep_best else None
         self.mixing = batch_mixing(config.augment.mixup, config.augment.cutmix, len(self.class_names))
 
         self.model.to(self.device)
@@ -280,8 +281,8 @@ class Trainer:
                "images_per_s": round(self.images_per_second, 2), "wall_time_s": round(self.wall_time_s, 2)}
         self.loss_sum, self.loss_count = 0.0, 0
         self.window_images, self.window_seconds = 0, 0.0
-        if self.best is not None and self.best.update(self.step, result.top1, self.eval_model):
-            log.info("step %d: best val top-1 so far (%.4f); weights kept", self.step, result.top1)
+        if self.best is not None and self.best.update(self.step, row[self.best.metric], self.eval_model):
+            log.info("step %d: best %s so far; weights kept", self.step, self.best.metric)
         self.metrics.append(row)
         self._call("on_evaluate", row)
         return row
