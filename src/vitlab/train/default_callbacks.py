@@ -8,7 +8,7 @@ from .config import TrainConfig
 from .run_logs import StepsCsv, TensorBoard
 
 
-def default_callbacks(config: TrainConfig) -> list[Callback]:
+def for_config(config: TrainConfig) -> list[Callback]:
     """Always: ProgressBar, MetricsFile (metrics.jsonl), StepsCsv (metrics.csv). run.tensorboard:
     TensorBoard. run.keep_best_by or run.early_stop_patience: BestModel (DIR/best/, early stopping)."""
     run = config.run

@@ -27,11 +27,10 @@ from vitlab.evaluate import evaluate
 from vitlab.model import BiTConfig, ConfigError, ViTConfig, VisionTransformer
 
 from . import checkpoint as ckpt
-from . import distributed, outputs
+from . import default_callbacks, distributed, outputs
 from .build import build_loaders, build_model_and_data, check_run
 from .callbacks import Callback
 from .config import TrainConfig
-from .default_callbacks import default_callbacks
 from .loader import shut_down_workers
 from .optim import build_optimizer, build_schedule, clip_gradients, total_steps
 from .outputs import RUN_FILE
@@ -89,7 +88,7 @@ class Trainer:
         self.sharded = config.run.data_parallel == "fsdp"
         # Process 0 alone reports and writes the metrics (all processes see the same numbers).
         main = self.processes.is_main
-        self.callbacks: list[Callback] = [*default_callbacks(config), *callbacks] if main else []
+        self.callbacks: list[Callback] = [*default_callbacks.for_config(config), *callbacks] if main else []
         resume = ckpt.read_resume_state(self.out, config.to_dict(), config.run.resume, self.processes.restarts,
                                         self.processes.is_main)
         self.resumed_from, resume_state = resume or (None, None)
