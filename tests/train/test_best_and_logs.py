@@ -13,7 +13,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 import vitlab
 from vitlab.model import ConfigError
-from vitlab.train import Callback, Interrupted, Trainer
+from vitlab.train import Callback, Interrupted, Trainer, outputs
 from vitlab.train.outputs import read_metrics, read_step_rows
 
 # 12 steps, an evaluation every 2: early stopping with patience 2 on val_loss has room to act.
@@ -28,6 +28,17 @@ class StepLog(Callback):
 
     def on_step_end(self, trainer, loss):
         self.rows[trainer.step] = (loss, trainer.lr)
+
+
+class CrashAt(Callback):
+    """A crash after step `step`: what was logged after the last checkpoint stays behind."""
+
+    def __init__(self, step):
+        self.step = step
+
+    def on_step_end(self, trainer, loss):
+        if trainer.step == self.step:
+            raise RuntimeError("crash")
 
 
 def best_of(rows, metric):
@@ -81,24 +92,31 @@ def test_best_folder_early_stop_and_a_resumed_run_deciding_alike(tmp_path):
     }
 
 
-def test_csv_and_tensorboard_hold_every_step_once_across_a_resume(tmp_path):
+def test_csv_and_tensorboard_hold_every_step_once_across_a_resume(
+    tmp_path, monkeypatch
+):
+    drawn = {}
+    plot = outputs.plot_training_curve
+    monkeypatch.setattr(
+        outputs, "plot_training_curve", lambda *a, **k: drawn.update(k) or plot(*a, **k)
+    )
     out, steps = tmp_path / "run", StepLog()
     config = tiny_config(
         out,
         run={"eval_every": 3, "tensorboard": True},
         schedule={"steps": 6, "warmup_steps": 2},
     )
-    with pytest.raises(Interrupted):
-        # checkpoint at 4, after the evaluation at 3
-        Trainer(config, callbacks=[SignalAt(4, signal.SIGTERM)]).fit()
+    with pytest.raises(RuntimeError, match="crash"):
+        # checkpoint at 3 (the evaluation); steps 4 and 5 logged, then lost
+        Trainer(config, callbacks=[CrashAt(5)]).fit()
     config.run.resume = True
     Trainer(config, callbacks=[steps]).fit()
     rows = read_step_rows(out)
     assert [row["step"] for row in rows] == [1, 2, 3, 4, 5, 6]
-    assert [(row["loss"], row["lr"]) for row in rows[4:]] == [
-        steps.rows[5],
-        steps.rows[6],
+    assert [(row["loss"], row["lr"]) for row in rows[3:]] == [
+        steps.rows[s] for s in (4, 5, 6)
     ]
+    assert drawn["step_rows"] == rows  # the figure's loss and rate: every step
     # warm-up, then cosine: 5 rates in 6 steps (the peak twice)
     assert len({row["lr"] for row in rows}) == 5
     evaluations = {row["step"]: row for row in read_metrics(out / "metrics.jsonl")}
@@ -117,7 +135,7 @@ def test_csv_and_tensorboard_hold_every_step_once_across_a_resume(tmp_path):
     events = EventAccumulator(str(out / "tensorboard"))
     events.Reload()
     losses = events.Scalars("train/loss")
-    # the first session's steps past 4 were purged: none twice; the values float32
+    # the first session's steps past 3 were purged: none twice; the values float32
     assert [e.step for e in losses] == [1, 2, 3, 4, 5, 6]
     assert [e.value for e in losses] == pytest.approx(
         [row["loss"] for row in rows], rel=1e-6
