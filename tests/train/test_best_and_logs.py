@@ -8,6 +8,7 @@ import logging
 import signal
 
 import pytest
+import torch
 from helpers import SignalAt, tiny_config
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -15,6 +16,7 @@ import vitlab
 from vitlab.model import ConfigError
 from vitlab.train import Callback, Interrupted, Trainer, outputs
 from vitlab.train.outputs import read_metrics, read_step_rows
+from vitlab.train.selection import BestWeights
 
 # 12 steps, an evaluation every 2: early stopping with patience 2 on val_loss has room to act.
 SHORT = {"schedule": {"steps": 12, "warmup_steps": 3}, "optim": {"lr": 0.02}}
@@ -179,3 +181,13 @@ def test_continuing_refuses_a_shorter_total_and_other_changes(tmp_path):
     )
     with pytest.raises(ConfigError, match=r"optim.lr: checkpoint 0.001, now 0.05"):
         Trainer(other)
+
+
+def test_kept_best_weights_follow_the_chosen_metric():
+    best, model = BestWeights("val_loss"), torch.nn.Linear(2, 1)
+    for step, loss in [(1, 2.0), (2, 1.5), (3, 1.7), (4, 1.5)]:
+        best.update(step, loss, model)
+    assert (best.step, best.top1) == (
+        2,
+        1.5,
+    )  # the lowest loss; an equal one later does not replace it
