@@ -9,17 +9,15 @@ import shlex
 
 import pytest
 import yaml
-from helpers import TINY_FLAGS, tiny_config
 
+from helpers import TINY_FLAGS, tiny_config
 from vitlab.cli import build_parser, main
 from vitlab.cli.train import build_config
 from vitlab.train import Trainer
 from vitlab.train.recipes import RECIPES, get_recipe
 
 
-def all_parsers(
-    parser: argparse.ArgumentParser, prefix: str = "vitlab"
-) -> dict[str, argparse.ArgumentParser]:
+def all_parsers(parser: argparse.ArgumentParser, prefix: str = "vitlab") -> dict[str, argparse.ArgumentParser]:
     """Every command and sub-command that runs something, by its command line ("vitlab weights list")."""
     found = {}
     for action in parser._actions:
@@ -75,10 +73,7 @@ def test_print_config_prints_the_resolved_config_and_creates_nothing(tmp_path, c
         )
         == 0
     )
-    assert (
-        yaml.safe_load(capsys.readouterr().out)["recipe"] == "paper-finetune:cifar10"
-        and not out.exists()
-    )
+    assert yaml.safe_load(capsys.readouterr().out)["recipe"] == "paper-finetune:cifar10" and not out.exists()
 
 
 def test_every_command_help_ends_with_examples_that_parse():
@@ -107,31 +102,19 @@ def test_train_help_lists_the_recipes_of_the_registry(monkeypatch):
     monkeypatch.setitem(RECIPES, "made-up", lambda: config)
     for command in ("vitlab train", "vitlab finetune"):
         text = all_parsers(build_parser())[command].format_help()
-        assert (
-            "  made-up: mu/4, adamw lr 0.0123, batch 64, 1200 steps, cosine decay"
-            in text
-        )
+        assert "  made-up: mu/4, adamw lr 0.0123, batch 64, 1200 steps, cosine decay" in text
         for name in RECIPES:
             recipe = get_recipe(name)
-            line = next(
-                line for line in text.splitlines() if line.startswith(f"  {name}: ")
-            )
-            assert f"lr {recipe.optim.lr:g}, batch {recipe.data.batch_size}" in line, (
-                line
-            )
+            line = next(line for line in text.splitlines() if line.startswith(f"  {name}: "))
+            assert f"lr {recipe.optim.lr:g}, batch {recipe.data.batch_size}" in line, line
 
 
-def test_eval_report_is_named_as_the_run_outputs_and_the_old_name_kept(
-    tmp_path, capsys
-):
+def test_eval_report_is_named_as_the_run_outputs_and_the_old_name_kept(tmp_path, capsys):
     run = tmp_path / "run"
     Trainer(tiny_config(run, schedule={"steps": 2}, run={"eval_every": 2})).fit()
     assert main(["eval", "--ckpt", str(run)]) == 0
     report = json.loads((run / "eval_summary.json").read_text())
-    assert (
-        report["metrics"]["top1"]
-        == json.loads((run / "summary.json").read_text())["val_top1"]
-    )
+    assert report["metrics"]["top1"] == json.loads((run / "summary.json").read_text())["val_top1"]
     assert json.loads((run / "eval.json").read_text()) == report
     assert f"written to {run / 'eval_summary.json'}" in capsys.readouterr().out
 
@@ -152,7 +135,4 @@ def test_a_bad_patience_is_one_line(tmp_path, capsys):
         )
         == 2
     )
-    assert (
-        "--early-stop-patience: run.early_stop_patience=0: must be >= 1 or null"
-        in capsys.readouterr().err
-    )
+    assert "--early-stop-patience: run.early_stop_patience=0: must be >= 1 or null" in capsys.readouterr().err

@@ -9,10 +9,10 @@ import signal
 
 import pytest
 import torch
-from helpers import SignalAt, tiny_config
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 import vitlab
+from helpers import SignalAt, tiny_config
 from vitlab.model import ConfigError
 from vitlab.train import Callback, Interrupted, Trainer, outputs
 from vitlab.train.outputs import read_metrics, read_step_rows
@@ -64,18 +64,11 @@ def test_best_folder_early_stop_and_a_resumed_run_deciding_alike(tmp_path):
     stopped = summary.get("stopped_early_at_step")
     assert stopped == step + 4 < 12 and summary["steps"] == stopped == rows[-1]["step"]
     assert summary["val_top1"] == rows[-1]["val_top1"]  # DIR itself: the last model
-    best_summary = json.loads(
-        (tmp_path / "whole" / "best" / "summary.json").read_text()
-    )
+    best_summary = json.loads((tmp_path / "whole" / "best" / "summary.json").read_text())
     assert (best_summary["step"], best_summary["val_top1"]) == (step, value)
     best = vitlab.load(tmp_path / "whole" / "best")
     assert best.config.class_names == whole.model.config.class_names
-    assert (
-        vitlab.load(tmp_path / "whole")
-        .state_dict()["head.weight"]
-        .ne(best.state_dict()["head.weight"])
-        .any()
-    )
+    assert vitlab.load(tmp_path / "whole").state_dict()["head.weight"].ne(best.state_dict()["head.weight"]).any()
 
     # Interrupted after the best evaluation: the resumed run must carry the best value and the count.
     out = tmp_path / "resumed"
@@ -85,23 +78,15 @@ def test_best_folder_early_stop_and_a_resumed_run_deciding_alike(tmp_path):
             callbacks=[SignalAt(step + 2, signal.SIGTERM)],
         ).fit()
     resumed = Trainer(tiny_config(out, run={**run, "resume": True}, **SHORT)).fit()
-    assert {
-        k: resumed.summary[k]
-        for k in ("best_value", "best_step", "stopped_early_at_step", "steps")
-    } == {
-        k: summary[k]
-        for k in ("best_value", "best_step", "stopped_early_at_step", "steps")
+    assert {k: resumed.summary[k] for k in ("best_value", "best_step", "stopped_early_at_step", "steps")} == {
+        k: summary[k] for k in ("best_value", "best_step", "stopped_early_at_step", "steps")
     }
 
 
-def test_csv_and_tensorboard_hold_every_step_once_across_a_resume(
-    tmp_path, monkeypatch
-):
+def test_csv_and_tensorboard_hold_every_step_once_across_a_resume(tmp_path, monkeypatch):
     drawn = {}
     plot = outputs.plot_training_curve
-    monkeypatch.setattr(
-        outputs, "plot_training_curve", lambda *a, **k: drawn.update(k) or plot(*a, **k)
-    )
+    monkeypatch.setattr(outputs, "plot_training_curve", lambda *a, **k: drawn.update(k) or plot(*a, **k))
     out, steps = tmp_path / "run", StepLog()
     config = tiny_config(
         out,
@@ -115,18 +100,12 @@ def test_csv_and_tensorboard_hold_every_step_once_across_a_resume(
     Trainer(config, callbacks=[steps]).fit()
     rows = read_step_rows(out)
     assert [row["step"] for row in rows] == [1, 2, 3, 4, 5, 6]
-    assert [(row["loss"], row["lr"]) for row in rows[3:]] == [
-        steps.rows[s] for s in (4, 5, 6)
-    ]
+    assert [(row["loss"], row["lr"]) for row in rows[3:]] == [steps.rows[s] for s in (4, 5, 6)]
     assert drawn["step_rows"] == rows  # the figure's loss and rate: every step
     # warm-up, then cosine: 5 rates in 6 steps (the peak twice)
     assert len({row["lr"] for row in rows}) == 5
     evaluations = {row["step"]: row for row in read_metrics(out / "metrics.jsonl")}
-    assert (
-        [row["step"] for row in rows if row["val_top1"] is not None]
-        == [3, 6]
-        == list(evaluations)
-    )
+    assert [row["step"] for row in rows if row["val_top1"] is not None] == [3, 6] == list(evaluations)
     assert all(
         row[key] == evaluations[row["step"]][key]
         for row in rows
@@ -139,21 +118,13 @@ def test_csv_and_tensorboard_hold_every_step_once_across_a_resume(
     losses = events.Scalars("train/loss")
     # the first session's steps past 3 were purged: none twice; the values float32
     assert [e.step for e in losses] == [1, 2, 3, 4, 5, 6]
-    assert [e.value for e in losses] == pytest.approx(
-        [row["loss"] for row in rows], rel=1e-6
-    )
-    assert [e.value for e in events.Scalars("train/lr")] == pytest.approx(
-        [row["lr"] for row in rows], rel=1e-6
-    )
-    assert [e.value for e in events.Scalars("val/top1")] == pytest.approx(
-        [evaluations[s]["val_top1"] for s in (3, 6)]
-    )
+    assert [e.value for e in losses] == pytest.approx([row["loss"] for row in rows], rel=1e-6)
+    assert [e.value for e in events.Scalars("train/lr")] == pytest.approx([row["lr"] for row in rows], rel=1e-6)
+    assert [e.value for e in events.Scalars("val/top1")] == pytest.approx([evaluations[s]["val_top1"] for s in (3, 6)])
 
 
 def test_a_finished_run_continues_to_a_longer_total(tmp_path, caplog):
-    config = tiny_config(
-        tmp_path, run={"eval_every": 2}, schedule={"steps": 2, "warmup_steps": 1}
-    )
+    config = tiny_config(tmp_path, run={"eval_every": 2}, schedule={"steps": 2, "warmup_steps": 1})
     Trainer(config).fit()
     longer = tiny_config(
         tmp_path,
@@ -176,9 +147,7 @@ def test_continuing_refuses_a_shorter_total_and_other_changes(tmp_path):
     shorter = tiny_config(tmp_path, run={"resume": True}, schedule={"steps": 2})
     with pytest.raises(ConfigError, match=r"schedule.steps: checkpoint 4, now 2"):
         Trainer(shorter)
-    other = tiny_config(
-        tmp_path, run={"resume": True}, schedule={"steps": 8}, optim={"lr": 0.05}
-    )
+    other = tiny_config(tmp_path, run={"resume": True}, schedule={"steps": 8}, optim={"lr": 0.05})
     with pytest.raises(ConfigError, match=r"optim.lr: checkpoint 0.001, now 0.05"):
         Trainer(other)
 

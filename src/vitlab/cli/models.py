@@ -14,7 +14,8 @@ EXAMPLES = (  # the end of --help
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("models", help="list the registered models (ViT, hybrid, BiT)", **with_examples(*EXAMPLES))
+    parser = subparsers.add_parser("models", help="list the registered models (ViT, hybrid, BiT)",
+                                   **with_examples(*EXAMPLES))
     parser.add_argument(
         "--family", choices=("vit", "hybrid", "bit", "all"), default="all", help="which family to list"
     )

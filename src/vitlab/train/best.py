@@ -33,9 +33,7 @@ ROW_NUMBERS = ("step", "epoch", "val_top1", "val_top5", "val_loss", "loss", "lr"
 class BestModel(Callback):
     """Track `metric` over the evaluations; write DIR/best/ when `save` and stop after `patience`."""
 
-    def __init__(
-        self, out: str | Path, metric: str, save: bool, patience: int | None
-    ) -> None:
+    def __init__(self, out: str | Path, metric: str, save: bool, patience: int | None) -> None:
         self.folder = Path(out) / BEST_FOLDER
         self.metric, self.save, self.patience = metric, save, patience
         self.value: float | None = None
@@ -88,9 +86,7 @@ class BestModel(Callback):
             data=trainer.config.data.source,
         )
         with atomic_folder(self.folder) as partial:
-            save_pretrained(
-                cast(VisionTransformer, trainer.eval_model), partial, training=summary
-            )
+            save_pretrained(cast(VisionTransformer, trainer.eval_model), partial, training=summary)
             (partial / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
         log.info(
             "step %d: best %s so far (%.4f); model written to %s",
@@ -100,9 +96,7 @@ class BestModel(Callback):
             self.folder,
         )
 
-    def on_train_end(
-        self, trainer: TrainingRun, summary: dict[str, Any] | None
-    ) -> None:
+    def on_train_end(self, trainer: TrainingRun, summary: dict[str, Any] | None) -> None:
         """Add the best evaluation and any early stop to the finished run's summary.json."""
         if summary is None:
             return

@@ -279,7 +279,8 @@ def _range_checks(config: TrainConfig) -> list[tuple[str, bool, str]]:
         ("run.threads", r.threads is None or r.threads >= 1, "must be >= 1 or null"),
         ("run.memory_limit", r.memory_limit is None or r.memory_limit > 0, "must be > 0 GiB or null"),
         # best.py
-        ("run.early_stop_patience", r.early_stop_patience is None or r.early_stop_patience >= 1, "must be >= 1 or null"),
+        ("run.early_stop_patience", r.early_stop_patience is None or r.early_stop_patience >= 1,
+         "must be >= 1 or null"),
     ]
 
 

@@ -40,11 +40,7 @@ class StepsCsv(Callback):
         self.pending: dict[str, Any] | None = None
 
     def on_train_start(self, trainer: TrainingRun) -> None:
-        kept = (
-            [row for row in read_step_rows(self.out) if row["step"] <= trainer.step]
-            if trainer.step
-            else []
-        )
+        kept = [row for row in read_step_rows(self.out) if row["step"] <= trainer.step] if trainer.step else []
         with self.path.open("w", newline="") as file:
             writer = csv.DictWriter(file, STEPS_COLUMNS)
             writer.writeheader()
@@ -59,9 +55,7 @@ class StepsCsv(Callback):
             self.pending.update({key: row[key] for key in EVAL_COLUMNS})
         self._flush()
 
-    def on_train_end(
-        self, trainer: TrainingRun, summary: dict[str, Any] | None
-    ) -> None:
+    def on_train_end(self, trainer: TrainingRun, summary: dict[str, Any] | None) -> None:
         self._flush()
 
     def _flush(self) -> None:
@@ -84,9 +78,7 @@ class TensorBoard(Callback):
         from torch.utils.tensorboard import SummaryWriter
 
         # purge_step: what an interrupted session logged past the checkpoint is hidden from readers.
-        self.writer = SummaryWriter(
-            str(self.folder), purge_step=trainer.step + 1 if trainer.step else None
-        )
+        self.writer = SummaryWriter(str(self.folder), purge_step=trainer.step + 1 if trainer.step else None)
 
     def on_step_end(self, trainer: TrainingRun, loss: float) -> None:
         for key, value in step_row(trainer, loss).items():
@@ -99,9 +91,7 @@ class TensorBoard(Callback):
                 self.writer.add_scalar(key.replace("_", "/", 1), row[key], row["step"])
         self.writer.flush()
 
-    def on_train_end(
-        self, trainer: TrainingRun, summary: dict[str, Any] | None
-    ) -> None:
+    def on_train_end(self, trainer: TrainingRun, summary: dict[str, Any] | None) -> None:
         if self.writer is not None:
             self.writer.close()
             self.writer = None
