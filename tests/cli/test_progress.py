@@ -103,3 +103,18 @@ def test_a_program_that_configures_logging_gets_each_line_once(capsys, unconfigu
         assert logger.handlers == []
     finally:
         root.removeHandler(mine)
+
+
+def test_the_training_bar_follows_no_progress_too(monkeypatch):
+    from vitlab.progress import disable_progress
+    from vitlab.train.callbacks import ProgressBar
+
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    disable_progress(False)  # as a process starts (an earlier `vitlab --no-progress` call may have set it)
+    assert ProgressBar().interactive
+    disable_progress()
+    try:
+        assert not ProgressBar().interactive  # a log line every run.log_every steps instead of a bar
+    finally:
+        disable_progress(False)
+    assert ProgressBar(interactive=True).interactive  # an explicit choice stands

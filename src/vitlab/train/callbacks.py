@@ -20,6 +20,7 @@ import torch
 from tqdm.auto import tqdm
 
 from vitlab.evaluate import describe_top5
+from vitlab.progress import progress_enabled
 
 from .config import TrainConfig
 from .outputs import METRICS_FILE
@@ -70,10 +71,11 @@ class Callback:
 
 
 class ProgressBar(Callback):
-    """A tqdm bar over optimiser steps when stderr is a terminal, else a log line every run.log_every steps."""
+    """A tqdm bar over optimiser steps when stderr is a terminal (and `vitlab --no-progress` was not given),
+    else a log line every run.log_every steps."""
 
     def __init__(self, interactive: bool | None = None) -> None:
-        self.interactive = sys.stderr.isatty() if interactive is None else interactive
+        self.interactive = progress_enabled() if interactive is None else interactive
         self.bar: tqdm | None = None
         self.start_time = 0.0
         self.start_step = 0
