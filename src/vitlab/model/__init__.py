@@ -7,8 +7,9 @@ pretrained weights come from the weights layer: `vitlab.create_model(name, pretr
 from vitlab.errors import ConfigError
 
 # The model families register themselves when imported, in the order list_models("all") lists them:
-# the ViT, the ResNet + ViT hybrids, the BiT ResNet baseline.
-from . import variants, hybrid, bit  # noqa: F401, I001
+# the ViT, the ResNet + ViT hybrids, the BiT ResNet baseline, Axial-ViT.
+from . import variants, hybrid, bit, axial  # noqa: F401, I001
+from .axial import AxialConfig, AxialViT
 from .bit import BiTConfig, BiTResNet
 from .config import Preprocessing, ViTConfig
 from .factory import config_for, create_untrained
@@ -20,6 +21,8 @@ from .variants import SIZES, parse_variant
 from .vit import VisionTransformer
 
 __all__ = [
+    "AxialConfig",
+    "AxialViT",
     "BiTConfig",
     "BiTResNet",
     "ConfigError",

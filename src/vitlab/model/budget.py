@@ -12,6 +12,7 @@ from pathlib import Path
 
 from vitlab.errors import ConfigError
 
+from .axial import AxialConfig
 from .bit import BiTConfig
 from .config import ViTConfig
 from .resnet import ResNetConfig
@@ -85,6 +86,8 @@ def parameter_count(config: ViTConfig | BiTConfig) -> int:
         block += ((2 * gh - 1) * (2 * gw - 1) + 3) * config.num_heads
     if config.pos_embed == "relative":  # one embedding per 1-D offset (Appendix D.4)
         block += (2 * tokens - 1) * config.attn_head_dim
+    if isinstance(config, AxialConfig):  # a row and a column sub-block per layer, each a ViT block (App. D.6)
+        block *= 2
     total += config.depth * block + 2 * dim  # encoder blocks, final norm
     width = config.dim * config.num_patches if config.pool == "flatten" else dim
     for hidden in (*([config.representation_size] if config.representation_size else []), *config.head_hidden):
@@ -113,6 +116,10 @@ def activation_bytes(config: ViTConfig | BiTConfig, batch_size: int, *, training
     inner = config.num_heads * config.attn_head_dim
     attention = batch_size * config.num_heads * tokens * tokens
     block = batch_size * tokens * (4 * config.dim + 3 * inner + 2 * config.mlp_dim) + 2 * attention
+    if isinstance(config, AxialConfig):  # two sub-blocks; each token attends along its row (w) or column (h)
+        gh, gw = config.grid_size
+        attention = batch_size * config.num_heads * tokens * (gh + gw)
+        block = 2 * batch_size * tokens * (4 * config.dim + 3 * inner + 2 * config.mlp_dim) + 2 * attention
     if config.pos_embed == "relative":  # the queries' logits against every 1-D offset
         block += batch_size * config.num_heads * tokens * (2 * tokens - 1)
     layers = config.depth if training else 1

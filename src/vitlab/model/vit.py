@@ -82,13 +82,7 @@ class VisionTransformer(TimmInterface, nn.Module):
         )
         # Stochastic depth grows linearly with depth (the DeiT rule).
         drop_rates = [config.drop_path * i / max(config.depth - 1, 1) for i in range(config.depth)]
-        self.blocks = nn.ModuleList(
-            EncoderBlock(
-                dim, config.num_heads, config.mlp_dim, config.head_dim, config.qkv_bias, config.dropout,
-                config.attn_dropout, rate, config.act, config.norm_eps, config.mlp_out_act, config.proj_dropout,
-            )
-            for rate in drop_rates
-        )
+        self.blocks = nn.ModuleList(self.build_block(config, rate) for rate in drop_rates)
         # vit_jax normalises all tokens before pooling; timm's GAP models normalise the pooled vector.
         norm_after_pool = config.pool == "gap" and config.gap_norm == "after_pool"
         self.norm = nn.Identity() if norm_after_pool else nn.LayerNorm(dim, eps=config.norm_eps)
@@ -101,6 +95,13 @@ class VisionTransformer(TimmInterface, nn.Module):
         self.head = nn.Linear(config.feature_dim, config.num_classes) if config.num_classes else nn.Identity()
         self.grad_checkpointing = False
         self.init_weights()
+
+    def build_block(self, config: ViTConfig, drop_path: float) -> nn.Module:
+        """One encoder layer (Eq. 2-3); a family that changes only the layer (Axial-ViT) overrides this."""
+        return EncoderBlock(
+            config.dim, config.num_heads, config.mlp_dim, config.head_dim, config.qkv_bias, config.dropout,
+            config.attn_dropout, drop_path, config.act, config.norm_eps, config.mlp_out_act, config.proj_dropout,
+        )
 
     # -- initialisation (as the reference vit_jax code) -----------------------------------------
     def init_weights(self) -> None:

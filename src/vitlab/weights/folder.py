@@ -10,6 +10,9 @@ Version 1 wrote the same fields flat beside "format"; versions 1-2 called the pe
 bias pos_embed "relative" (version 3: "relative_bias"; "relative" is now the paper's). Every older
 version is migrated step by step to the current one on reading, so folders written by any vitlab
 release keep loading.
+An Axial-ViT (Appendix D.6) is a ViTConfig of another kind: the same sections and fields, plus
+"kind": "axial" at the top level (KINDS); a document without "kind" is a ViT, as every earlier one
+is. The tag adds no field to any version's frozen list, so the format_version stays.
 A BiT ResNet (the paper's baseline) is written as {"format", "format_version", "bit": {BiTConfig
 fields}, "extra"}: the ViT sections do not describe it.
 
@@ -27,7 +30,7 @@ from typing import Any, Callable
 from safetensors.torch import save_file
 
 from vitlab.errors import CheckpointError
-from vitlab.model import BiTConfig, BiTResNet, ConfigError, ViTConfig, VisionTransformer
+from vitlab.model import AxialConfig, BiTConfig, BiTResNet, ConfigError, ViTConfig, VisionTransformer
 from vitlab.model.budget import check_memory
 from vitlab.textfiles import TextFileError, read_json
 
@@ -51,6 +54,8 @@ SECTIONS: dict[str, tuple[str, ...]] = {
     "regularisation": ("dropout", "attn_dropout", "drop_path", "head_dropout"),
 }
 TOP_LEVEL = ("preprocessing", "class_names", "name")
+# "kind" -> the ViTConfig type the sections are read into; absent: "vit".
+KINDS: dict[str, type[ViTConfig]] = {"vit": ViTConfig, "axial": AxialConfig}
 
 # -- what each format_version holds, frozen --------------------------------------------------------
 # {path: fields}: every field must be present; a path of "" is the document's top level. A version
@@ -89,6 +94,11 @@ def config_to_json(config: ViTConfig | BiTConfig, extra: dict[str, Any] | None =
     document: dict[str, Any] = {"format": FORMAT, "format_version": FORMAT_VERSION}
     if isinstance(config, BiTConfig):
         return {**document, "bit": config.to_dict(), "extra": dict(extra or {})}
+    kind = {config_type: name for name, config_type in KINDS.items()}.get(type(config))
+    if kind is None:
+        raise ValueError(f"vitlab's folder format has no kind for a {type(config).__name__}; kinds: {', '.join(KINDS)}")
+    if kind != "vit":
+        document["kind"] = kind
     fields = config.to_dict()
     for section, names in SECTIONS.items():
         document[section] = {name: fields.pop(name) for name in names if name in fields}
@@ -170,6 +180,9 @@ def config_from_json(
     document = migrate(dict(document), source)
     if "bit" in document:
         return BiTConfig.from_dict(document["bit"]), document.get("extra", {})
+    kind = document.get("kind", "vit")
+    if not isinstance(kind, str) or kind not in KINDS:
+        raise CheckpointError(f"{source}: unknown model kind {kind!r}; this vitlab reads {', '.join(KINDS)}")
     fields: dict[str, Any] = {}
     for section in SECTIONS:
         values = document.get(section, {})
@@ -177,7 +190,7 @@ def config_from_json(
             raise CheckpointError(f"{source}: {section!r} must be a JSON object, got {type(values).__name__}")
         fields.update(values)
     fields.update({name: document[name] for name in TOP_LEVEL if name in document})
-    return ViTConfig.from_dict(fields), document.get("extra", {})
+    return KINDS[kind].from_dict(fields), document.get("extra", {})
 
 
 def read_config(directory: str | Path) -> tuple[ViTConfig | BiTConfig, dict[str, Any]]:
