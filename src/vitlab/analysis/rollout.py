@@ -27,6 +27,8 @@ from torch import nn
 
 from vitlab.model import VisionTransformer
 
+from .axial import token_attention
+
 
 HEAD_FUSIONS = ("mean", "max", "min")
 
@@ -126,7 +128,7 @@ class AttentionMaps:
     """Everything one forward pass tells about where the model looked, for a batch of images."""
 
     logits: torch.Tensor  # (B, K), the prediction of the same pass
-    attentions: list[torch.Tensor]  # per layer (B, heads, T, T)
+    attentions: list[torch.Tensor]  # per layer (B, heads, T, T); an Axial-ViT: two per layer, row then column
     rollout: torch.Tensor  # (B, h, w) Attention Rollout of the classifier's token
     raw: torch.Tensor  # (B, h, w) attention of the classifier's token in one layer (and head)
     layer: int  # 0-based layer of `raw`
@@ -161,7 +163,8 @@ def attention_maps(
     """
     transformer = require_attention(model)
     config = transformer.config
-    logits, attentions = transformer.forward_with_attention(images)
+    logits, weights = transformer.forward_with_attention(images)
+    attentions = token_attention(weights)  # an Axial-ViT's rows and columns as (T, T) matrices, two per layer
     grid = config.grid_for(images.shape)  # a hybrid's tokens are backbone stride x P pixels apart
     layer, head = resolve_layer_head(len(attentions), attentions[0].shape[1], layer, head)
     chosen = attentions[layer].float()

@@ -121,8 +121,18 @@ class AxialViT(VisionTransformer):
 
     def build_block(self, config: ViTConfig, drop_path: float) -> nn.Module:
         return AxialBlock(
-            config.dim, config.num_heads, config.mlp_dim, config.head_dim, config.qkv_bias, config.dropout,
-            config.attn_dropout, drop_path, config.act, config.norm_eps, config.mlp_out_act, config.proj_dropout,
+            config.dim,
+            config.num_heads,
+            config.mlp_dim,
+            config.head_dim,
+            config.qkv_bias,
+            config.dropout,
+            config.attn_dropout,
+            drop_path,
+            config.act,
+            config.norm_eps,
+            config.mlp_out_act,
+            config.proj_dropout,
         )
 
     def encode(  # type: ignore[override]  # weights per layer: a row and a column tensor
@@ -158,11 +168,16 @@ def is_axial_name(name: str) -> bool:
 
 
 def axial_config(name: str, **overrides: Any) -> AxialConfig:
-    """"Axial-B/16" -> the AxialConfig of B/16's size (variants.py's table), any field overridden."""
+    """ "Axial-B/16" -> the AxialConfig of B/16's size (variants.py's table), any field overridden."""
     size, patch_size = parse_variant(name[len(PREFIX) :])
     fields: dict[str, Any] = dict(
-        name=name, patch_size=patch_size, dim=size.dim, depth=size.depth, mlp_dim=size.mlp_dim,
-        num_heads=size.num_heads, pool="gap",
+        name=name,
+        patch_size=patch_size,
+        dim=size.dim,
+        depth=size.depth,
+        mlp_dim=size.mlp_dim,
+        num_heads=size.num_heads,
+        pool="gap",
     )
     fields.update(overrides)
     try:
