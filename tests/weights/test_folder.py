@@ -149,6 +149,19 @@ def test_relative_of_versions_1_and_2_loads_as_relative_bias(tmp_path, version):
     assert FORMAT_VERSION == 3
 
 
+@pytest.mark.fault("bad-checkpoint", kinds=2)
+def test_an_axial_vit_is_saved_with_its_kind_and_an_unknown_kind_is_refused(tmp_path):
+    vitlab.save_pretrained(create_untrained("Axial-Ti/16", image_size=32, depth=1), tmp_path)
+    document = json.loads((tmp_path / "config.json").read_text())
+    assert document["kind"] == "axial" and document["format_version"] == FORMAT_VERSION
+    assert type(vitlab.load(tmp_path)).__name__ == "AxialViT"
+    for kind in ("cnn", None):
+        document["kind"] = kind
+        (tmp_path / "config.json").write_text(json.dumps(document))
+        with pytest.raises(CheckpointError, match="unknown model kind"):
+            vitlab.load(tmp_path)
+
+
 def test_newer_format_version_is_refused(tmp_path):
     create_untrained(ViTConfig(**TINY)).save_pretrained(tmp_path)
     document = json.loads((tmp_path / "config.json").read_text())

@@ -16,7 +16,7 @@ from vitlab.model import BiTConfig, ViTConfig, create_untrained
 
 def model_flops(config: ViTConfig | BiTConfig, train: bool = False) -> int:
     """FLOPs for one image: the forward pass, or forward + backward when `train`; any model
-    create_untrained builds (ViT, hybrid, BiT ResNet)."""
+    create_untrained builds (ViT, hybrid, Axial-ViT, BiT ResNet)."""
     with torch.device("meta"):
         model = create_untrained(config)
         images = torch.empty(1, config.in_channels, *config.image_size)
