@@ -82,3 +82,9 @@ def test_grad_checkpointing_flag_sets_the_field_on_train():
     assert not _config(common).run.grad_checkpointing
     assert _config([*common, "--grad-ckpt"]) == _config([*common, "--grad-checkpointing"])
     assert _config([*common, "--grad-checkpointing"]).run.grad_checkpointing
+
+
+def test_models_family_choices_are_the_registered_families():
+    from vitlab.model.registry import FAMILIES
+
+    assert _choices(_commands()["models"])["family"] == (*FAMILIES, "all")

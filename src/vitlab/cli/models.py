@@ -14,10 +14,11 @@ EXAMPLES = (  # the end of --help
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("models", help="list the registered models (ViT, hybrid, BiT)",
+    parser = subparsers.add_parser("models", help="list the registered models (ViT, hybrid, BiT, Axial-ViT)",
                                    **with_examples(*EXAMPLES))
+    # The registry's families (tests/cli/test_names.py checks them), written out: the registry imports torch.
     parser.add_argument(
-        "--family", choices=("vit", "hybrid", "bit", "all"), default="all", help="which family to list"
+        "--family", choices=("vit", "hybrid", "bit", "axial", "all"), default="all", help="which family to list"
     )
     parser.add_argument("--params", action="store_true", help="also count parameters (builds each model)")
     parser.set_defaults(func=run)
