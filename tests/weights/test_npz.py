@@ -156,6 +156,11 @@ def test_export_refuses_what_the_format_cannot_hold(tmp_path):
     ):
         with pytest.raises(ValueError, match=culprit):
             vitlab.export_npz(create_untrained(ViTConfig(**{**TINY, **options})), tmp_path / "x.npz")
+    # an Axial-ViT whose config fields all fit the layout: its row and column blocks still do not
+    axial = create_untrained("Axial-Ti/16", image_size=32, num_classes=3, gap_norm="before_pool")
+    with pytest.raises(ValueError, match="plain VisionTransformer, not a AxialViT"):
+        vitlab.export_npz(axial, tmp_path / "x.npz")
+    assert not (tmp_path / "x.npz").exists()
 
 
 def test_export_warns_when_numerics_differ_from_vit_jax(tmp_path, caplog):

@@ -26,7 +26,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from vitlab.errors import CheckpointError
+from vitlab.errors import CheckpointError, ConfigError
 from vitlab.model import Preprocessing, ViTConfig, VisionTransformer
 from vitlab.model.budget import DEFAULT_FRACTION, available_memory, check_memory
 
@@ -279,6 +279,8 @@ def check_exportable(config: ViTConfig) -> None:
 
 def export_npz(model: VisionTransformer, path: str | Path) -> Path:
     """Write the model in the layout of the released vit_jax checkpoints; returns the file written."""
+    if type(model) is not VisionTransformer:  # an Axial-ViT's blocks have no place in the layout
+        raise ConfigError(f"the official .npz layout holds the plain VisionTransformer, not a {type(model).__name__}")
     config = model.config
     check_exportable(config)
     if config.act != "gelu_tanh" or config.norm_eps != 1e-6:
