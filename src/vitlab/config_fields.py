@@ -62,7 +62,7 @@ def coerce(value: Any, annotation: Any, where: str, *, strict: bool = False) -> 
             return [coerce(item, item_type, where, strict=strict) for item in value]
     elif annotation is Any:
         return value
-    elif dataclasses.is_dataclass(annotation):
+    elif isinstance(annotation, type) and dataclasses.is_dataclass(annotation):
         if isinstance(value, annotation):
             return value
         if isinstance(value, dict):
@@ -162,7 +162,7 @@ def describe(annotation: Any) -> str:
         args = typing.get_args(annotation)
         plural = {str: "strings", int: "integers", float: "numbers", bool: "true/false values"}
         return f"a list of {plural.get(args[0], describe(args[0]))}" if args else "a list"
-    if dataclasses.is_dataclass(annotation):
+    if isinstance(annotation, type) and dataclasses.is_dataclass(annotation):
         return f"a mapping of {annotation.__name__} fields"
     return {bool: "true/false", int: "an integer", float: "a number", str: "a string"}.get(
         annotation, str(annotation)
@@ -193,7 +193,8 @@ def std_ok(std: Any) -> bool:
 # -- configs of sections: setting values by key ------------------------------------------------------
 def sections(cls: type) -> dict[str, type]:
     """The fields of a config that are themselves dataclasses, by name, with their classes."""
-    return {name: hint for name, hint in typing.get_type_hints(cls).items() if dataclasses.is_dataclass(hint)}
+    hints = typing.get_type_hints(cls).items()
+    return {name: hint for name, hint in hints if isinstance(hint, type) and dataclasses.is_dataclass(hint)}
 
 
 def lookup(config: Any, key: str) -> Any:

@@ -33,12 +33,13 @@ PIL_INTERPOLATIONS = {name: Image.Resampling[name.upper()] for name in INTERPOLA
 
 def _size_pair(image_size: int | Sequence[int]) -> tuple[int, int]:
     if isinstance(image_size, int):
-        pair = (image_size, image_size)
+        pair: tuple[int, ...] = (image_size, image_size)
     else:
         pair = tuple(int(s) for s in image_size)
     if len(pair) != 2 or min(pair) <= 0:
         raise ValueError(f"image_size must be a positive int or (height, width), got {image_size!r}")
-    return pair  # type: ignore[return-value]
+    height, width = pair
+    return height, width
 
 
 def build_transforms(
@@ -96,12 +97,17 @@ def build_transforms(
 
 
 class PreprocessingFields(Protocol):
-    """What a model stores about its inputs (vitlab.model.Preprocessing)."""
+    """What a model stores about its inputs (vitlab.model.Preprocessing); read only, so that a
+    dataclass whose fields are narrower (interpolation as a Literal) still fits."""
 
-    mean: tuple[float, float, float]
-    std: tuple[float, float, float]
-    crop_pct: float
-    interpolation: str
+    @property
+    def mean(self) -> tuple[float, float, float]: ...
+    @property
+    def std(self) -> tuple[float, float, float]: ...
+    @property
+    def crop_pct(self) -> float: ...
+    @property
+    def interpolation(self) -> str: ...
 
 
 class Augmentation(Protocol):
@@ -147,7 +153,7 @@ def train_transform(image_size: int | tuple[int, int], preprocessing: Preprocess
         interpolation=preprocessing.interpolation, scale=augment.crop_scale, ratio=augment.crop_ratio,
         hflip=augment.hflip, randaugment=augment.randaugment,
     )
-    keras_layers = []  # in the Keras example's order: resize, flip, rotation, zoom
+    keras_layers: list[torch.nn.Module] = []  # in the Keras example's order: resize, flip, rotation, zoom
     if augment.rotation:
         keras_layers.append(RandomRotation(augment.rotation / 360, augment.fill_mode))
     if augment.zoom:

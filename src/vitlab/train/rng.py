@@ -53,7 +53,9 @@ def preserved_rng() -> Iterator[None]:
 
 def capture_rng() -> dict[str, Any]:
     """The state of every random generator of this process, as plain values and tensors."""
-    keys, position, has_gauss, cached = np.random.get_state()[1:]
+    numpy_state = np.random.get_state(legacy=True)  # the default, spelled out: the stubs type a bare call as the dict form
+    assert isinstance(numpy_state, tuple)
+    keys, position, has_gauss, cached = numpy_state[1:]
     state: dict[str, Any] = {
         "python": random.getstate(),
         "numpy": {"keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(position),

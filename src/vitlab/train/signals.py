@@ -16,7 +16,7 @@ def install_stop_handlers(request_stop: Callable[[str], None]) -> dict[int, Any]
     restore_handlers. Outside the main thread (where Python cannot set handlers), nothing changes."""
     if threading.current_thread() is not threading.main_thread():
         return {}
-    previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+    previous: dict[int, Any] = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
 
     def handler(signum: int, frame: Any) -> None:
         request_stop(signal.Signals(signum).name)
