@@ -170,6 +170,7 @@ def run_eval(args: argparse.Namespace) -> int:
                  "--split dev); --split val scores the source's validation split, the run's test split "
                  "(its summary's test_top1)", settings.dev_fraction)
     check_splits = ("train", "dev", "val") if args.split == "all" else (args.split,)
+    assert settings.data is not None  # resolve_settings refuses a run without one
     splits = load_datasets(settings.data, transform, transform, val_fraction=settings.val_fraction,
                            seed=settings.seed, train_fraction=settings.train_fraction,
                            dev_fraction=settings.dev_fraction, dev_split=settings.dev_split,

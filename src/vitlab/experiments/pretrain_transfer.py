@@ -55,7 +55,7 @@ def run(settings: Settings) -> Results:
     pretrained = train_run(settings, "pretrain", seed=seeds[0], steps=pretrain_steps, architecture=architecture,
                            data=source)
     pretraining.update(steps=pretrain_steps, train_images=pretrained.summary["train_images"],
-                       val_top1=pretrained.summary["val_top1"], classes=len(pretrained.model.config.class_names))
+                       val_top1=pretrained.summary["val_top1"], classes=pretrained.model.config.num_classes)
     rows = []
     for seed in seeds:
         finetuned = train_run(settings, f"finetune-seed{seed}", seed=seed, steps=steps, init=pretrained.out)

@@ -2,6 +2,7 @@
 
 import copy
 import sys
+import types
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -22,16 +23,16 @@ def train(config: TrainConfig | str = "small-data", *, callbacks: Sequence[Callb
         vitlab.train("demo", run={"out": "runs/demo"}, schedule={"steps": 300})
     """
     ensure_handler()  # its progress lines reach stderr unless the program has configured logging itself
-    config = get_recipe(config) if isinstance(config, str) else copy.deepcopy(config)
-    config = apply_mapping(config, sections, "vitlab.train()")
-    return Trainer(config, callbacks).fit()
+    resolved = get_recipe(config) if isinstance(config, str) else copy.deepcopy(config)
+    resolved = apply_mapping(resolved, sections, "vitlab.train()")
+    return Trainer(resolved, callbacks).fit()
 
 
-class _CallablePackage(type(sys.modules[__name__])):
+class _CallablePackage(types.ModuleType):
     """`vitlab.train(...)` runs a recipe while `vitlab.train` stays this package, so that
     `import vitlab.train.recipes as recipes` and friends keep working."""
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args: Any, **kwargs: Any) -> TrainResult:
         return train(*args, **kwargs)
 
 

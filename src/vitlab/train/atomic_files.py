@@ -26,7 +26,7 @@ CHECKSUM_LINE = re.compile(r"([0-9a-f]{64})  (\S(?:.*\S)?)")  # as sha256sum wri
 PARTIAL = ".partial-"  # in the names of files and folders still being written
 
 
-def atomic_write(path: Path, write: Callable[[IO[bytes]], None],
+def atomic_write(path: Path, write: Callable[[IO[bytes]], object],
                  before_rename: Callable[[Path], None] | None = None) -> None:
     """Write `path` through a temporary file in the same folder: fsync, `before_rename(temporary)`,
     rename, fsync the folder."""
@@ -155,9 +155,9 @@ def verify_checkpoint(checkpoint: str | Path) -> None:
     checkpoint = Path(checkpoint)
     record = checksum_file(checkpoint)
     if not record.is_file():
-        files = f"$(find {checkpoint.name} -type f)" if checkpoint.is_dir() else checkpoint.name
+        listed = f"$(find {checkpoint.name} -type f)" if checkpoint.is_dir() else checkpoint.name
         raise CheckpointError(f"{checkpoint}: no checksum file {record.name} beside it, so it cannot be checked "
-                              f"(to trust it as it is: cd {checkpoint.parent} && sha256sum {files} > {record.name})")
+                              f"(to trust it as it is: cd {checkpoint.parent} && sha256sum {listed} > {record.name})")
     expected: dict[str, str] = {}
     for number, line in enumerate(record.read_text(errors="replace").splitlines(), 1):
         match = CHECKSUM_LINE.fullmatch(line)

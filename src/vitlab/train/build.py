@@ -5,13 +5,14 @@ transforms of the model's preprocessing."""
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import torch
 from torch.utils.data import DataLoader, Dataset
 
 from vitlab.data import DataSplits, load_datasets
 from vitlab.data.transforms import eval_transform, resolve_preprocessing, train_transform
-from vitlab.model import BiTConfig, ConfigError, ViTConfig, VisionTransformer, config_for, create_untrained
+from vitlab.model import BiTConfig, BiTResNet, ConfigError, ViTConfig, VisionTransformer, config_for, create_untrained
 from vitlab.model.budget import check_memory
 from vitlab.weights import load
 
@@ -43,8 +44,14 @@ def check_run(config: TrainConfig, architecture: ViTConfig | BiTConfig | None = 
     return config
 
 
+def run_folder(config: TrainConfig) -> Path:
+    """run.out of a config that check_run accepted."""
+    assert config.run.out, "check_run refuses a run without run.out"
+    return Path(config.run.out)
+
+
 def build_model_and_data(config: TrainConfig, architecture: ViTConfig | BiTConfig | None = None,
-                         ) -> tuple[torch.nn.Module, DataSplits, Dataset | None]:
+                         ) -> tuple[VisionTransformer | BiTResNet, DataSplits, Dataset | None]:
     """(model in train mode, splits, test split or None). With a development split
     (data.dev_fraction) the source's validation split becomes the test split."""
     spec = config.model
@@ -103,8 +110,9 @@ def build_loaders(config: TrainConfig, splits: DataSplits, test_set: Dataset | N
             eval_loader(test_set, eval_batch, workers, pin_memory) if test_set is not None else None)
 
 
-def _load_init(config: TrainConfig) -> VisionTransformer:
+def _load_init(config: TrainConfig) -> VisionTransformer | BiTResNet:
     spec = config.model
+    assert spec.init is not None  # called only for a run with model.init
     fixed = sorted(set(spec.options()) - set(spec.REGULARISATION))
     if fixed:
         raise ConfigError(f"model.{fixed[0]} cannot change the architecture of model.init={spec.init!r}; "
@@ -116,7 +124,7 @@ def _load_init(config: TrainConfig) -> VisionTransformer:
     return load(spec.init, memory_limit=None if limit is None else int(limit * 2**30), **overrides)
 
 
-def scratch_config(spec: ModelSpec) -> ViTConfig:
+def scratch_config(spec: ModelSpec) -> ViTConfig | BiTConfig:
     """The ViTConfig of a new model: the variant with the spec's fields (num_classes comes later)."""
     options = spec.options()
     if spec.image_size is not None:

@@ -198,7 +198,8 @@ class ResumableRun(Protocol):
     loss_sum: float
     loss_count: int
     bad_steps: int
-    wall_time_s: float  # of the whole run so far
+    @property
+    def wall_time_s(self) -> float: ...  # of the whole run so far
     wall_time_before: float  # of the sessions before this one
     scheduler: Any
     ema: Any

@@ -137,6 +137,9 @@ class OptimSpec:
     layer_decay: float | None = None  # layer-wise learning-rate decay (BEiT / MAE fine-tuning, optim.py)
 
 
+Decay = Literal["cosine", "linear", "constant"]  # the learning rate after warm-up (optim.py)
+
+
 @dataclass
 class ScheduleSpec:
     """Length of the run and the learning-rate schedule: linear warm-up, then decay."""
@@ -145,7 +148,7 @@ class ScheduleSpec:
     steps: int | None = None  # optimiser steps; exactly one of epochs / steps
     warmup_steps: int = 0
     warmup_epochs: float = 0.0
-    decay: Literal["cosine", "linear", "constant"] = "cosine"
+    decay: Decay = "cosine"
     end_lr_ratio: float = 0.0  # final learning rate as a fraction of the peak
 
 

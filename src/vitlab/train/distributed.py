@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,7 +35,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils.data import BatchSampler, Sampler
 
-from vitlab.model import ConfigError, create_untrained
+from vitlab.model import BiTResNet, ConfigError, VisionTransformer, create_untrained
 
 from . import checkpoint as ckpt
 from .atomic_files import atomic_folder, atomic_write, remove_partial_writes
@@ -134,7 +134,7 @@ class RankSlices(Sampler[list]):
         self.strided = strided
 
     @property
-    def sampler(self) -> Sampler:  # the trainer positions the epoch through it
+    def sampler(self) -> Sampler[Any] | Iterable[Any]:  # the trainer positions the epoch through it (loader.py)
         return self.batches.sampler
 
     def __iter__(self) -> Iterator[list]:
@@ -217,24 +217,26 @@ def load_sharded(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer)
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
     model_state, optimizer_state = get_state_dict(model, optimizer)
-    state = {"model": model_state, "optimizer": optimizer_state}
+    state: dict[str, Any] = {"model": model_state, "optimizer": optimizer_state}
     dcp.load(state, checkpoint_id=path)
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
 
 
-def load_weights(path: Path, state: dict[str, Any], model: nn.Module, optimizer: torch.optim.Optimizer,
+def load_weights(path: Path | None, state: Mapping[str, Any], model: nn.Module, optimizer: torch.optim.Optimizer,
                  sharded: bool) -> None:
     """The model and optimiser states of the checkpoint at `path` (whose document is `state`)."""
     if sharded:
+        assert path is not None, "a sharded checkpoint's weights are read from its folder"
         load_sharded(path, model, optimizer)
     else:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
 
 
-def whole_model(model: nn.Module, processes: Processes, sharded: bool) -> nn.Module:
+def whole_model(model: nn.Module, processes: Processes, sharded: bool) -> VisionTransformer | BiTResNet:
     """The model with all its weights in one module: FSDP gathers them (every process takes part)
     into an unsharded copy on process 0; a replicated model is returned as it is."""
+    assert isinstance(model, (VisionTransformer, BiTResNet)), type(model)  # the run's model or its EMA copy
     if not sharded:
         return model
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict

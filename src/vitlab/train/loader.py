@@ -19,13 +19,21 @@ from __future__ import annotations
 import atexit
 import signal
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Sized
+from typing import Any, Protocol
 
 import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, Sampler
 
 from .distributed import Processes, RankSlices, check_batch
 from .rng import hash_seeds, preserved_rng, reseed
+
+
+class SizedDataset(Protocol):
+    """A map-style dataset with a length (torch's Dataset declares no __len__: not every one has it)."""
+
+    def __len__(self) -> int: ...
+    def __getitem__(self, index: int) -> Any: ...
 
 
 class EpochSampler(Sampler[tuple[int, int, int]]):
@@ -64,7 +72,7 @@ class SeededSamples(Dataset):
     transform drawing from torch's, Python's or NumPy's generator repeats exactly on resume; the
     caller's generators are left as they were. The DataLoader fetches whole batches (`__getitems__`)."""
 
-    def __init__(self, dataset: Dataset, seed: int) -> None:
+    def __init__(self, dataset: SizedDataset, seed: int) -> None:
         self.dataset = dataset
         self.seed = seed
 
@@ -140,17 +148,36 @@ def _loader_options(workers: int, pin_memory: bool) -> dict:
     )
 
 
-def train_loader(dataset: Dataset, micro_batch: int, seed: int, workers: int, pin_memory: bool,
+def train_loader(dataset: SizedDataset, micro_batch: int, seed: int, workers: int, pin_memory: bool,
                  processes: Processes = Processes(), repeats: int = 1) -> DataLoader:
     """Micro-batches of the training split in the resumable seeded order (last partial batch dropped);
     under torchrun, this process's slice of each (see distributed.py)."""
     sampler = EpochSampler(len(dataset), seed, repeats)
-    batches = BatchSampler(sampler, micro_batch, drop_last=True)
+    # BatchSampler groups any keys; torch's stubs type its sampler as one of int indices.
+    whole = BatchSampler(sampler, micro_batch, drop_last=True)  # type: ignore[arg-type]
+    batches: Sampler[list] = whole
     if processes.distributed:
         check_batch(micro_batch, processes)
-        batches = RankSlices(batches, processes, strided=repeats > 1)
+        batches = RankSlices(whole, processes, strided=repeats > 1)
     return _tracked(DataLoader(SeededSamples(dataset, seed), batch_sampler=batches,
                                **_loader_options(workers, pin_memory)))
+
+
+def epoch_sampler(loader: DataLoader) -> EpochSampler:
+    """The EpochSampler under a train_loader's batches (through RankSlices under torchrun), which the
+    trainer positions at each epoch."""
+    batches = loader.batch_sampler
+    assert isinstance(batches, (BatchSampler, RankSlices)), batches
+    sampler = batches.sampler
+    assert isinstance(sampler, EpochSampler), sampler
+    return sampler
+
+
+def images_of(loader: DataLoader) -> int:
+    """How many images the loader's (map-style) dataset holds."""
+    dataset = loader.dataset
+    assert isinstance(dataset, Sized), dataset
+    return len(dataset)
 
 
 def eval_loader(dataset: Dataset, batch_size: int, workers: int, pin_memory: bool = False) -> DataLoader:

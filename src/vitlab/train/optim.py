@@ -167,7 +167,10 @@ def warmup_steps(spec: ScheduleSpec, steps_per_epoch: int) -> int:
 
 
 def total_steps(spec: ScheduleSpec, steps_per_epoch: int) -> int:
-    return spec.steps if spec.steps is not None else spec.epochs * steps_per_epoch
+    if spec.steps is not None:
+        return spec.steps
+    assert spec.epochs is not None  # TrainConfig checks that exactly one of them is set
+    return spec.epochs * steps_per_epoch
 
 
 def build_schedule(

@@ -14,9 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from vitlab.evaluate import Evaluation
+from vitlab.model import BiTResNet, VisionTransformer
 from vitlab.weights import save_pretrained
 
 from .plots import PLOT_FILE, plot_training_curve
@@ -60,7 +59,7 @@ def earlier_metrics(out: str | Path, step: int) -> list[dict[str, Any]]:
     return [row for row in read_metrics(Path(out) / METRICS_FILE) if row["step"] <= step] if step else []
 
 
-def write_model_folder(out: Path, model: torch.nn.Module, rows: Sequence[dict[str, Any]], best_step: int | None,
+def write_model_folder(out: Path, model: VisionTransformer | BiTResNet, rows: Sequence[dict[str, Any]], best_step: int | None,
                        facts: dict[str, Any], test: Evaluation | None, dev_images: int, title: str) -> dict[str, Any]:
     """Write the loadable model folder (config.json with the summary, model.safetensors), summary.json
     and the training-curve figure; the summary: the validation numbers of the last evaluation (of the

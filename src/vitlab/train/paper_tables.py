@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .config import Decay
+
 ANY_VIT = "ViT-*"  # Table 3's ImageNet row: every plain ViT
 
 
@@ -19,12 +21,12 @@ class PretrainRow:
     dataset: str
     epochs: tuple[int, ...]  # the first is the default
     lr: float
-    decay: str
+    decay: Decay
     weight_decay: float
     dropout: float
 
 
-def _rows(models: tuple[str, ...], dataset: str, epochs: tuple[int, ...], lr: float, decay: str = "linear",
+def _rows(models: tuple[str, ...], dataset: str, epochs: tuple[int, ...], lr: float, decay: Decay = "linear",
           weight_decay: float = 0.1, dropout: float = 0.0) -> PretrainRow:
     return PretrainRow(models, dataset, epochs, lr, decay, weight_decay, dropout)
 
@@ -74,7 +76,7 @@ TABLE_4: dict[str, FinetuneRow] = {
 # Table 4's caption: "All models are fine-tuned with cosine learning rate decay, a batch size of 512,
 # no weight decay, and grad clipping at global norm 1. If not mentioned otherwise, fine-tuning
 # resolution is 384."
-TABLE_4_DECAY = "cosine"
+TABLE_4_DECAY: Decay = "cosine"
 TABLE_4_BATCH_SIZE = 512
 TABLE_4_WEIGHT_DECAY = 0.0
 TABLE_4_GRAD_CLIP = 1.0

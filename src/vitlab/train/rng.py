@@ -53,7 +53,7 @@ def preserved_rng() -> Iterator[None]:
 
 def capture_rng() -> dict[str, Any]:
     """The state of every random generator of this process, as plain values and tensors."""
-    numpy_state = np.random.get_state(legacy=True)  # the default, spelled out: the stubs type a bare call as the dict form
+    numpy_state = np.random.get_state(legacy=True)  # the default; the stubs type a bare call as the dict form
     assert isinstance(numpy_state, tuple)
     keys, position, has_gauss, cached = numpy_state[1:]
     state: dict[str, Any] = {

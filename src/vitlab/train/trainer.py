@@ -24,14 +24,14 @@ from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from vitlab.data.transforms import batch_mixing
 from vitlab.evaluate import evaluate
-from vitlab.model import BiTConfig, ConfigError, ViTConfig, VisionTransformer
+from vitlab.model import BiTConfig, BiTResNet, ConfigError, ViTConfig, VisionTransformer
 
 from . import checkpoint as ckpt
 from . import default_callbacks, distributed, outputs
-from .build import build_loaders, build_model_and_data, check_run
+from .build import build_loaders, build_model_and_data, check_run, run_folder
 from .callbacks import Callback
 from .config import TrainConfig
-from .loader import shut_down_workers
+from .loader import epoch_sampler, images_of, shut_down_workers
 from .optim import build_optimizer, build_schedule, clip_gradients, total_steps
 from .outputs import RUN_FILE
 from .precision import resolve_device, resolve_precision
@@ -59,7 +59,7 @@ class Diverged(RuntimeError):
 class TrainResult:
     out: Path
     summary: dict[str, Any]
-    model: VisionTransformer
+    model: VisionTransformer | BiTResNet
 
 
 class Trainer:
@@ -67,11 +67,13 @@ class Trainer:
     any ViTConfig, hybrid or BiTConfig (the experiments build BiT ResNets and hybrids of chosen
     sizes); its class count and names come from the data."""
 
+    resumed_from: Path | None  # the checkpoint this session continues, if any
+
     def __init__(self, config: TrainConfig, callbacks: Sequence[Callback] = (),
                  architecture: ViTConfig | BiTConfig | None = None) -> None:
         self.config = check_run(config.validate(), architecture)
         self.architecture = architecture
-        self.out = Path(config.run.out)
+        self.out = run_folder(self.config)
         self.processes = distributed.from_environment()  # under torchrun, one of several
         # One run per folder, from before the resume checkpoint is read until fit() ends; process 0 holds it.
         self.lock = RunLock(self.out)
@@ -210,7 +212,7 @@ class Trainer:
         try:
             self._call("on_train_start")
             while self.step < self.total_steps:
-                self.train_loader.batch_sampler.sampler.set_epoch(self.epoch, self.batch_in_epoch * micro)
+                epoch_sampler(self.train_loader).set_epoch(self.epoch, self.batch_in_epoch * micro)
                 batches = iter(self.train_loader)
                 epoch_ended = False
                 while not epoch_ended and self.step < self.total_steps:
@@ -302,7 +304,7 @@ class Trainer:
         distributed.barrier(self.processes)
         return TrainResult(self.out, self.summary or {}, model)
 
-    def _write_model_folder(self, model: torch.nn.Module) -> dict[str, Any]:
+    def _write_model_folder(self, model: VisionTransformer | BiTResNet) -> dict[str, Any]:
         facts = dict(steps=self.step, epochs=round(self.step / self.steps_per_epoch, 4), train_images=self.train_images,
                      wall_time_s=round(self.wall_time_s, 2), recipe=self.config.recipe, data=self.config.data.source,
                      device=self.device.type, precision=self.precision.name, ema=self.ema is not None,
@@ -310,7 +312,7 @@ class Trainer:
         test = (evaluate(model, self.test_loader, device=self.device, autocast=self.precision.autocast)
                 if self.test_loader is not None else None)
         return outputs.write_model_folder(self.out, model, self.metrics, self.best.step if self.best is not None else None,
-                                          facts, test, len(self.val_loader.dataset),
+                                          facts, test, images_of(self.val_loader),
                                           title=f"{self.config.recipe} on {self.config.data.source}")
 
     # -- checkpoints -------------------------------------------------------------------------------
