@@ -276,10 +276,11 @@ class Trainer:
 
     def evaluate_and_log(self) -> dict[str, Any]:
         result = evaluate(self.eval_model, self.val_loader, device=self.device, autocast=self.precision.autocast)
-        row = {"step": self.step, "epoch": round(self.step / self.steps_per_epoch, 4),
-               "loss": self.loss_sum / max(self.loss_count, 1), "lr": self.lr,
-               "val_top1": result.top1, "val_top5": result.top5, "val_loss": result.loss,
-               "images_per_s": round(self.images_per_second, 2), "wall_time_s": round(self.wall_time_s, 2)}
+        row: dict[str, Any] = {
+            "step": self.step, "epoch": round(self.step / self.steps_per_epoch, 4),
+            "loss": self.loss_sum / max(self.loss_count, 1), "lr": self.lr,
+            "val_top1": result.top1, "val_top5": result.top5, "val_loss": result.loss,
+            "images_per_s": round(self.images_per_second, 2), "wall_time_s": round(self.wall_time_s, 2)}
         self.loss_sum, self.loss_count = 0.0, 0
         self.window_images, self.window_seconds = 0, 0.0
         if self.best is not None and self.best.update(self.step, row[self.best.metric], self.eval_model):
