@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import typing
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
 
@@ -72,3 +73,15 @@ def resolve_precision(name: str, device: torch.device) -> Precision:
     if name not in DTYPES:
         raise ConfigError(f"unknown precision {name!r}; choose one of {', '.join(PRECISIONS)}")
     return Precision(name, device)
+
+
+@contextlib.contextmanager
+def torch_threads(threads: int | None) -> Iterator[None]:
+    """Run a `with` block on `threads` intra-op threads (None: as set), restoring the count after."""
+    previous = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)

@@ -99,6 +99,15 @@ def build_model_and_data(config: TrainConfig, architecture: ViTConfig | BiTConfi
     return model.train(), splits, test_set
 
 
+def steps_per_epoch(config: TrainConfig, train_images: int) -> int:
+    """Optimiser steps in one pass over the training images (a last partial batch is dropped)."""
+    steps = train_images // config.data.batch_size
+    if steps == 0:
+        raise ConfigError(f"data.batch_size={config.data.batch_size} is larger than the {train_images} "
+                          f"training images of {config.data.source!r}; lower --batch-size")
+    return steps
+
+
 def build_loaders(config: TrainConfig, splits: DataSplits, test_set: Dataset | None,
                   pin_memory: bool, processes: Processes) -> tuple[DataLoader, DataLoader, DataLoader | None]:
     """The training loader (micro-batches in the resumable order), the validation and the test loader."""

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from .config import OptimSpec, ScheduleSpec
 from .distributed import full_tensor
@@ -188,3 +189,10 @@ def build_schedule(
         end_ratio=spec.end_lr_ratio,
     )
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def build_ema(model: nn.Module, decay: float | None) -> AveragedModel | None:
+    """The exponential moving average of the weights (optim.ema_decay), buffers included; None when off."""
+    if not decay:
+        return None
+    return AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(decay), use_buffers=True)

@@ -10,15 +10,20 @@ from __future__ import annotations
 import csv
 import json
 import logging
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from vitlab.evaluate import Evaluation
+import torch
+from torch.utils.data import DataLoader
+
+from vitlab.evaluate import evaluate
 from vitlab.model import BiTResNet, VisionTransformer
+from vitlab.model.runtime import Precision
 from vitlab.weights import save_pretrained
 
+from .config import TrainConfig
 from .plots import PLOT_FILE, plot_training_curve
+from .selection import BestWeights
 
 log = logging.getLogger("vitlab")
 
@@ -59,20 +64,52 @@ def earlier_metrics(out: str | Path, step: int) -> list[dict[str, Any]]:
     return [row for row in read_metrics(Path(out) / METRICS_FILE) if row["step"] <= step] if step else []
 
 
-def write_model_folder(out: Path, model: VisionTransformer | BiTResNet, rows: Sequence[dict[str, Any]], best_step: int | None,
-                       facts: dict[str, Any], test: Evaluation | None, dev_images: int, title: str) -> dict[str, Any]:
+class FinishedRun(Protocol):
+    """What the model folder and summary are written from (the Trainer, at the end of fit)."""
+
+    out: Path
+    config: TrainConfig
+    step: int
+    steps_per_epoch: int
+    train_images: int
+    metrics: list[dict[str, Any]]
+    best: BestWeights | None
+    ema: Any
+    bad_steps: int
+    device: torch.device
+    precision: Precision
+    val_images: int
+    test_loader: DataLoader | None
+
+    @property
+    def wall_time_s(self) -> float: ...
+
+
+def run_facts(run: FinishedRun) -> dict[str, Any]:
+    """How the run went: what summary.json holds beside the validation and test numbers."""
+    return dict(steps=run.step, epochs=round(run.step / run.steps_per_epoch, 4), train_images=run.train_images,
+                wall_time_s=round(run.wall_time_s, 2), recipe=run.config.recipe, data=run.config.data.source,
+                device=run.device.type, precision=run.precision.name, ema=run.ema is not None,
+                skipped_steps=run.bad_steps)
+
+
+def write_model_folder(run: FinishedRun, model: VisionTransformer | BiTResNet) -> dict[str, Any]:
     """Write the loadable model folder (config.json with the summary, model.safetensors), summary.json
     and the training-curve figure; the summary: the validation numbers of the last evaluation (of the
-    kept best weights, with run.keep_best), the run's `facts`, and the test split's numbers if any."""
+    kept best weights, with run.keep_best), the run's facts, and the test split's numbers if any."""
+    out, rows, best_step = run.out, run.metrics, run.best.step if run.best is not None else None
     final = rows[-1] if best_step is None else next(row for row in rows if row["step"] == best_step)
-    summary = {"val_top1": final["val_top1"], "val_top5": final["val_top5"], "val_loss": final["val_loss"], **facts}
+    summary = {"val_top1": final["val_top1"], "val_top5": final["val_top5"], "val_loss": final["val_loss"],
+               **run_facts(run)}
     if best_step is not None:
         summary["best_step"] = best_step
-    if test is not None:
+    if run.test_loader is not None:
+        test = evaluate(model, run.test_loader, device=run.device, autocast=run.precision.autocast)
         summary.update(test_top1=test.top1, test_top5=test.top5, test_loss=test.loss, test_images=test.count,
-                       dev_images=dev_images)
+                       dev_images=run.val_images)
         log.info("test top-1 %.4f, top-5 %.4f (%d images)", test.top1, test.top5, test.count)
     save_pretrained(model, out, training=summary)
     (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
+    title = f"{run.config.recipe} on {run.config.data.source}"
     plot_training_curve(rows, out / PLOT_FILE, title=title, step_rows=read_step_rows(out))
     return summary

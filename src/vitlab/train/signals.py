@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -30,3 +31,13 @@ def install_stop_handlers(request_stop: Callable[[str], None]) -> dict[int, Any]
 def restore_handlers(previous: dict[int, Any]) -> None:
     for sig, handler in previous.items():
         signal.signal(sig, handler)
+
+
+@contextmanager
+def stop_requests(request_stop: Callable[[str], None]) -> Iterator[None]:
+    """install_stop_handlers for the length of a `with` block."""
+    previous = install_stop_handlers(request_stop)
+    try:
+        yield
+    finally:
+        restore_handlers(previous)

@@ -14,52 +14,33 @@ import logging
 import math
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from vitlab.data.transforms import batch_mixing
 from vitlab.evaluate import evaluate
-from vitlab.model import BiTConfig, BiTResNet, ConfigError, ViTConfig, VisionTransformer
+from vitlab.model import BiTConfig, ViTConfig
+from vitlab.model.runtime import resolve_device, resolve_precision, torch_threads
 
 from . import checkpoint as ckpt
 from . import default_callbacks, distributed, outputs
-from .build import build_loaders, build_model_and_data, check_run, run_folder
+from .build import build_loaders, build_model_and_data, check_run, run_folder, steps_per_epoch
+from .cadence import checkpoint_due, evaluation_due
 from .callbacks import Callback
 from .config import TrainConfig
-from .loader import epoch_sampler, images_of, shut_down_workers
-from .optim import build_optimizer, build_schedule, clip_gradients, total_steps
+from .loader import epoch_sampler, shut_down_workers
+from .optim import build_ema, build_optimizer, build_schedule, clip_gradients, total_steps
+from .outcomes import Diverged, Interrupted, TrainResult
 from .outputs import RUN_FILE
-from .precision import resolve_device, resolve_precision
 from .rng import seed_everything
 from .runlock import RunLock
 from .selection import BestWeights
-from .signals import install_stop_handlers, restore_handlers
+from .signals import stop_requests
 
 log = logging.getLogger("vitlab")
-
-
-class Interrupted(Exception):
-    """SIGINT or SIGTERM stopped the run after a checkpoint was written."""
-
-    def __init__(self, signal_name: str, step: int, checkpoint: Path | None) -> None:
-        super().__init__(f"{signal_name} at step {step}; checkpoint {checkpoint}")
-        self.signal_name, self.step, self.checkpoint = signal_name, step, checkpoint
-
-
-class Diverged(RuntimeError):
-    """run.max_bad_steps optimiser steps in a row had a non-finite loss or gradient."""
-
-
-@dataclass
-class TrainResult:
-    out: Path
-    summary: dict[str, Any]
-    model: VisionTransformer | BiTResNet
 
 
 class Trainer:
@@ -101,11 +82,8 @@ class Trainer:
         self.precision = resolve_precision(config.run.precision, self.device)
 
         self.model, splits, self.test_set = build_model_and_data(config, self.architecture)
-        self.class_names, self.train_images = splits.class_names, len(splits.train)
-        self.steps_per_epoch = len(splits.train) // config.data.batch_size
-        if self.steps_per_epoch == 0:
-            raise ConfigError(f"data.batch_size={config.data.batch_size} is larger than the {len(splits.train)} "
-                              f"training images of {config.data.source!r}; lower --batch-size")
+        self.class_names, self.train_images, self.val_images = splits.class_names, len(splits.train), len(splits.val)
+        self.steps_per_epoch = steps_per_epoch(config, len(splits.train))
         self.total_steps = total_steps(config.schedule, self.steps_per_epoch)
         # With a development split (data.dev_fraction), the source's validation split is the test split.
         self.train_loader, self.val_loader, self.test_loader = build_loaders(
@@ -120,8 +98,7 @@ class Trainer:
         self.optimizer = build_optimizer(self.model, config.optim)
         self.scheduler = build_schedule(self.optimizer, config.schedule, self.steps_per_epoch)
         self.scaler = self.precision.grad_scaler()
-        self.ema = (AveragedModel(self.model, multi_avg_fn=get_ema_multi_avg_fn(config.optim.ema_decay),
-                                  use_buffers=True) if config.optim.ema_decay else None)
+        self.ema = build_ema(self.model, config.optim.ema_decay)
 
         # Progress: optimiser steps done, and the position in the data order.
         self.step, self.epoch = 0, 0
@@ -195,71 +172,60 @@ class Trainer:
             last = ckpt.latest_checkpoint(self.out)
             raise Diverged(f"step {step}: non-finite {what}, {self.bad_steps_in_row} steps in a row "
                            f"(run.max_bad_steps={limit}); stopped. Last good checkpoint: {last or 'none yet'}")
-        log.warning("step %d: non-finite %s; step skipped (%d in a row, %d in all; %d in a row stop the run)",
-                    step, what, self.bad_steps_in_row, self.bad_steps, limit)
+        counts = (self.bad_steps_in_row, self.bad_steps, limit)
+        log.warning("step %d: non-finite %s; step skipped (%d in a row, %d in all; %d in a row stop the run)", step, what, *counts)
 
     # -- the loop ----------------------------------------------------------------------------------
     def fit(self) -> TrainResult:
         self.out.mkdir(parents=True, exist_ok=True)
         (self.out / RUN_FILE).write_text(self.config.to_yaml())
-        self.session_start = last_checkpoint_time = time.perf_counter()
-        accum, micro = self.config.optim.grad_accum, self.config.micro_batch_size
-        previous_handlers = install_stop_handlers(self._request_stop)
-        previous_threads = torch.get_num_threads()
-        if self.config.run.threads is not None:
-            torch.set_num_threads(self.config.run.threads)
+        self.session_start = self.last_checkpoint_time = time.perf_counter()
         self.summary = None
         try:
-            self._call("on_train_start")
-            while self.step < self.total_steps:
-                epoch_sampler(self.train_loader).set_epoch(self.epoch, self.batch_in_epoch * micro)
-                batches = iter(self.train_loader)
-                epoch_ended = False
-                while not epoch_ended and self.step < self.total_steps:
-                    started = time.perf_counter()
-                    loss = self.train_step([next(batches) for _ in range(accum)])
-                    self.window_seconds += time.perf_counter() - started
-                    self.window_images += accum * micro
-                    self.step += 1
-                    self.batch_in_epoch += accum
-                    if self.batch_in_epoch >= self.steps_per_epoch * accum:
-                        self.epoch, self.batch_in_epoch, epoch_ended = self.epoch + 1, 0, True
-                    if not self.bad_steps_in_row:
-                        self.loss_sum, self.loss_count = self.loss_sum + loss, self.loss_count + 1
-                    self._call("on_step_end", loss)
-                    # Processes stop, and write sharded checkpoints, together.
-                    if distributed.any_process(self.stop_signal is not None, self.processes):
-                        self.stop_signal = self.stop_signal or "SIGTERM"  # it reached another process first
-
-                    evaluated = self._evaluation_due(epoch_ended)
-                    if evaluated:
-                        self.evaluate_and_log()
-                    if distributed.any_process(self._checkpoint_due(evaluated, last_checkpoint_time), self.processes):
-                        self.save_checkpoint()
-                        last_checkpoint_time = time.perf_counter()
-                    if self.stop_signal:
-                        raise Interrupted(self.stop_signal, self.step, ckpt.latest_checkpoint(self.out))
-            return self._finish()
+            with stop_requests(self._request_stop), torch_threads(self.config.run.threads):
+                self._call("on_train_start")
+                while self.step < self.total_steps:
+                    self.train_epoch()
+                return self._finish()
         finally:
-            torch.set_num_threads(previous_threads)
-            restore_handlers(previous_handlers)
             self._call("on_train_end", self.summary)
             distributed.stop(self.processes)
             self.close()  # the workers end with the run, however it ends
 
-    def _checkpoint_due(self, evaluated: bool, last_checkpoint_time: float) -> bool:
-        """At every evaluation, every run.ckpt_every_steps / _minutes and on a stop signal; never while
-        steps are being skipped as non-finite, so that the last good checkpoint survives --keep-ckpts."""
-        if self.bad_steps_in_row:
-            return False
-        every, minutes = self.config.run.ckpt_every_steps, self.config.run.ckpt_every_minutes
-        return bool(evaluated or self.stop_signal or (every and self.step % every == 0)
-                    or (minutes and time.perf_counter() - last_checkpoint_time >= 60 * minutes))
+    def train_epoch(self) -> None:
+        """Steps to the end of the current epoch (from where a resumed run stopped) or of the run, each
+        followed by its evaluation, checkpoint and stop request when due."""
+        accum, micro = self.config.optim.grad_accum, self.config.micro_batch_size
+        epoch_sampler(self.train_loader).set_epoch(self.epoch, self.batch_in_epoch * micro)
+        batches = iter(self.train_loader)
+        epoch_ended = False
+        while not epoch_ended and self.step < self.total_steps:
+            started = time.perf_counter()
+            loss = self.train_step([next(batches) for _ in range(accum)])
+            self.window_seconds += time.perf_counter() - started
+            self.window_images += accum * micro
+            self.step += 1
+            self.batch_in_epoch += accum
+            if self.batch_in_epoch >= self.steps_per_epoch * accum:
+                self.epoch, self.batch_in_epoch, epoch_ended = self.epoch + 1, 0, True
+            if not self.bad_steps_in_row:
+                self.loss_sum, self.loss_count = self.loss_sum + loss, self.loss_count + 1
+            self._call("on_step_end", loss)
+            # Processes stop, and write sharded checkpoints, together.
+            if distributed.any_process(self.stop_signal is not None, self.processes):
+                self.stop_signal = self.stop_signal or "SIGTERM"  # it reached another process first
 
-    def _evaluation_due(self, epoch_ended: bool) -> bool:
-        every = self.config.run.eval_every
-        return (self.step == self.total_steps or (every is not None and self.step % every == 0)
-                or (every is None and epoch_ended))
+            evaluated = evaluation_due(self.config.run, self.step, self.total_steps, epoch_ended)
+            if evaluated:
+                self.evaluate_and_log()
+            since = time.perf_counter() - self.last_checkpoint_time
+            due = checkpoint_due(self.config.run, self.step, evaluated=evaluated, stopping=bool(self.stop_signal),
+                                 seconds_since=since, skipping=bool(self.bad_steps_in_row))
+            if distributed.any_process(due, self.processes):
+                self.save_checkpoint()
+                self.last_checkpoint_time = time.perf_counter()
+            if self.stop_signal:
+                raise Interrupted(self.stop_signal, self.step, ckpt.latest_checkpoint(self.out))
 
     @property
     def lr(self) -> float:
@@ -276,11 +242,10 @@ class Trainer:
 
     def evaluate_and_log(self) -> dict[str, Any]:
         result = evaluate(self.eval_model, self.val_loader, device=self.device, autocast=self.precision.autocast)
-        row: dict[str, Any] = {
-            "step": self.step, "epoch": round(self.step / self.steps_per_epoch, 4),
-            "loss": self.loss_sum / max(self.loss_count, 1), "lr": self.lr,
-            "val_top1": result.top1, "val_top5": result.top5, "val_loss": result.loss,
-            "images_per_s": round(self.images_per_second, 2), "wall_time_s": round(self.wall_time_s, 2)}
+        row: dict[str, Any] = {"step": self.step, "epoch": round(self.step / self.steps_per_epoch, 4)}
+        row.update(loss=self.loss_sum / max(self.loss_count, 1), lr=self.lr)
+        row.update(val_top1=result.top1, val_top5=result.top5, val_loss=result.loss)
+        row.update(images_per_s=round(self.images_per_second, 2), wall_time_s=round(self.wall_time_s, 2))
         self.loss_sum, self.loss_count = 0.0, 0
         self.window_images, self.window_seconds = 0, 0.0
         if self.best is not None and self.best.update(self.step, row[self.best.metric], self.eval_model):
@@ -301,20 +266,9 @@ class Trainer:
             self.best.restore(self.eval_model)
         model = distributed.whole_model(self.eval_model, self.processes, self.sharded)
         if self.processes.is_main:  # process 0 writes the model folder; the others wait for it
-            self.summary = self._write_model_folder(model)
+            self.summary = outputs.write_model_folder(self, model)
         distributed.barrier(self.processes)
         return TrainResult(self.out, self.summary or {}, model)
-
-    def _write_model_folder(self, model: VisionTransformer | BiTResNet) -> dict[str, Any]:
-        facts = dict(steps=self.step, epochs=round(self.step / self.steps_per_epoch, 4), train_images=self.train_images,
-                     wall_time_s=round(self.wall_time_s, 2), recipe=self.config.recipe, data=self.config.data.source,
-                     device=self.device.type, precision=self.precision.name, ema=self.ema is not None,
-                     skipped_steps=self.bad_steps)
-        test = (evaluate(model, self.test_loader, device=self.device, autocast=self.precision.autocast)
-                if self.test_loader is not None else None)
-        return outputs.write_model_folder(self.out, model, self.metrics, self.best.step if self.best is not None else None,
-                                          facts, test, images_of(self.val_loader),
-                                          title=f"{self.config.recipe} on {self.config.data.source}")
 
     # -- checkpoints -------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -327,8 +281,9 @@ class Trainer:
         ckpt.restore_run_state(self, state)
 
     def save_checkpoint(self) -> Path | None:
-        path = distributed.save_checkpoint(self.out, self.step, self.state_dict(), self.model, self.optimizer,
-                                           self.config.run.keep_ckpts, self.processes, self.sharded)
+        keep = self.config.run.keep_ckpts
+        path = distributed.save_checkpoint(self.out, self.step, self.state_dict(), self.model, self.optimizer, keep,
+                                           self.processes, self.sharded)
         if path is not None:
             self._call("on_checkpoint", path)
         return path
@@ -336,8 +291,8 @@ class Trainer:
     # -- signals and callbacks ---------------------------------------------------------------------
     def _request_stop(self, signal_name: str) -> None:
         self.stop_signal = signal_name
-        log.warning("%s: finishing step %d, writing a checkpoint, then stopping (again to stop at once)",
-                    signal_name, self.step + 1)
+        then = "writing a checkpoint, then stopping (again to stop at once)"
+        log.warning("%s: finishing step %d, %s", signal_name, self.step + 1, then)
 
     def _call(self, hook: str, *args: Any) -> None:
         for callback in self.callbacks:
