@@ -26,7 +26,8 @@ def op_counts(path) -> collections.Counter:
 
 
 def test_export_quantize_int8_writes_matmulinteger_graph_within_tolerance(tmp_path, capsys):
-    model = randomise_(vitlab.create_model(vitlab.ViTConfig(image_size=(32, 32), **SMALL, class_names=list("abcde"))))
+    model = vitlab.VisionTransformer(vitlab.ViTConfig(image_size=(32, 32), **SMALL, class_names=list("abcde")))
+    randomise_(model)
     vitlab.save_pretrained(model, tmp_path / "ckpt")
     code = main(
         [
@@ -74,7 +75,8 @@ def test_zero_head_is_checked_on_a_random_head(tmp_path):
 
 @pytest.mark.fault("export", kinds=3)
 def test_bad_quantize_values_are_one_line(tmp_path, capsys):
-    model = randomise_(vitlab.create_model(vitlab.ViTConfig(image_size=(32, 32), **SMALL)))
+    model = vitlab.VisionTransformer(vitlab.ViTConfig(image_size=(32, 32), **SMALL))
+    randomise_(model)
     vitlab.save_pretrained(model, tmp_path / "ckpt")
     base = ["export", "--ckpt", str(tmp_path / "ckpt"), "--out", str(tmp_path / "m")]
     with pytest.raises(SystemExit) as exit_info:
