@@ -12,13 +12,14 @@ from helpers import randomise_
 from vitlab.bench import BenchConfig, Case, CaseSpec, Mode, markdown, run_bench, write
 from vitlab.bench.flops import model_flops
 from vitlab.bench.gpu import main as gpu_main
-from vitlab.bench.implementations import IMPLEMENTATIONS, build
+from vitlab.bench.implementations import IMPLEMENTATIONS, ONNXRUNTIME, build
 from vitlab.bench.machine import gemm_peak
 from vitlab.bench.memory import step_peak_bytes
 from vitlab.bench.timing import interleaved
 from vitlab.cli import main as cli_main
 
 CPU = torch.device("cpu")
+TORCH_IMPLEMENTATIONS = [name for name in IMPLEMENTATIONS if name not in ONNXRUNTIME]  # onnxruntime: fp32 only
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +41,7 @@ def test_every_peer_builds_the_same_size_and_outputs_logits():
     config = vitlab.config_for("mu/8", image_size=32, num_classes=5)
     counts = {}
     images = torch.randn(2, 3, 32, 32)
-    for name in IMPLEMENTATIONS:
+    for name in TORCH_IMPLEMENTATIONS:
         model = build(name, config).eval()
         counts[name] = sum(p.numel() for p in model.parameters())
         randomise_(model)  # vitlab's and torchvision's heads start at zero: logits all 0 whatever the input
@@ -54,7 +55,7 @@ def test_every_peer_builds_the_same_size_and_outputs_logits():
 
 def test_tiny_run_reports_every_implementation_with_sane_fields(tiny_results):
     infer, train = tiny_results["cases"]
-    assert [row["implementation"] for row in infer["rows"]] == list(IMPLEMENTATIONS)
+    assert [row["implementation"] for row in infer["rows"]] == TORCH_IMPLEMENTATIONS
     assert [row["implementation"] for row in train["rows"]] == ["vitlab", "timm"]
     for case in (infer, train):
         for row in case["rows"]:
@@ -81,8 +82,31 @@ def test_results_are_written_as_json_and_markdown(tiny_results, tmp_path):
     table = md_path.read_text()
     assert table == markdown(tiny_results)
     assert "| mu/8 @32 | infer | bf16 | 2 |" in table
-    for name in IMPLEMENTATIONS:
+    for name in TORCH_IMPLEMENTATIONS:
         assert f"| {name} |" in table
+
+
+def test_onnxruntime_fp32_and_int8_run_beside_vitlab():
+    config = BenchConfig(
+        cases=[CaseSpec(Case("mu/8", 32, 2, "fp32", "infer"), ("vitlab", "timm", *ONNXRUNTIME), ("eager",))],
+        rounds=2,
+        warmup=1,
+        min_sample_s=0.01,
+        gemm_sizes=(128,),
+    )
+    results = run_bench(config)
+    (case,) = results["cases"]
+    rows = {row["implementation"]: row for row in case["rows"]}
+    assert list(rows) == ["vitlab", "timm", *ONNXRUNTIME]
+    for name in ONNXRUNTIME:
+        assert set(rows[name]["modes"]) == {"eager"} and rows[name]["images_per_s"] > 0
+        assert rows[name]["peak_memory_mib"] is None  # onnxruntime's memory is outside PyTorch's allocator
+    assert rows["vitlab"]["peak_memory_mib"] > 0
+    assert case["best_peer"] != "onnxruntime-int8"  # other numerics: shown, never the best peer
+    table = markdown(results)
+    assert "| mu/8 @32 | infer | fp32 | onnxruntime-int8 | eager |" in table
+    assert f"CPU capability {torch.backends.cpu.get_cpu_capability()}" in table
+    assert not Mode.parse("eager").applies_to(Case("mu/8", 32, 2, "bf16", "infer"), "onnxruntime")
 
 
 def test_interleaved_rounds_rotate_the_order():

@@ -3,7 +3,8 @@
 For each case every implementation is built at the same size, run in each of its modes (warm-up
 first, which is also where torch.compile compiles), then all contenders are timed in interleaved
 rounds. Each implementation is reported in its best mode (highest median images/s), with the peak
-memory of one step in that mode and its model FLOPs utilisation against this machine's GEMM peak.
+memory of one step in that mode and its model FLOPs utilisation against this machine's GEMM peak
+(onnxruntime's memory is its own, outside PyTorch's allocator: not measured).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import torch
 from vitlab.model import config_for
 
 from .flops import model_flops
-from .implementations import IMPLEMENTATIONS, build
+from .implementations import IMPLEMENTATIONS, ONNXRUNTIME, OTHER_NUMERICS, build
 from .machine import describe, gemm_peak, load_average
 from .memory import step_peak_bytes
 from .steps import DTYPES, Case, Mode, make_step
@@ -117,7 +118,7 @@ class CaseResult:
 
     @property
     def best_peer(self) -> Row | None:
-        peers = [row for row in self.rows if row.implementation != "vitlab"]
+        peers = [row for row in self.rows if row.implementation not in ("vitlab", *OTHER_NUMERICS)]
         return max(peers, key=lambda row: row.images_per_s) if peers else None
 
     def ratio(self, peer: str | None = None) -> float | None:
@@ -190,7 +191,7 @@ def run_case(spec: CaseSpec, config: BenchConfig, device: torch.device, peak: di
             continue
         best = max(tried, key=lambda mode: tried[mode])
         memory = None
-        if config.memory:
+        if config.memory and implementation not in ONNXRUNTIME:
             memory = step_peak_bytes(steps[f"{implementation} {best}"], device) / 2**20
         rows.append(Row(implementation, best, tried[best], tried, memory, flops * tried[best] / peak[case.dtype]))
     result = CaseResult(case, flops, rows, list(contenders.values()), load_average())

@@ -3,11 +3,18 @@
 Every builder takes a vitlab ViTConfig (sizes, resolution, classes) and returns a module that maps
 images (B, C, H, W) to logits (B, classes), with freshly initialised weights: throughput does not
 depend on the values, and nothing is downloaded.
+
+The onnxruntime contenders are vitlab's model exported to ONNX (vitlab.export), float32 or with its
+linear layers quantized to int8, run on the CPU with torch's intra-op thread count: fp32 inference
+only, in one mode ("eager": the session as onnxruntime optimises it). int8 computes other numbers,
+so it is shown beside the others but never taken as the best peer.
 """
 
 from __future__ import annotations
 
+import tempfile
 from functools import partial
+from pathlib import Path
 from typing import Callable
 
 import torch
@@ -90,12 +97,29 @@ def build_torchvision(config: ViTConfig) -> nn.Module:
     )
 
 
+def build_onnxruntime(config: ViTConfig, quantization: str | None = None) -> nn.Module:
+    from vitlab.export import OnnxModel, export_onnx, quantize_onnx
+
+    model = VisionTransformer(config).eval()
+    with tempfile.TemporaryDirectory() as folder:  # the session holds the graph once it is built
+        path = Path(folder) / "model.onnx"
+        export_onnx(model, path)
+        if quantization is not None:
+            path, _ = quantize_onnx(model, path, quantization)
+        return OnnxModel(path, threads=torch.get_num_threads())
+
+
+ONNXRUNTIME = ("onnxruntime", "onnxruntime-int8")  # not PyTorch modules: fp32 inference, eager mode, CPU only
+OTHER_NUMERICS = ("onnxruntime-int8",)  # shown, never the best peer of a case
+
 IMPLEMENTATIONS: dict[str, Callable[[ViTConfig], nn.Module]] = {
     "vitlab": build_vitlab,
     "timm": build_timm,
     "hf-eager": partial(build_transformers, attn_implementation="eager"),
     "hf-sdpa": partial(build_transformers, attn_implementation="sdpa"),
     "torchvision": build_torchvision,
+    "onnxruntime": build_onnxruntime,
+    "onnxruntime-int8": partial(build_onnxruntime, quantization="int8"),
 }
 
 

@@ -38,6 +38,7 @@ def describe(device: torch.device) -> dict:
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "torch": torch.__version__,
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),  # AVX2, AVX512, ...: the CPU kernels used
         "python": platform.python_version(),
         "load_average": load_average(),
     }

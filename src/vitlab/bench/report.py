@@ -19,7 +19,8 @@ def markdown(results: dict) -> str:
     machine = results["machine"]
     where = machine.get("gpu") or f"{machine['cpu']}, {machine['cpu_count']} cores"
     lines = [
-        f"Machine: {where}, torch {machine['torch']}, {machine['torch_threads']} threads; "
+        f"Machine: {where}, CPU capability {machine.get('cpu_capability', 'not recorded')}, torch {machine['torch']}, "
+        f"{machine['torch_threads']} threads; "
         f"GEMM peak fp32 {peak['fp32'] / 1e9:,.0f} GFLOP/s, bf16 {peak['bf16'] / 1e9:,.0f} GFLOP/s; "
         f"load average at start {machine['load_average']}.",
         "",
@@ -39,7 +40,9 @@ def markdown(results: dict) -> str:
     lines += [
         "",
         "Every implementation in its best mode (fastest median over the interleaved rounds); MFU against the GEMM peak "
-        "of the same dtype; peak memory is the most tensor memory alive during one step above that alive before it.",
+        "of the same dtype; peak memory is the most tensor memory alive during one step above that alive before it "
+        "(not measured for onnxruntime, whose memory is its own). onnxruntime-int8 is never the best peer: "
+        "its numbers differ from fp32's.",
         "",
         "| model | task | dtype | implementation | best mode | images/s | MFU | peak memory MiB "
         "| all modes (images/s) |",

@@ -5,6 +5,7 @@ implementation runs it:
 - eager or compiled (torch.compile with default settings);
 - for bf16 inference, either autocast over fp32 weights or the weights cast to bf16 ("bf16w");
 - "fast": vitlab's own inference path, vitlab.optimize_for_inference.
+onnxruntime (fp32 and int8, implementations.py) runs fp32 inference on the CPU in "eager" mode only.
 Training is always bf16 autocast over fp32 weights (mixed precision) or plain fp32: forward,
 cross-entropy, backward, AdamW step.
 """
@@ -17,6 +18,8 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from .implementations import ONNXRUNTIME
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 TASKS = ("infer", "train")
@@ -71,6 +74,8 @@ class Mode:
         """Whether this mode runs `case` for `implementation`, among the `modes` tried."""
         if self.fast:
             return implementation == "vitlab" and case.task == "infer"
+        if implementation in ONNXRUNTIME:  # float32 input, no torch.compile or bf16 weights to try
+            return case.task == "infer" and case.dtype == "fp32" and not self.compiled and not self.bf16_weights
         if self.bf16_weights and not (case.task == "infer" and case.dtype == "bf16"):
             return False
         # vitlab's compiled inference is its fast path (compiled, frozen), when that is tried.
@@ -123,6 +128,10 @@ def make_step(
     model: nn.Module, case: Case, mode: Mode, device: torch.device, num_classes: int
 ) -> Callable[[], torch.Tensor]:
     """A callable that runs one step of `case` on `model` (moved to `device`) in `mode`."""
+    from vitlab.export import OnnxModel
+
+    if isinstance(model, OnnxModel) and device.type != "cpu":
+        raise ValueError(f"onnxruntime runs on the CPU here, not {device}")
     model.to(device)
     generator = torch.Generator().manual_seed(0)
     images = torch.randn(case.batch, 3, case.image_size, case.image_size, generator=generator).to(device)

@@ -81,6 +81,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="val (default: the source's validation split), dev (the run's data.dev_fraction split "
                              "of the training images), train (what the run trained on), or all of them")
     parser.add_argument("--image-size", type=int, help="evaluate at this resolution (E_pos resampled)")
+    from vitlab.export.runtime import RUNTIMES
+
+    parser.add_argument("--runtime", choices=RUNTIMES, default="torch",
+                        help="onnx: --ckpt is a file from `vitlab export --format onnx` (fp32 or --quantize int8), "
+                             "run by onnxruntime on the CPU; compare both files' top-1 for int8's accuracy cost")
     parser.add_argument("--batch-size", type=int, metavar="N", help="default: the run's evaluation batch, else 64")
     add_runtime_arguments(parser, default=None, device_help="default: the run's, else auto",
                           precision_help="default: the run's, else auto")
@@ -154,13 +159,21 @@ def run_eval(args: argparse.Namespace) -> int:
     settings = resolve_settings(args, run, run_file)
     if args.split == "dev" and not settings.dev_fraction:
         raise UserError(f"--split dev: {args.ckpt} was not trained with a dev split (data.dev_fraction)")
-    device = resolve_device(settings.device)
+    if args.runtime == "onnx" and (args.image_size or settings.device not in ("auto", "cpu")):
+        raise UserError(f"--runtime onnx runs {args.ckpt} at its exported size on the CPU: drop --image-size and "
+                        f"--device {settings.device}")
+    device = resolve_device("cpu" if args.runtime == "onnx" else settings.device)
     precision = resolve_precision(settings.precision, device)
     out = Path(args.out) if args.out else (Path(args.ckpt) / EVAL_FILE if Path(args.ckpt).is_dir() else None)
     if out is not None:
         writable_file(out)  # one line now, not a traceback after the evaluation
     overrides = {"image_size": args.image_size} if args.image_size else {}
-    model = load_checkpoint(args, **overrides)
+    if args.runtime == "onnx":
+        from vitlab.export import OnnxModel
+
+        model = OnnxModel(args.ckpt)
+    else:
+        model = load_checkpoint(args, **overrides)
     real = read_real_labels(args.real_labels, model.config.num_classes) if args.real_labels else None
     check_memory(model.config, settings.batch_size, limit=memory_limit(args), source=str(args.ckpt))
     model = model.to(device).eval()
@@ -210,6 +223,7 @@ def run_eval(args: argparse.Namespace) -> int:
         "ckpt": str(args.ckpt),
         "data": settings.data,
         "split": args.split,
+        "runtime": args.runtime,
         "image_size": list(model.config.image_size),
         "metrics": {**result.to_dict(), "ece": details.pop("ece")},
         **details,

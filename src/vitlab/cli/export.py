@@ -14,7 +14,7 @@ EXAMPLES = (  # the end of --help
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from vitlab.export import FORMATS
+    from vitlab.export import FORMATS, INT8_TOLERANCE, QUANTIZATIONS
     from vitlab.export.validate import FP32_TOLERANCE
 
     parser = subparsers.add_parser(
@@ -38,6 +38,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--image-size", type=int, help="export at this resolution (E_pos resampled)")
     parser.add_argument("--tolerance", type=float, default=FP32_TOLERANCE, help="max |logit difference| accepted")
     parser.add_argument(
+        "--quantize", choices=QUANTIZATIONS,
+        help="onnx only: also write OUT's int8 copy (vit.onnx -> vit.int8.onnx, onnxruntime's dynamic quantization "
+        f"of the linear layers), checked within {INT8_TOLERANCE:g} x the largest PyTorch logit",
+    )
+    parser.add_argument(
         "--speed", type=int, metavar="BATCH", help="onnx only: also time PyTorch and onnxruntime on CPU at this batch"
     )
     parser.add_argument("--threads", type=int, help="with --speed: intra-op threads of both runtimes (default: torch's)")
@@ -53,6 +58,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--batch-size must be at least 1, got {args.batch_size}")
     if args.speed is not None and (args.format != "onnx" or args.speed < 1):
         raise ValueError("--speed BATCH needs --format onnx and a batch of at least 1")
+    if args.quantize is not None and args.format != "onnx":
+        raise ValueError(f"--quantize {args.quantize} needs --format onnx, got --format {args.format}")
     overrides = {"image_size": args.image_size} if args.image_size else {}
     model = load_checkpoint(args, **overrides)
     try:
@@ -62,6 +69,14 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--format {args.format} needs the {error.name} package: pip install 'vitlab[export]'") from None
     height, width = model.config.image_size
     print(f"wrote {path} ({args.format}, input {height}x{width}); {check}")
+    if args.quantize is not None:
+        from vitlab.export import export_quantized
+
+        try:
+            quantized, int8_check = export_quantized(model, path, args.quantize, plan)
+        except ModuleNotFoundError as error:
+            raise UserError(f"--quantize needs the {error.name} package: pip install 'vitlab[export]'") from None
+        print(f"wrote {quantized} (onnx {args.quantize}, input {height}x{width}); {int8_check}")
     if args.speed is not None:
         import torch
 

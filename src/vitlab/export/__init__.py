@@ -17,6 +17,7 @@ from .metadata import config_from_metadata, metadata_strings
 from .onnx import export_onnx
 from .peers import Unchecked, check_peer_folder
 from .program import export_program, read_program_config
+from .quantize import INT8_TOLERANCE, QUANTIZATIONS, export_quantized, quantize_onnx, quantized_path
 from .runtime import RUNTIMES, OnnxModel, open_model
 from .validate import (
     FP32_TOLERANCE, ExportMismatchError, TracePlan, Validation, compare, has_zero_head, with_random_head,
@@ -72,7 +73,9 @@ def _export_and_check(model: VisionTransformer | BiTResNet, format: str, path: s
 __all__ = [
     "ExportMismatchError",
     "FORMATS",
+    "INT8_TOLERANCE",
     "OnnxModel",
+    "QUANTIZATIONS",
     "RUNTIMES",
     "TracePlan",
     "Unchecked",
@@ -82,7 +85,10 @@ __all__ = [
     "export_model",
     "export_onnx",
     "export_program",
+    "export_quantized",
     "metadata_strings",
     "open_model",
+    "quantize_onnx",
+    "quantized_path",
     "read_program_config",
 ]

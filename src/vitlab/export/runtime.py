@@ -8,7 +8,7 @@ give the same output; `open_model(source, runtime)` picks one.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 import numpy as np
 import torch
@@ -18,7 +18,7 @@ from .metadata import INPUT_NAME, OUTPUT_NAME, config_from_metadata
 from .onnx import onnx_session
 
 Runtime = Literal["torch", "onnx"]
-RUNTIMES = ("torch", "onnx")
+RUNTIMES: tuple[str, ...] = get_args(Runtime)
 
 
 class OnnxModel(nn.Module):

@@ -37,11 +37,23 @@ class Validation:
     tolerance: float
     max_abs_logit: float = 0.0  # of the reference: a difference means little on near-zero logits
     note: str = ""  # how the check was made, when not on the model itself
+    relative: bool = False  # the tolerance is a fraction of max_abs_logit (a quantized model's check)
+    top1_agreement: float = 1.0  # share of the sample images whose top class is PyTorch's
+
+    @property
+    def bound(self) -> float:
+        """The largest difference accepted."""
+        return self.tolerance * self.max_abs_logit if self.relative else self.tolerance
 
     def __str__(self) -> str:
         sizes = ", ".join(map(str, self.batch_sizes))
-        text = (f"max |logit difference| {self.max_abs_diff:.3g} (tolerance {self.tolerance:g}) "
+        accepted = f"{self.tolerance:g}"
+        if self.relative:
+            accepted += f" x the largest logit = {self.bound:.3g}"
+        text = (f"max |logit difference| {self.max_abs_diff:.3g} (tolerance {accepted}) "
                 f"on batch sizes {sizes}, logits up to {self.max_abs_logit:.3g}")
+        if self.relative:
+            text += f", top-1 agreement {100 * self.top1_agreement:.0f}% of {sum(self.batch_sizes)} sample images"
         return f"{text} ({self.note})" if self.note else text
 
 
@@ -80,9 +92,12 @@ def compare(
     batch_sizes: Sequence[int],
     source: str,
     tolerance: float = FP32_TOLERANCE,
+    relative: bool = False,
 ) -> Validation:
-    """Run both on the same sample batches; raise ExportMismatchError above `tolerance`."""
+    """Run both on the same sample batches; raise ExportMismatchError above `tolerance` (with `relative`,
+    above that fraction of the largest reference logit)."""
     worst = scale = 0.0
+    agreeing = 0
     for index, batch in enumerate(progress(batch_sizes, "export check", total=len(batch_sizes))):
         images = sample_images(batch, channels, size, seed=index)
         expected = reference(images)
@@ -91,10 +106,12 @@ def compare(
             raise ExportMismatchError(f"{source}: output shape {tuple(got.shape)}, PyTorch gives {tuple(expected.shape)}")
         difference = (got - expected).abs().max().item()
         scale = max(scale, expected.abs().max().item())
+        agreeing += int((got.argmax(-1) == expected.argmax(-1)).sum())
         if math.isnan(difference) or difference > worst:  # max() would drop a NaN
             worst = difference
-    result = Validation(worst, tuple(batch_sizes), tolerance, scale)
-    if not worst <= tolerance:  # also catches NaN
+    result = Validation(worst, tuple(batch_sizes), tolerance, scale, relative=relative,
+                        top1_agreement=agreeing / sum(batch_sizes))
+    if not worst <= result.bound:  # also catches NaN
         raise ExportMismatchError(f"{source}: exported model disagrees with PyTorch: {result}")
     log.debug("%s: %s", source, result)
     return result

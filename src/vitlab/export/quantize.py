@@ -1,0 +1,119 @@
+"""int8 ONNX for CPUs without bf16: onnxruntime's dynamic quantization of the linear layers.
+
+`quantize_dynamic` stores the weights of MatMul and Gemm nodes as int8 (QInt8, one scale per
+tensor) and quantizes their float inputs to uint8 at run time (DynamicQuantizeLinear), so each
+becomes a MatMulInteger whose int32 result is scaled back to float. Only nodes with a weight
+(an initializer) as second input are rewritten: that is every linear layer, the qkv, output, MLP
+and head projections, which hold nearly all of a ViT's FLOPs. Attention's q k^T and attn v
+multiply two activations and stay float, as do the patch-embedding Conv (one layer on raw pixels,
+left out to keep the input exact), LayerNorm, softmax and GELU. No calibration data is needed.
+
+int8 does not reproduce float32 logits to 1e-4; its check accepts differences up to
+INT8_TOLERANCE of the largest PyTorch logit on the sample images and reports how often the top
+class agrees. The accuracy cost on real data is measured with `vitlab eval --runtime onnx`.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+from typing import Literal, get_args
+
+import numpy as np
+import torch
+
+from vitlab.model import BiTResNet, VisionTransformer
+
+from .metadata import INPUT_NAME, OUTPUT_NAME, metadata_strings
+from .onnx import export_onnx, onnx_session
+from .validate import CHECK_BATCH_SIZES, TracePlan, Validation, compare, has_zero_head, with_random_head
+
+Quantization = Literal["int8"]
+QUANTIZATIONS: tuple[str, ...] = get_args(Quantization)
+QUANTIZED_OPS = ("MatMul", "Gemm")  # the linear layers; Conv and the activation-activation MatMuls stay float
+INT8_TOLERANCE = 0.1  # max |logit difference| / max |PyTorch logit| accepted for int8
+INT8_CHECK_BATCH_SIZES = (*CHECK_BATCH_SIZES, 12)  # more images than the fp32 check: top-1 agreement is a rate
+
+
+def quantized_path(path: str | Path, quantization: str) -> Path:
+    """Where the quantized copy of the ONNX file `path` goes: model.onnx -> model.int8.onnx."""
+    path = Path(path)
+    return path.with_name(f"{path.stem}.{quantization}{path.suffix or '.onnx'}")
+
+
+class _QuantizerNotes(logging.Filter):
+    """The quantizer logs on the root logger, at INFO and WARNING, every MatMul it leaves float (attention's
+    activation products, by design) and a hint to run shape inference first (the dynamo exporter's graphs carry
+    their shapes); none of it is news to a vitlab user. Errors still pass."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.ERROR
+
+
+def export_quantized(
+    model: VisionTransformer | BiTResNet,
+    source: str | Path,
+    quantization: str = "int8",
+    plan: TracePlan = TracePlan(),
+    tolerance: float = INT8_TOLERANCE,
+) -> tuple[Path, Validation]:
+    """`quantize_onnx`, with a zero head checked as export_model checks it: the logits of a zero head
+    are 0 for every input, so a copy with a random head is exported, quantized and checked instead."""
+    if not has_zero_head(model):
+        return quantize_onnx(model, source, quantization, plan=plan, tolerance=tolerance)
+    written, _ = quantize_onnx(model, source, quantization, plan=plan, tolerance=tolerance)
+    probe = with_random_head(model)
+    with tempfile.TemporaryDirectory() as folder:
+        export_onnx(probe, Path(folder) / "probe.onnx", plan)
+        _, check = quantize_onnx(probe, Path(folder) / "probe.onnx", quantization, plan=plan, tolerance=tolerance)
+    note = "the head is zero, so the model's logits are all 0; checked on a copy with a random head instead"
+    return written, replace(check, note=note)
+
+
+def quantize_onnx(
+    model: VisionTransformer | BiTResNet,
+    source: str | Path,
+    quantization: str = "int8",
+    out: str | Path | None = None,
+    plan: TracePlan = TracePlan(),
+    tolerance: float = INT8_TOLERANCE,
+) -> tuple[Path, Validation]:
+    """Quantize the fp32 ONNX file `source` exported from `model`; check the result against `model`."""
+    if quantization not in QUANTIZATIONS:
+        raise ValueError(f"unknown quantization {quantization!r}; choose one of {', '.join(QUANTIZATIONS)}")
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    written = Path(out) if out is not None else quantized_path(source, quantization)
+    hint = _QuantizerNotes()
+    logging.getLogger().addFilter(hint)
+    try:
+        quantize_dynamic(source, written, op_types_to_quantize=list(QUANTIZED_OPS), weight_type=QuantType.QInt8)
+    finally:
+        logging.getLogger().removeFilter(hint)
+    # The quantizer copies metadata_props today; set them again so the file is usable alone whatever it does.
+    graph = onnx.load(written)
+    kept = {prop.key: prop.value for prop in graph.metadata_props}
+    onnx.helper.set_model_props(graph, {**kept, **metadata_strings(model.config), "quantization": quantization})
+    onnx.save(graph, written)
+
+    session = onnx_session(written)
+
+    def run(images: torch.Tensor) -> torch.Tensor:
+        return torch.from_numpy(session.run([OUTPUT_NAME], {INPUT_NAME: images.numpy().astype(np.float32)})[0])
+
+    config = model.config
+    batches = INT8_CHECK_BATCH_SIZES if plan.dynamic_batch else (plan.batch_size,)
+    check = compare(
+        model.float().eval(),
+        run,
+        config.in_channels,
+        config.image_size,
+        batches,
+        str(written),
+        tolerance,
+        relative=True,
+    )
+    return written, check
