@@ -59,6 +59,7 @@ def from_timm_name(name: str) -> TimmAlias | None:
         model = TIMM_HYBRIDS[match["arch"]]
     if model is None:
         return None
+    assert match is not None  # the branch that set `model` matched
     size = int(match["res"])
     tag = None
     if timm_tag:

@@ -103,8 +103,8 @@ def activation_bytes(config: ViTConfig | BiTConfig, batch_size: int, *, training
     layer's attention weights when `keep_attention`, as rollout does); training keeps every block's."""
     height, width = config.image_size
     pixels = batch_size * config.in_channels * height * width
-    if isinstance(config, BiTConfig) or getattr(config, "backbone", None) is not None:
-        resnet = config.resnet if isinstance(config, BiTConfig) else config.backbone
+    resnet = config.resnet if isinstance(config, BiTConfig) else config.backbone
+    if resnet is not None:
         # Stage 1 runs at stride 4 with 4 x width channels; a unit keeps ~3 such maps alive.
         first = batch_size * (height // 4 + 1) * (width // 4 + 1) * 4 * resnet.width
         convolutions = 3 * first * (sum(resnet.layers) if training else 1)

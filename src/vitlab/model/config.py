@@ -8,7 +8,6 @@ from any source computes the numbers that source computes.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import numbers
 import typing
 from collections.abc import Sequence
@@ -51,9 +50,14 @@ def as_pair(value: int | tuple[int, int] | list[int]) -> tuple[int, int]:
     return (int(value[0]), int(value[1]))
 
 
-@functools.cache
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
 def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
+    # A dict, not functools.cache: mypy checks a class key against Hashable through its instances' __hash__.
+    if cls not in _HINTS:
+        _HINTS[cls] = typing.get_type_hints(cls)
+    return _HINTS[cls]
 
 
 @dataclass

@@ -13,7 +13,7 @@ from vitlab.errors import ConfigError
 from .config import ViTConfig
 from .patch_embed import PatchEmbedding
 from .registry import Family, register_family
-from .resnet import ResNet, ResNetConfig
+from .resnet import ResNet, ResNetConfig, StemKind
 from .variants import vit_config
 
 
@@ -32,7 +32,7 @@ class HybridEmbedding(PatchEmbedding):
 # Registered hybrids: name -> (ViT size, units per stage, stem). The /N of a name is the effective
 # patch size, backbone stride x patch size 1 (Sec. 4.1): R50+B/32 takes ResNet-50's stage 4
 # output; R50+B/16 removes stage 4 and gives stage 3 nine units, a 4x longer sequence.
-HYBRIDS: dict[str, tuple[str, tuple[int, ...], str]] = {
+HYBRIDS: dict[str, tuple[str, tuple[int, ...], StemKind]] = {
     "R50+B/16": ("B", (3, 4, 9), "standard"),
     "R50+B/32": ("B", (3, 4, 6, 3), "standard"),
     "R50+L/32": ("L", (3, 4, 6, 3), "standard"),
@@ -60,7 +60,7 @@ def hybrid_variant(name: str) -> tuple[str, dict[str, Any]]:
     if name not in HYBRIDS:
         raise ConfigError(f"unknown hybrid {name!r}; registered: {', '.join(HYBRIDS)}")
     size, layers, stem = HYBRIDS[name]
-    backbone = ResNetConfig(layers=layers, stem=stem)  # type: ignore[arg-type]
+    backbone = ResNetConfig(layers=layers, stem=stem)
     return f"{size}/{HYBRID_PATCH_SIZES.get(name, 1)}", dict(backbone=backbone, image_size=32 if stem == "small" else 224)
 
 

@@ -99,7 +99,7 @@ class LearnedPositionEmbedding(nn.Module):
 
     def __init__(self, grid: tuple[int, int], dim: int, num_prefix_tokens: int, mode: str, antialias: bool):
         super().__init__()
-        self.grid = tuple(grid)
+        self.grid: tuple[int, int] = (grid[0], grid[1])
         self.num_prefix_tokens = num_prefix_tokens
         self.mode, self.antialias = mode, antialias
         self.weight = nn.Parameter(torch.empty(1, num_prefix_tokens + grid[0] * grid[1], dim))
@@ -109,7 +109,7 @@ class LearnedPositionEmbedding(nn.Module):
     def resize_grid(self, grid: tuple[int, int]) -> None:
         """Make `grid` the native one, resampling the stored table (used when loading weights)."""
         self.weight = nn.Parameter(self.forward(grid))
-        self.grid = tuple(grid)
+        self.grid = (grid[0], grid[1])
 
     def forward(self, grid: tuple[int, int]) -> torch.Tensor:
         """(1, prefix + h*w, D) for the given patch grid."""

@@ -30,7 +30,7 @@ from vitlab.config_fields import check_fields
 from vitlab.errors import ConfigError
 
 Padding = Literal["same", "symmetric"]
-Stem = StemKind = Literal["standard", "small"]  # `Stem` is also the stem module below
+StemKind = Literal["standard", "small"]  # (`Stem` is the stem module below)
 WeightStd = Literal["vit_jax", "timm"]
 
 PADDINGS = ("same", "symmetric")
@@ -149,7 +149,7 @@ def group_norm(channels: int, config: ResNetConfig) -> nn.GroupNorm:
 # -- the two kinds of bottleneck unit -----------------------------------------------------------
 def projection(in_channels: int, out_channels: int, stride: int, config: ResNetConfig) -> nn.Sequential:
     """The shortcut of a stage's first unit: 1x1 conv (+ GN without pre-activation)."""
-    layers = OrderedDict(conv=StdConv2d(in_channels, out_channels, 1, stride, config))
+    layers: OrderedDict[str, nn.Module] = OrderedDict(conv=StdConv2d(in_channels, out_channels, 1, stride, config))
     if not config.preact:
         layers["norm"] = group_norm(out_channels, config)
     return nn.Sequential(layers)

@@ -8,7 +8,7 @@ timm's signatures and behaviour.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -45,6 +45,14 @@ class TimmInterface:
     config: Any
     blocks: nn.ModuleList
     head: nn.Module
+    norm: nn.Module
+    relative_bias: nn.ModuleList | None
+
+    if TYPE_CHECKING:  # defined by VisionTransformer
+
+        def embed(self, images: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int]]: ...
+
+        def set_image_size(self, image_size: int | tuple[int, int]) -> None: ...
 
     # -- attributes -------------------------------------------------------------------------
     @property
@@ -166,10 +174,12 @@ class TimmInterface:
         norm: bool = False,
     ) -> list[Any]:
         """The DINO-style interface timm keeps: forward_intermediates(..., intermediates_only=True)."""
-        return self.forward_intermediates(
+        intermediates = self.forward_intermediates(
             x, n, return_prefix_tokens=return_prefix_tokens, norm=norm,
             output_fmt="NCHW" if reshape else "NLC", intermediates_only=True,
         )
+        assert isinstance(intermediates, list)  # intermediates_only: no final output
+        return intermediates
 
     # -- resolution -------------------------------------------------------------------------
     def set_input_size(

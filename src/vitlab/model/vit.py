@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import math
+from typing import Protocol, runtime_checkable
 
 import torch
 from torch import nn
@@ -30,6 +31,13 @@ from .position import (
 )
 from .registry import register_architecture
 from .timm_api import TimmInterface
+
+
+@runtime_checkable
+class ResizesGrid(Protocol):
+    """A module holding a table per patch grid (position.py's embeddings and biases)."""
+
+    def resize_grid(self, grid: tuple[int, int]) -> None: ...
 
 
 def build_position_embedding(config: ViTConfig) -> nn.Module | None:
@@ -62,6 +70,7 @@ class VisionTransformer(TimmInterface, nn.Module):
         )
         self.cls_token = nn.Parameter(torch.zeros(1, 1, dim)) if config.class_token else None
         # Table 8's columns: one E_pos for the input, or before every layer (shared), or one per layer.
+        self.layer_pos_embed: nn.ModuleList | None
         if config.pos_embed_at == "every_layer":
             self.pos_embed = None
             self.layer_pos_embed = per_layer(config, lambda: build_position_embedding(config))
@@ -116,6 +125,7 @@ class VisionTransformer(TimmInterface, nn.Module):
         conv = self.patch_embed.proj
         fan_in = conv.in_channels * conv.kernel_size[0] * conv.kernel_size[1]
         nn.init.trunc_normal_(conv.weight, std=math.sqrt(1.0 / fan_in) / 0.87962566103423978)  # lecun_normal
+        assert conv.bias is not None  # PatchEmbedding's projection has a bias
         nn.init.zeros_(conv.bias)
         if isinstance(self.head, nn.Linear):
             nn.init.zeros_(self.head.weight)
@@ -219,7 +229,7 @@ class VisionTransformer(TimmInterface, nn.Module):
         if new_config.pool == "flatten" and new_grid != old_grid:
             raise ValueError("a flatten-pooled head depends on the number of patches; its image size is fixed")
         for module in self.modules():
-            if module is not self and hasattr(module, "resize_grid"):
+            if module is not self and isinstance(module, ResizesGrid):
                 module.resize_grid(new_grid)
         self.config = new_config
 
