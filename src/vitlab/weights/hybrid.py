@@ -21,6 +21,7 @@ import torch
 
 from vitlab.errors import CheckpointError
 from vitlab.model import ResNetConfig, ViTConfig, VisionTransformer
+from vitlab.model.resnet import StemKind
 from vitlab.model.budget import check_memory
 from vitlab.model.config import as_pair
 
@@ -34,18 +35,18 @@ BACKBONE = "patch_embed.backbone."
 NPZ_BACKBONE_KEY = re.compile(r"(conv_root|gn_root|block\d+/unit\d+)/")
 NPZ_UNIT = re.compile(r"block(\d+)/unit(\d+)/")
 TIMM_UNIT = re.compile(re.escape(BACKBONE) + r"stages\.(\d+)\.blocks\.(\d+)\.")
-STEMS = {7: "standard", 3: "small"}  # root kernel size -> ResNetConfig.stem
+STEMS: dict[int, StemKind] = {7: "standard", 3: "small"}  # root kernel size -> ResNetConfig.stem
 
 
-def vit_jax_backbone(layers: tuple[int, ...], width: int, stem: str) -> ResNetConfig:
+def vit_jax_backbone(layers: tuple[int, ...], width: int, stem: StemKind) -> ResNetConfig:
     """vit_jax's numerics: SAME padding, (w - mean) / (std + 1e-5), GroupNorm(32, eps 1e-6)."""
-    return ResNetConfig(layers=layers, width=width, stem=stem)  # type: ignore[arg-type]
+    return ResNetConfig(layers=layers, width=width, stem=stem)
 
 
-def timm_backbone(layers: tuple[int, ...], width: int, stem: str) -> ResNetConfig:
+def timm_backbone(layers: tuple[int, ...], width: int, stem: StemKind) -> ResNetConfig:
     """timm's _resnetv2 for hybrids: StdConv2dSame(eps=1e-8) on the variance, GroupNormAct eps 1e-5."""
     return ResNetConfig(
-        layers=layers, width=width, stem=stem, norm_eps=1e-5, weight_std="timm", weight_std_eps=1e-8  # type: ignore[arg-type]
+        layers=layers, width=width, stem=stem, norm_eps=1e-5, weight_std="timm", weight_std_eps=1e-8
     )
 
 
@@ -60,7 +61,7 @@ def count_units(found: set[tuple[int, int]], first: int, source: str) -> tuple[i
     return tuple(layers)
 
 
-def stem_of(kernel_size: int, source: str) -> str:
+def stem_of(kernel_size: int, source: str) -> StemKind:
     if kernel_size not in STEMS:
         raise CheckpointError(f"{source}: a {kernel_size}x{kernel_size} root convolution is neither stem {STEMS}")
     return STEMS[kernel_size]
@@ -164,7 +165,9 @@ def export_hybrid_npz(model: VisionTransformer, path: str | Path) -> Path:
         else:
             for flax_param, torch_param in (("scale", "weight"), ("bias", "bias")):
                 arrays[f"{flax}/{flax_param}"] = state[f"{BACKBONE}{module}.{torch_param}"].cpu().float().numpy().reshape(1, 1, 1, -1)
-    np.savez(path, **{key: np.ascontiguousarray(value, dtype=np.float32) for key, value in arrays.items()})
+    # allow_pickle named: float32 arrays need no pickle, and no array key can be taken for the flag
+    contiguous = {key: np.ascontiguousarray(value, dtype=np.float32) for key, value in arrays.items()}
+    np.savez(path, allow_pickle=False, **contiguous)
     return path
 
 

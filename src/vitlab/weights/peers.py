@@ -140,7 +140,11 @@ def check_peer(model: object, peer: Peer) -> ViTConfig:
     for spec in dataclasses.fields(config):
         if spec.name in known:
             continue
-        default = spec.default if spec.default is not dataclasses.MISSING else spec.default_factory()  # type: ignore[misc]
+        if spec.default is not dataclasses.MISSING:
+            default = spec.default
+        else:
+            assert spec.default_factory is not dataclasses.MISSING  # every config field has a default
+            default = spec.default_factory()
         if getattr(config, spec.name) != default:
             raise ConfigError(
                 f"--format {peer.name}: option {spec.name}={getattr(config, spec.name)!r} has no place in {peer.name}'s ViT"
