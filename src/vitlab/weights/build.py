@@ -8,7 +8,7 @@ head after the weights are in (paper Sec. 3.2); each says so in one log line.
 from __future__ import annotations
 
 import logging
-from typing import Any, Mapping
+from typing import Any, Mapping, overload
 
 import torch
 
@@ -79,6 +79,18 @@ def check_shapes(expected: Mapping[str, torch.Size], found: Mapping[str, tuple[i
         raise CheckpointError(f"{source}: checkpoint does not fit the model; " + "; ".join(problems))
 
 
+@overload
+def build_model(
+    config: ViTConfig, state_dict: Mapping[str, torch.Tensor], source: str, overrides: dict[str, Any]
+) -> VisionTransformer: ...
+
+
+@overload
+def build_model(
+    config: BiTConfig, state_dict: Mapping[str, torch.Tensor], source: str, overrides: dict[str, Any]
+) -> BiTResNet: ...
+
+
 def build_model(
     config: ViTConfig | BiTConfig, state_dict: Mapping[str, torch.Tensor], source: str, overrides: dict[str, Any]
 ) -> VisionTransformer | BiTResNet:
@@ -108,7 +120,7 @@ def build_model(
 
     if image_size is not None and as_pair(image_size) != config.image_size:
         model.set_image_size(image_size)
-        if isinstance(config, ViTConfig):  # a ResNet has no position embedding to resample
+        if isinstance(config, ViTConfig) and isinstance(model, VisionTransformer):  # a ResNet has no E_pos to resample
             how = {"sincos": "recomputed", "none": "none to resample"}.get(config.pos_embed, f"resampled, {config.pos_resample}")
             log.info(
                 "%s: image size %s -> %s, position embedding from a %dx%d to a %dx%d grid (%s)",

@@ -47,7 +47,9 @@ def split_summary(extra: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]
     return training, metrics
 
 
-def _metadata(config: ViTConfig, training: dict[str, Any], metrics: dict[str, Any], extra: dict[str, Any]) -> str:
+def _metadata(
+    config: ViTConfig | BiTConfig, training: dict[str, Any], metrics: dict[str, Any], extra: dict[str, Any]
+) -> str:
     name = config.name or "vitlab-vit"
     results = []
     if isinstance(metrics.get("val_top1"), (int, float)) and training.get("data"):
@@ -101,7 +103,7 @@ def _architecture(config: ViTConfig | BiTConfig, num_params: int) -> list[tuple[
     ]
 
 
-def _preprocessing(config: ViTConfig) -> list[tuple[str, Any]]:
+def _preprocessing(config: ViTConfig | BiTConfig) -> list[tuple[str, Any]]:
     pre = config.preprocessing
     height, width = config.image_size
     return [
@@ -112,7 +114,7 @@ def _preprocessing(config: ViTConfig) -> list[tuple[str, Any]]:
     ]
 
 
-def _classes(config: ViTConfig) -> str:
+def _classes(config: ViTConfig | BiTConfig) -> str:
     names = config.class_names
     if not names:
         return f"{config.num_classes} classes, unnamed." if config.num_classes else "No classifier head (features only)."
@@ -134,7 +136,7 @@ vitlab serve --ckpt {source}
 ```"""
 
 
-def model_card(config: ViTConfig, num_params: int, extra: dict[str, Any], source: str) -> str:
+def model_card(config: ViTConfig | BiTConfig, num_params: int, extra: dict[str, Any], source: str) -> str:
     """The README.md text for a model with this config and `extra` (as save_pretrained stores it)."""
     training, metrics = split_summary(extra)
     bit = isinstance(config, BiTConfig)
@@ -160,7 +162,7 @@ def model_card(config: ViTConfig, num_params: int, extra: dict[str, Any], source
     return "\n\n".join(parts) + "\n"
 
 
-def write_model_card(directory: Path, config: ViTConfig, num_params: int, extra: dict[str, Any]) -> Path:
+def write_model_card(directory: Path, config: ViTConfig | BiTConfig, num_params: int, extra: dict[str, Any]) -> Path:
     path = Path(directory) / CARD_FILE
     path.write_text(model_card(config, num_params, extra, source=Path(directory).resolve().name))
     return path

@@ -202,7 +202,7 @@ def hf_bit_state_dict(model: BiTResNet) -> dict[str, torch.Tensor]:
 
 def save_hf(model: VisionTransformer | BiTResNet, directory: str | Path) -> Path:
     """Write config.json, model.safetensors and preprocessor_config.json; nothing if HF cannot hold the model."""
-    if type(model) is BiTResNet:
+    if isinstance(model, BiTResNet):
         document, preprocessor, state = hf_bit_config(model), hf_bit_preprocessor(model), hf_bit_state_dict(model)
     else:
         document, preprocessor, state = hf_config(model), hf_preprocessor(model), hf_state_dict(model)

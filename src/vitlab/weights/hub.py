@@ -18,7 +18,7 @@ from huggingface_hub import snapshot_download
 from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
 
 from vitlab.errors import CheckpointError
-from vitlab.model import Preprocessing, VisionTransformer
+from vitlab.model import BiTResNet, Preprocessing, VisionTransformer
 from vitlab.version import __version__
 
 from .fetch import is_offline
@@ -85,7 +85,7 @@ def timm_num_heads(folder: Path) -> int | None:
     return args.get("num_heads") or heads_of_model(document["architecture"].split(".")[0])
 
 
-def load_hub(source: str, **overrides: Any) -> VisionTransformer:
+def load_hub(source: str, **overrides: Any) -> VisionTransformer | BiTResNet:
     """A model from the Hub; overrides as in `vitlab.load`."""
     folder = download_repo(source)
     preprocessing = timm_preprocessing(folder)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from vitlab.errors import CheckpointError
-from vitlab.model import BiTResNet, VisionTransformer
+from vitlab.model import BiTConfig, BiTResNet, VisionTransformer, ViTConfig
 from vitlab.textfiles import TextFileError, read_json
 
 from .bit import convert_timm_resnetv2, is_timm_resnetv2_state_dict
@@ -59,6 +59,7 @@ def load_file(source: str | Path, **overrides: Any) -> VisionTransformer | BiTRe
         return load_hybrid_npz(path, **overrides) if is_hybrid_npz(path) else load_npz(path, **overrides)
     state = read_state_dict(path)
     source_name = str(path)
+    config: ViTConfig | BiTConfig
     if is_timm_state_dict(state):
         config, state = convert_timm(state, source_name, overrides)
         config, state = with_timm_backbone(config, state, source_name)  # hybrids: vit_*_r50_s16_*

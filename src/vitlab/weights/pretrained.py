@@ -24,11 +24,19 @@ log = logging.getLogger("vitlab")
 VIT_JAX_NUMERICS = dict(act="gelu_tanh", norm_eps=1e-6, pos_resample="linear_zoom", pos_resample_antialias=False)
 
 
+def as_vit(model: VisionTransformer | BiTResNet, entry: Pretrained, path: Path) -> VisionTransformer:
+    """The catalogue holds ViTs (hybrids included): a file that loads as another model is not its entry's."""
+    if not isinstance(model, VisionTransformer):
+        raise CheckpointError(f"{entry.name}: {path.name} is not this model: a {type(model).__name__}, not a ViT")
+    return model
+
+
 def check_matches(entry: Pretrained, path: Path) -> VisionTransformer:
     """Load `path` and check it is the model the entry names: a file recorded under the wrong name
     (or replaced at its source) is refused before it enters the cache."""
-    model = load_file(path)
+    model = as_vit(load_file(path), entry, path)
     config, expected = model.config, config_for(entry.model)
+    assert isinstance(expected, ViTConfig)  # the catalogue's models are ViTs and hybrids
     found = {
         "patch size": (config.patch_size, expected.patch_size), "width": (config.dim, expected.dim),
         "depth": (config.depth, expected.depth), "classes": (config.num_classes, entry.file_num_classes),
@@ -73,7 +81,7 @@ def load_pretrained(name: str, **overrides: Any) -> VisionTransformer:
     if entry.num_classes == IN1K_CLASSES and "num_classes" not in overrides:  # a new head has its own names
         options["class_names"] = imagenet_class_names()
     options.update(overrides)
-    model = load_file(path, **options)
+    model = as_vit(load_file(path, **options), entry, path)
     if entry.zeroed_head and "num_classes" not in overrides:  # a new head (fine-tuning) replaces it anyway
         model = as_feature_extractor(model, entry)
     return model

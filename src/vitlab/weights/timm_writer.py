@@ -136,7 +136,7 @@ def timm_bit_state_dict(model: BiTResNet) -> dict[str, torch.Tensor]:
 
 def save_timm(model: VisionTransformer | BiTResNet, directory: str | Path) -> Path:
     """Write config.json + model.safetensors for timm; nothing is written if timm cannot hold the model."""
-    if type(model) is BiTResNet:
+    if isinstance(model, BiTResNet):
         document, state = timm_bit_config(model), timm_bit_state_dict(model)
     else:
         document, state = timm_config(model), timm_state_dict(model)
