@@ -70,7 +70,7 @@ def convert_timm_resnetv2(
                  source, BIT_IMAGE_SIZE)
     config = BiTConfig(
         resnet=bit_resnet_config(layers=layers, width=width, num_groups=BIT_NUM_GROUPS),
-        image_size=BIT_IMAGE_SIZE, in_channels=in_channels, num_classes=num_classes,
+        image_size=(BIT_IMAGE_SIZE, BIT_IMAGE_SIZE), in_channels=in_channels, num_classes=num_classes,
         preprocessing=dataclasses.replace(BIT_PREPROCESSING), name=Path(source).stem,
     )
     return config, state

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import sys
 from typing import Any, Callable, Iterator
@@ -39,17 +40,18 @@ def timm_architectures() -> Iterator[tuple[str, Callable[[], torch.nn.Module]]]:
     import timm
 
     for name in timm_names():
-        yield name, lambda name=name: timm.create_model(name, weight_init="skip")  # shapes only
+        yield name, functools.partial(timm.create_model, name, weight_init="skip")  # shapes only
 
 
 def torchvision_architectures() -> Iterator[tuple[str, Callable[[], torch.nn.Module]]]:
     import torchvision.models
 
     for name in TORCHVISION_MODELS:
-        yield name, lambda name=name: getattr(torchvision.models, name)()
+        yield name, functools.partial(getattr(torchvision.models, name))
 
 
-def timm_behaviour(model: torch.nn.Module) -> dict[str, Any]:
+# The models are read by their libraries' attribute names, which nn.Module's typing cannot follow: Any.
+def timm_behaviour(model: Any) -> dict[str, Any]:
     block = model.blocks[0]
     act = type(block.mlp.act).__name__
     return {
@@ -59,7 +61,7 @@ def timm_behaviour(model: torch.nn.Module) -> dict[str, Any]:
     }
 
 
-def torchvision_behaviour(model: torch.nn.Module) -> dict[str, Any]:
+def torchvision_behaviour(model: Any) -> dict[str, Any]:
     return {"num_heads": model.encoder.layers[0].self_attention.num_heads, "act": "gelu", "block": "pre-norm",
             "global_pool": "token"}
 

@@ -14,7 +14,9 @@ from typing import Any
 import torch
 
 from vitlab.errors import CheckpointError
+from vitlab.config_fields import Interpolation
 from vitlab.model import ConfigError, Preprocessing, ViTConfig, VisionTransformer
+from vitlab.model.config import Activation
 from vitlab.textfiles import TextFileError, read_json
 
 from .build import build_model
@@ -26,8 +28,10 @@ SAFETENSORS_INDEX = "model.safetensors.index.json"
 PICKLE = "pytorch_model.bin"
 PREPROCESSOR = "preprocessor_config.json"
 
-ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu_fast": "gelu_tanh"}
-PIL_RESAMPLE = {0: "nearest", 2: "bilinear", 3: "bicubic"}
+ACTIVATIONS: dict[str, Activation] = {
+    "gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu_fast": "gelu_tanh"
+}
+PIL_RESAMPLE: dict[int, Interpolation] = {0: "nearest", 2: "bilinear", 3: "bicubic"}
 
 LAYER = r"^(?:encoder\.layer|layers)\.(\d+)\."  # checkpoints on disk; transformers >= 5 in memory
 RULES = [

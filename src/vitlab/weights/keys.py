@@ -27,7 +27,7 @@ def rename_keys(state: Mapping[str, torch.Tensor], rules: Rules) -> dict[str, to
     return renamed
 
 
-def count_blocks(state: Mapping[str, torch.Tensor], pattern: str, source: str) -> int:
+def count_blocks(state: Mapping[str, object], pattern: str, source: str) -> int:
     """Number of encoder blocks, from keys such as `blocks.(\\d+).`; they must run 0..L-1."""
     found = {int(m.group(1)) for key in state if (m := re.match(pattern, key))}
     if not found:

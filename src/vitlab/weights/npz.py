@@ -111,11 +111,12 @@ class FlaxParams:
 
     def __init__(self, arrays: dict[str, np.ndarray], source: str) -> None:
         self.source = source
-        self.prefix = next((p for p in PREFIXES if f"{p}embedding/kernel" in arrays), None)
-        if self.prefix is None:
+        prefix = next((p for p in PREFIXES if f"{p}embedding/kernel" in arrays), None)
+        if prefix is None:
             if "conv_root/kernel" in arrays:
                 raise CheckpointError(f"{source}: hybrid (ResNet + ViT) checkpoints are not supported")
             raise CheckpointError(f"{source}: no embedding/kernel; not a ViT .npz (keys: {', '.join(list(arrays)[:8])})")
+        self.prefix = prefix
         self.arrays = arrays
         self.used: set[str] = set()
         self.scanned = self.has("Transformer/encoderblock/LayerNorm_0/scale")  # big_vision stacks layers
@@ -311,5 +312,7 @@ def export_npz(model: VisionTransformer, path: str | Path) -> Path:
     if path.suffix != ".npz":
         path = path.with_name(path.name + ".npz")  # numpy would add it anyway
     path.parent.mkdir(parents=True, exist_ok=True)
-    np.savez(path, **{key: np.ascontiguousarray(value, dtype=np.float32) for key, value in arrays.items()})
+    # allow_pickle named: float32 arrays need no pickle, and no array key can be taken for the flag
+    contiguous = {key: np.ascontiguousarray(value, dtype=np.float32) for key, value in arrays.items()}
+    np.savez(path, allow_pickle=False, **contiguous)
     return path

@@ -10,13 +10,15 @@ from num_heads= or from the table of timm's architectures (heads.py).
 from __future__ import annotations
 
 import dataclasses
+import typing
 from pathlib import Path
 from typing import Any, Mapping
 
 import torch
 
 from vitlab.errors import CheckpointError
-from vitlab.model import Preprocessing, ViTConfig
+from vitlab.model import ConfigError, Preprocessing, ViTConfig
+from vitlab.model.config import Activation
 
 from .heads import Signature, activation_for, architecture, read_signature, refuse_unholdable
 from .position_grid import position_layout
@@ -43,6 +45,14 @@ def timm_signature(state: Mapping[str, torch.Tensor], source: str) -> Signature:
     return read_signature(rename_keys(state, RULES), "timm", source)
 
 
+def table_activation(act: str) -> Activation:
+    """A table activation as ViTConfig's type; one vitlab lacks is refused as ViTConfig refuses it."""
+    for known in typing.get_args(Activation):
+        if act == known:
+            return known
+    raise ConfigError(f"unknown act {act!r}; choose one of {typing.get_args(Activation)}")
+
+
 def convert_timm(
     state: Mapping[str, torch.Tensor], source: str, overrides: dict[str, Any]
 ) -> tuple[ViTConfig, dict[str, torch.Tensor]]:
@@ -56,11 +66,11 @@ def convert_timm(
     num_heads = overrides.pop("num_heads", None)
     if num_heads is None:
         behaviour = architecture(signature, source)
-        num_heads, act = behaviour.num_heads, behaviour.act
+        num_heads, act = behaviour.num_heads, table_activation(behaviour.act)
     elif "act" in overrides:
         act = overrides["act"]
     else:
-        act = activation_for(signature, num_heads, source) or "gelu"
+        act = table_activation(activation_for(signature, num_heads, source) or "gelu")
     image_size, class_slot = position_layout(
         state["pos_embed"].shape[1], signature.class_token, signature.patch_size, overrides.get("image_size"), source
     )
