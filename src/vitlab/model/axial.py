@@ -40,7 +40,7 @@ from vitlab.errors import ConfigError
 
 from .block import EncoderBlock
 from .config import Pooling, ViTConfig
-from .registry import Family, register_architecture, register_family
+from .registry import Family, make_config, register_architecture, register_family
 from .variants import PAPER_PATCH_SIZES, REGISTERED_SIZES, parse_variant
 from .vit import VisionTransformer
 
@@ -180,10 +180,7 @@ def axial_config(name: str, **overrides: Any) -> AxialConfig:
         pool="gap",
     )
     fields.update(overrides)
-    try:
-        return AxialConfig(**fields)
-    except TypeError as error:  # an unknown keyword
-        raise ConfigError(f"bad option for {name!r}: {error}") from None
+    return make_config(AxialConfig, name, fields)
 
 
 register_architecture(AxialConfig, AxialViT)

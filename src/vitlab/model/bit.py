@@ -19,7 +19,7 @@ from vitlab.config_fields import check_fields
 from vitlab.errors import ConfigError
 
 from .config import Preprocessing, as_pair
-from .registry import Family, register_architecture, register_family
+from .registry import Family, make_config, register_architecture, register_family
 from .resnet import ResNet, ResNetConfig, reject_unknown
 
 
@@ -163,10 +163,7 @@ def bit_config(name: str, **overrides: Any) -> BiTConfig:
     )
     fields: dict[str, Any] = dict(name=name, resnet=resnet, image_size=32 if match["small"] else 224)
     fields.update(overrides)
-    try:
-        return BiTConfig(**fields)
-    except TypeError as error:  # an unknown keyword
-        raise ConfigError(f"bad option for {name!r}: {error}") from None
+    return make_config(BiTConfig, name, fields)
 
 
 register_architecture(BiTConfig, BiTResNet)

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from vitlab.errors import ConfigError
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,14 @@ def register_family(family: Family) -> Family:
         raise ValueError(f"model family {family.name!r}: only one family takes the names no other claims")
     FAMILIES[family.name] = family
     return family
+
+
+def make_config(config_type: Callable[..., T], name: str, fields: dict[str, Any]) -> T:
+    """`config_type(**fields)` for the variant `name`; an unknown keyword is a ConfigError naming both."""
+    try:
+        return config_type(**fields)
+    except TypeError as error:
+        raise ConfigError(f"bad option for {name!r}: {error}") from None
 
 
 def register_architecture(config_type: type, model_class: type) -> type:

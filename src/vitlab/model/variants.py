@@ -12,7 +12,7 @@ from typing import Any
 from vitlab.errors import ConfigError
 
 from .config import ViTConfig
-from .registry import Family, register_family
+from .registry import Family, make_config, register_family
 
 
 @dataclass(frozen=True)
@@ -60,10 +60,7 @@ def vit_config(name: str, variant: str | None = None, /, **overrides: Any) -> Vi
         name=name, patch_size=patch_size, dim=size.dim, depth=size.depth, mlp_dim=size.mlp_dim, num_heads=size.num_heads
     )
     fields.update(overrides)
-    try:
-        return ViTConfig(**fields)
-    except TypeError as error:  # an unknown keyword
-        raise ConfigError(f"bad option for {name!r}: {error}") from None
+    return make_config(ViTConfig, name, fields)
 
 
 # Registered: every size of the table with the paper's patch sizes. Other patch sizes ("Ti/4",
