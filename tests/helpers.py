@@ -344,7 +344,7 @@ class ListenerWatch:
         while not self._stop.wait(self.every_s):
             self.seen |= listening_addresses(tree(self.pids))
 
-    def __enter__(self) -> "ListenerWatch":
+    def __enter__(self) -> ListenerWatch:
         self._thread.start()
         return self
 

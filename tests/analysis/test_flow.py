@@ -48,22 +48,22 @@ def test_two_layer_flow_by_hand_differs_from_rollout():
 def max_flow_by_linear_program(layers: list[np.ndarray], source: int, sink: int) -> float:
     """Max flow from output `source` to input `sink` of the layered graph, as a linear program."""
     depth, tokens = len(layers), layers[0].shape[0]
-    edges = [(l, i, j) for l in range(1, depth + 1) for i in range(tokens) for j in range(tokens)]
-    capacity = [layers[l - 1][i, j] for l, i, j in edges]
+    edges = [(layer, i, j) for layer in range(1, depth + 1) for i in range(tokens) for j in range(tokens)]
+    capacity = [layers[layer - 1][i, j] for layer, i, j in edges]
     # Conservation at every node strictly between the source's layer and the sink's.
-    inner = [(l, t) for l in range(1, depth) for t in range(tokens)]
+    inner = [(layer, t) for layer in range(1, depth) for t in range(tokens)]
     conservation = np.zeros((len(inner), len(edges)))
-    for e, (l, i, j) in enumerate(edges):
-        if (l, i) in inner:
-            conservation[inner.index((l, i)), e] -= 1  # leaves (l, i)
-        if (l - 1, j) in inner:
-            conservation[inner.index((l - 1, j)), e] += 1  # enters (l - 1, j)
+    for e, (layer, i, j) in enumerate(edges):
+        if (layer, i) in inner:
+            conservation[inner.index((layer, i)), e] -= 1  # leaves (layer, i)
+        if (layer - 1, j) in inner:
+            conservation[inner.index((layer - 1, j)), e] += 1  # enters (layer - 1, j)
     # Flow may start only at the source and end only at the sink.
     usable = [
-        (0, c) if (l < depth or i == source) and (l > 1 or j == sink) else (0, 0)
-        for (l, i, j), c in zip(edges, capacity)
+        (0, c) if (layer < depth or i == source) and (layer > 1 or j == sink) else (0, 0)
+        for (layer, i, j), c in zip(edges, capacity)
     ]
-    into_sink = np.array([1.0 if l == 1 and j == sink else 0.0 for l, i, j in edges])
+    into_sink = np.array([1.0 if layer == 1 and j == sink else 0.0 for layer, i, j in edges])
     result = linprog(-into_sink, A_eq=conservation, b_eq=np.zeros(len(inner)), bounds=usable, method="highs")
     assert result.status == 0
     return -result.fun

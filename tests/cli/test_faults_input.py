@@ -16,10 +16,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from helpers import MarkerPayload, TINY_FLAGS, one_line_error, tiny_config
+from helpers import TINY_FLAGS, MarkerPayload, one_line_error, tiny_config
 from vitlab.model import ConfigError, ViTConfig, create_untrained
-from vitlab.train import Trainer
-from vitlab.train import get_recipe
+from vitlab.train import Trainer, get_recipe
 from vitlab.train.checkpoint import record_checksums
 from vitlab.train.config import SECTIONS, apply_mapping, coerce, parse_assignment, set_value
 

@@ -10,8 +10,8 @@ import typing
 import pytest
 
 from vitlab.cli import build_parser
-from vitlab.config_fields import literal_values
 from vitlab.cli.train import FLAG_KEYS, build_config
+from vitlab.config_fields import literal_values
 from vitlab.model import runtime
 from vitlab.train.config import SECTIONS
 

@@ -9,8 +9,16 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from helpers import (
-    BAD_IMAGES, ODD_IMAGES, animated_gif, encode, exif_rotated_jpeg, noise, palette_with_transparency,
-    rgba_half_transparent, sixteen_bit_grey, truncated,
+    BAD_IMAGES,
+    ODD_IMAGES,
+    animated_gif,
+    encode,
+    exif_rotated_jpeg,
+    noise,
+    palette_with_transparency,
+    rgba_half_transparent,
+    sixteen_bit_grey,
+    truncated,
 )
 from vitlab.data import BadImageError, read_image
 from vitlab.data.images import MAX_IMAGE_PIXELS, check_image

@@ -12,8 +12,7 @@ from matplotlib.figure import Figure
 
 from helpers import REPO_ROOT
 from vitlab.cli import main
-from vitlab.experiments import EXPERIMENTS, Settings
-from vitlab.experiments import data_scaling, posemb, pretrain_transfer
+from vitlab.experiments import EXPERIMENTS, Settings, data_scaling, posemb, pretrain_transfer
 from vitlab.experiments.document import assemble, write_document
 from vitlab.experiments.provenance import git_commit
 from vitlab.experiments.runner import train_run, vit_config

@@ -12,9 +12,9 @@ import copy
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import randomise_
 
 import vitlab
+from helpers import randomise_
 from vitlab.model.attention import QUERY_BLOCK, blocked_attention, matmul_attention_is_faster, softmax_attention
 
 

@@ -9,7 +9,7 @@ from functools import partial
 import numpy as np
 import pytest
 import torch
-from timm.layers import GroupNormAct, HybridEmbed, StdConv2dSame
+from timm.layers import HybridEmbed, StdConv2dSame
 from timm.models.resnetv2 import ResNetV2
 from timm.models.vision_transformer import VisionTransformer as TimmViT
 

@@ -12,7 +12,8 @@ from timm.models.resnetv2 import ResNetV2
 from helpers import randomise_
 from vitlab.model import BiTConfig, BiTResNet, ConfigError, ResNetConfig, config_for, create_untrained, list_models
 from vitlab.model.bit import bit_resnet_config
-from vitlab.model.resnet import ResNet, StdConv2d as VitlabStdConv2d, pad_same
+from vitlab.model.resnet import ResNet, pad_same
+from vitlab.model.resnet import StdConv2d as VitlabStdConv2d
 
 
 def timm_bit(layers, width, groups, num_classes):

@@ -9,12 +9,12 @@ import pytest
 import torch
 
 from vitlab.data.keras_augment import RandomRotation, RandomZoom, zoom
+from vitlab.data.transforms import train_transform
 from vitlab.model import create_untrained
 from vitlab.model.config import Preprocessing
 from vitlab.train import get_recipe
-from vitlab.data.transforms import train_transform
-from vitlab.train.optim import TfaAdamW, build_optimizer
 from vitlab.train.build import scratch_config
+from vitlab.train.optim import TfaAdamW, build_optimizer
 
 
 def keras_model(**changes):
@@ -106,9 +106,8 @@ def test_reflect_fill_shows_the_image_beyond_its_border():
 
 @pytest.mark.slow  # two epochs on digits: about 15 s
 def test_a_tiny_keras_example_run_keeps_its_best_epoch_and_reports_the_test_split(tmp_path):
-    from vitlab.train import Trainer
-
     from helpers import tiny_config
+    from vitlab.train import Trainer
 
     config = tiny_config(tmp_path / "keras", "keras-example", model={"image_size": 12, "head_hidden": [32, 16]},
                          data={"batch_size": 128}, schedule={"epochs": 2, "steps": None, "warmup_steps": 0},

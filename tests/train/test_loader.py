@@ -7,9 +7,9 @@ import signal
 
 import pytest
 import torch
-from helpers import SignalAt, assert_bitwise_equal, state_of, tiny_config
 from torch.utils.data import BatchSampler
 
+from helpers import SignalAt, assert_bitwise_equal, state_of, tiny_config
 from vitlab.train import Interrupted, Trainer
 from vitlab.train.distributed import Processes, RankSlices
 from vitlab.train.loader import EpochSampler, sample_seed

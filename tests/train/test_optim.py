@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 import torch
-from helpers import state_of, tiny_config
 from timm.models.vision_transformer import VisionTransformer as TimmViT
 from timm.optim import param_groups_layer_decay
 
+from helpers import state_of, tiny_config
 from vitlab.errors import ConfigError
 from vitlab.model import config_for, create_untrained
 from vitlab.train import Trainer

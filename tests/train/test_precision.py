@@ -9,8 +9,8 @@ import torch
 
 from helpers import tiny_config
 from vitlab.model import ConfigError
-from vitlab.train import Callback, Trainer
 from vitlab.model.runtime import resolve_device, resolve_precision
+from vitlab.train import Callback, Trainer
 
 
 def test_cpu_defaults_to_fp32_and_refuses_fp16():

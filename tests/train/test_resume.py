@@ -11,8 +11,8 @@ import torch
 from helpers import SignalAt, assert_bitwise_equal, state_of, tiny_config
 from vitlab.model import ConfigError
 from vitlab.train import Interrupted, Trainer
-from vitlab.train.outputs import read_metrics
 from vitlab.train.checkpoint import latest_checkpoint
+from vitlab.train.outputs import read_metrics
 
 # 1437 digits / batch 64 = 22 steps an epoch: 30 steps cross an epoch boundary. EMA, Mixup/CutMix,
 # RandAugment and stochastic depth all draw random numbers that a resumed run must reproduce.

@@ -9,12 +9,11 @@ import numpy as np
 import pytest
 import torch
 
+from helpers import tiny_config
 from vitlab.data import hold_out
 from vitlab.data.datasets import ArrayImages
 from vitlab.train import Trainer
 from vitlab.train.selection import BestWeights
-
-from helpers import tiny_config
 
 
 def tagged(n: int, classes: int = 4) -> ArrayImages:

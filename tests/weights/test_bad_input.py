@@ -9,9 +9,9 @@ import torch
 from safetensors.torch import save_file
 
 import vitlab
+from helpers import MarkerPayload, images, random_eval, save_state_dict
 from vitlab.model import ViTConfig, create_untrained
 from vitlab.weights import CheckpointError
-from helpers import MarkerPayload, images, random_eval, save_state_dict
 
 timm_vit = pytest.importorskip("timm.models.vision_transformer")
 

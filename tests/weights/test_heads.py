@@ -9,11 +9,11 @@ import pytest
 import torch
 
 import vitlab
+from helpers import TOLERANCE, images, random_eval, save_state_dict
 from vitlab.weights import CheckpointError
 from vitlab.weights.head_table import ACTIVATIONS, TORCHVISION_MODELS, timm_names
 from vitlab.weights.timm import convert_timm
 from vitlab.weights.torchvision import convert_torchvision
-from helpers import TOLERANCE, images, random_eval, save_state_dict
 
 timm = pytest.importorskip("timm")
 timm_vit = pytest.importorskip("timm.models.vision_transformer")

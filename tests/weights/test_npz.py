@@ -9,10 +9,10 @@ import pytest
 import torch
 
 import vitlab
+from helpers import TOLERANCE, VIT_JAX_FIXTURE, images, random_eval
 from vitlab.model import ViTConfig, create_untrained
 from vitlab.weights import CheckpointError
 from vitlab.weights.npz import CURRENT, RELEASED
-from helpers import TOLERANCE, VIT_JAX_FIXTURE, images, random_eval
 
 TINY = dict(image_size=32, patch_size=8, dim=32, depth=2, num_heads=4, mlp_dim=64, num_classes=6, act="gelu_tanh")
 

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 import vitlab
+from helpers import TOLERANCE, images, random_eval, save_state_dict
 from vitlab.model import BiTResNet
 from vitlab.weights import CheckpointError
-from helpers import TOLERANCE, images, random_eval, save_state_dict
 
 timm = pytest.importorskip("timm")
 

@@ -7,8 +7,8 @@ import torch
 from torchvision.models.vision_transformer import VisionTransformer as TorchvisionViT
 
 import vitlab
-from vitlab.weights import CheckpointError
 from helpers import TOLERANCE, images, random_eval, save_state_dict
+from vitlab.weights import CheckpointError
 
 
 def torchvision_model(image_size=32, patch_size=8, hidden_dim=64, num_heads=4, **options):

@@ -19,7 +19,6 @@ import torch
 from sklearn.decomposition import PCA
 from torch import nn
 
-
 MIN_VARIANCE_RATIO = 1e-6  # components explaining less are numerical noise
 
 

@@ -29,7 +29,6 @@ from vitlab.model import VisionTransformer
 
 from .axial import token_attention
 
-
 HEAD_FUSIONS = ("mean", "max", "min")
 
 

@@ -13,14 +13,14 @@ so it is shown beside the others but never taken as the best peer.
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Callable
 
 import torch
 from torch import nn
 
-from vitlab.model import BiTConfig, ViTConfig, VisionTransformer
+from vitlab.model import BiTConfig, VisionTransformer, ViTConfig
 
 
 class LogitsOnly(nn.Module):

@@ -10,7 +10,7 @@ CUDA: the caching allocator's own peak counter.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch.profiler import ProfilerActivity, profile

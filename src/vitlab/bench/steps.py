@@ -12,8 +12,8 @@ cross-entropy, backward, AdamW step.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 import torch.nn.functional as F

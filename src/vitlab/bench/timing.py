@@ -7,7 +7,7 @@ drift over all contenders alike, and the median over rounds ignores the odd stal
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 

@@ -112,9 +112,9 @@ def dataset_batches(args: argparse.Namespace, transform, model_names: list[str] 
 
 def run(args: argparse.Namespace) -> int:
     from vitlab.analysis import analyze, parse_what
+    from vitlab.cli import load_checkpoint
     from vitlab.evaluate.predict import eval_transform
     from vitlab.model.runtime import resolve_device
-    from vitlab.cli import load_checkpoint
 
     what = parse_what(args.what)  # a bad --what fails before the model is loaded
     if args.show < 1 or (args.max_images is not None and args.max_images < 1) or args.batch_size < 1:

@@ -45,7 +45,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from vitlab.bench import BenchConfig, CaseSpec, PRESETS, run_bench, write
+    from vitlab.bench import PRESETS, BenchConfig, CaseSpec, run_bench, write
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -21,8 +21,16 @@ import json
 import logging
 from pathlib import Path
 
-from . import (UserError, add_checkpoint_argument, add_runtime_arguments, load_checkpoint, memory_limit, preview,
-               with_examples, writable_file)
+from . import (
+    UserError,
+    add_checkpoint_argument,
+    add_runtime_arguments,
+    load_checkpoint,
+    memory_limit,
+    preview,
+    with_examples,
+    writable_file,
+)
 
 log = logging.getLogger("vitlab")
 
@@ -150,10 +158,10 @@ def run_eval(args: argparse.Namespace) -> int:
     from vitlab.evaluate.details import write_details
     from vitlab.evaluate.predict import eval_transform
     from vitlab.evaluate.real import match_real_labels, read_real_labels
-    from vitlab.progress import progress
-    from vitlab.train.loader import eval_loader
     from vitlab.model.budget import check_memory
     from vitlab.model.runtime import resolve_device, resolve_precision
+    from vitlab.progress import progress
+    from vitlab.train.loader import eval_loader
 
     run, run_file = read_run(args.ckpt)
     settings = resolve_settings(args, run, run_file)

@@ -13,7 +13,7 @@ def parse_shots(text: str) -> list[int]:
     try:
         shots = [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers such as 1,5,10,25, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers such as 1,5,10,25, got {text!r}") from None
     if not shots or min(shots) < 1:
         raise argparse.ArgumentTypeError(f"shots must be positive integers, got {text!r}")
     return shots
@@ -50,11 +50,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from vitlab.cli import load_checkpoint
     from vitlab.data import load_datasets
     from vitlab.evaluate import evaluate_representation
     from vitlab.evaluate.predict import eval_transform
     from vitlab.model.runtime import resolve_device
-    from vitlab.cli import load_checkpoint
 
     if args.seeds < 1:
         raise ValueError(f"--seeds must be at least 1, got {args.seeds}")

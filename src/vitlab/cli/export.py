@@ -50,9 +50,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from vitlab.cli import UserError
+    from vitlab.cli import UserError, load_checkpoint
     from vitlab.export import TracePlan, export_model
-    from vitlab.cli import load_checkpoint
 
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be at least 1, got {args.batch_size}")

@@ -30,9 +30,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from vitlab.cli import UserError
+    from vitlab.cli import UserError, load_checkpoint
     from vitlab.serve import ImageClassifier, Limits
-    from vitlab.cli import load_checkpoint
 
     try:
         from vitlab.serve.app import serve

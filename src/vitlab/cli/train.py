@@ -200,10 +200,9 @@ def build_config(args: argparse.Namespace):
 
 
 def run_train(args: argparse.Namespace) -> int:
+    from vitlab.cli import writable_folder
     from vitlab.evaluate import describe_top5
     from vitlab.train import Diverged, Interrupted, Trainer
-
-    from vitlab.cli import writable_folder
 
     config = build_config(args)
     if args.print_config:  # nothing is created or trained

@@ -18,8 +18,7 @@ from typing import Any, Protocol
 
 import torch
 from PIL import Image
-from torchvision.transforms import InterpolationMode
-from torchvision.transforms import v2
+from torchvision.transforms import InterpolationMode, v2
 
 from vitlab.config_fields import CROP_PCT_RULE, crop_pct_ok, std_ok
 from vitlab.config_fields import INTERPOLATIONS as INTERPOLATION_NAMES

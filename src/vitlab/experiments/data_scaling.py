@@ -13,8 +13,19 @@ from typing import Any
 
 from vitlab.model import BiTConfig, ViTConfig
 
-from .runner import (Experiment, Results, Settings, bit_config, describe_model, hybrid_config, plot_lines, seeds_of,
-                     steps_of, train_run, vit_config)
+from .runner import (
+    Experiment,
+    Results,
+    Settings,
+    bit_config,
+    describe_model,
+    hybrid_config,
+    plot_lines,
+    seeds_of,
+    steps_of,
+    train_run,
+    vit_config,
+)
 from .wording import trend
 
 FRACTIONS = (0.1, 0.25, 0.5, 1.0)

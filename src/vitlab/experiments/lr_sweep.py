@@ -28,8 +28,17 @@ from vitlab.train.checkpoint import holds_checkpoints
 from vitlab.train.config import ModelSpec
 from vitlab.train.paper_tables import DEV_FRACTIONS, TABLE_4, TABLE_4_BATCH_SIZE
 
-from .runner import (RUNS, TRAINING_SECONDS, Experiment, Results, Settings, describe_model, plot_lines, seeds_of,
-                     vit_config)
+from .runner import (
+    RUNS,
+    TRAINING_SECONDS,
+    Experiment,
+    Results,
+    Settings,
+    describe_model,
+    plot_lines,
+    seeds_of,
+    vit_config,
+)
 
 log = logging.getLogger("vitlab")
 

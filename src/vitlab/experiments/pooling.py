@@ -11,8 +11,7 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
-from .runner import (Experiment, Results, Settings, describe_model, plot_lines, seeds_of, steps_of, train_run,
-                     vit_config)
+from .runner import Experiment, Results, Settings, describe_model, plot_lines, seeds_of, steps_of, train_run, vit_config
 
 LRS = (3e-4, 1e-3, 3e-3, 1e-2)
 LABELS = {"token": "class token", "gap": "GAP"}

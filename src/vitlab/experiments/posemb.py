@@ -22,7 +22,6 @@ from vitlab.evaluate.fewshot import SHOTS
 from vitlab.evaluate.predict import eval_transform
 
 from .runner import Experiment, Results, Settings, describe_model, seeds_of, steps_of, train_run, vit_config
-
 from .wording import compare
 
 # (pos_embed, pos_embed_at) in Table 8's order, then the two kinds the table does not have.

@@ -21,7 +21,6 @@ from vitlab.data.fractaldb import FractalDBSpec, generate_fractaldb
 
 from .runner import Experiment, Results, Settings, describe_model, seeds_of, steps_of, train_run, vit_config
 
-
 PRETRAIN_STEPS = 1000
 PRETRAINED, SCRATCH = "FractalDB pre-trained", "from scratch"
 

@@ -76,7 +76,7 @@ class Settings:
                 raise ValueError(f"{option} {' '.join(map(str, value)) if isinstance(value, tuple) else value}: "
                                  f"{requirement}")
 
-    def command(self, experiment: "Experiment") -> str:
+    def command(self, experiment: Experiment) -> str:
         """The `vitlab experiment` command line that repeats this run (options it ignores left out)."""
         parts = ["vitlab experiment", experiment.name, "--data", self.data, "--out", str(self.out)]
         defaults = Settings()
@@ -99,7 +99,7 @@ class Experiment:
     question: str
     steps: int  # default optimiser steps per run on the data
     seeds: tuple[int, ...]
-    run: Callable[[Settings], "Results"]
+    run: Callable[[Settings], Results]
     columns: tuple[str, ...]  # of the Markdown table, from Results.summary()
     plot: Callable[[Axes, list[dict[str, Any]]], None]
     options: tuple[str, ...] = ()  # Settings fields it reads besides COMMON

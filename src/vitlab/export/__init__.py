@@ -20,7 +20,13 @@ from .program import export_program, read_program_config
 from .quantize import INT8_TOLERANCE, QUANTIZATIONS, export_quantized, quantize_onnx, quantized_path
 from .runtime import RUNTIMES, OnnxModel, open_model
 from .validate import (
-    FP32_TOLERANCE, ExportMismatchError, TracePlan, Validation, compare, has_zero_head, with_random_head,
+    FP32_TOLERANCE,
+    ExportMismatchError,
+    TracePlan,
+    Validation,
+    compare,
+    has_zero_head,
+    with_random_head,
 )
 
 FORMATS = ("onnx", "export", "npz", "timm", "hf")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from vitlab.model import BiTConfig, BiTResNet, ViTConfig, VisionTransformer
+from vitlab.model import BiTConfig, BiTResNet, VisionTransformer, ViTConfig
 
 from .metadata import config_from_metadata, metadata_strings
 from .validate import FP32_TOLERANCE, TracePlan, Validation, prepare

@@ -8,12 +8,17 @@ from vitlab.errors import ConfigError
 
 # The model families register themselves when imported, in the order list_models("all") lists them:
 # the ViT, the ResNet + ViT hybrids, the BiT ResNet baseline, Axial-ViT.
-from . import variants, hybrid, bit, axial  # noqa: F401, I001
+# isort: off
+from . import variants, hybrid, bit, axial  # noqa: F401
+# isort: on
 from .axial import AxialConfig, AxialViT
 from .bit import BiTConfig, BiTResNet
 from .config import Preprocessing, ViTConfig
-from .factory import config_for, create_untrained
-from .factory import create_model  # noqa: F401  old name, not public: refuses pretrained= (see vitlab.create_model)
+from .factory import (
+    config_for,
+    create_model,  # noqa: F401  old name, not public: refuses pretrained= (see vitlab.create_model)
+    create_untrained,
+)
 from .position import resample_pos_embed
 from .registry import list_models
 from .resnet import ResNetConfig

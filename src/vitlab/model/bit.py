@@ -66,11 +66,11 @@ class BiTConfig:
         return json.loads(json.dumps(dataclasses.asdict(self)))
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "BiTConfig":
+    def from_dict(cls, data: dict[str, Any]) -> BiTConfig:
         reject_unknown(cls, data, "BiT")
         return cls(**data)
 
-    def replace(self, **changes: Any) -> "BiTConfig":
+    def replace(self, **changes: Any) -> BiTConfig:
         reject_unknown(type(self), changes, "BiT")
         return dataclasses.replace(self, **changes)
 

@@ -14,8 +14,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from vitlab.config_fields import (CROP_PCT_RULE, INTERPOLATIONS, STD_RULE, Interpolation, check_fields, crop_pct_ok,
-                                  literal_values, std_ok, unknown_keys)
+from vitlab.config_fields import (
+    CROP_PCT_RULE,
+    INTERPOLATIONS,
+    STD_RULE,
+    Interpolation,
+    check_fields,
+    crop_pct_ok,
+    literal_values,
+    std_ok,
+    unknown_keys,
+)
 from vitlab.errors import ConfigError
 
 from .resnet import ResNetConfig  # a hybrid's backbone (the field `backbone`)
@@ -249,7 +258,7 @@ class ViTConfig:
         return data
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "ViTConfig":
+    def from_dict(cls, data: dict[str, Any]) -> ViTConfig:
         if not isinstance(data, dict):
             raise ConfigError(f"expected a mapping of ViT config fields, got {type(data).__name__}")
         unknown = unknown_keys(cls, data)
@@ -257,7 +266,7 @@ class ViTConfig:
             raise ConfigError(f"unknown ViT config keys: {', '.join(unknown)}")
         return cls(**data)
 
-    def replace(self, **changes: Any) -> "ViTConfig":
+    def replace(self, **changes: Any) -> ViTConfig:
         unknown = unknown_keys(self, changes)
         if unknown:
             raise ConfigError(f"unknown ViT config keys: {', '.join(unknown)}")

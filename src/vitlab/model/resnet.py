@@ -96,7 +96,7 @@ class ResNetConfig:
         check(self.norm_eps > 0 and self.weight_std_eps > 0, "resnet norm_eps and weight_std_eps must be positive")
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "ResNetConfig":
+    def from_dict(cls, data: dict[str, Any]) -> ResNetConfig:
         reject_unknown(cls, data, "ResNet")
         return cls(**data)
 

@@ -12,7 +12,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from vitlab.data import DataSplits, load_datasets
 from vitlab.data.transforms import eval_transform, resolve_preprocessing, train_transform
-from vitlab.model import BiTConfig, BiTResNet, ConfigError, ViTConfig, VisionTransformer, config_for, create_untrained
+from vitlab.model import BiTConfig, BiTResNet, ConfigError, VisionTransformer, ViTConfig, config_for, create_untrained
 from vitlab.model.budget import check_memory
 from vitlab.weights import load
 

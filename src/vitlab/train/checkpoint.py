@@ -39,8 +39,14 @@ from vitlab.model import ConfigError
 from vitlab.weights import CheckpointError
 from vitlab.weights.files import load_pickle
 
-from .atomic_files import (CHECKSUMS, atomic_write, checksum_file, record_checksums, remove_partial_writes,
-                           verify_checkpoint)
+from .atomic_files import (
+    CHECKSUMS,
+    atomic_write,
+    checksum_file,
+    record_checksums,
+    remove_partial_writes,
+    verify_checkpoint,
+)
 from .outputs import RUN_FILE
 from .rng import capture_rng, restore_rng
 

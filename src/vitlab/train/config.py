@@ -18,15 +18,30 @@ from typing import Any, Literal
 import yaml
 
 from vitlab import textfiles
-from vitlab.config_fields import (CROP_PCT_RULE, STD_RULE, Interpolation, as_sections, crop_pct_ok, finite_checks,
-                                  lookup, plain, sections, std_ok)
+
+# The engine that sets and reads these configs; what this file does not use stays importable from here.
+from vitlab.config_fields import (  # noqa: F401
+    CROP_PCT_RULE,
+    STD_RULE,
+    ConfigError,
+    Interpolation,
+    apply_mapping,
+    as_sections,
+    coerce,
+    crop_pct_ok,
+    describe,
+    finite_checks,
+    lookup,
+    plain,
+    sections,
+    set_value,
+    show,
+    std_ok,
+)
 from vitlab.data.keras_augment import FillMode
 from vitlab.data.splits import HoldOut
 from vitlab.model.config import Pooling, PositionEmbeddingKind
 from vitlab.model.runtime import Device, PrecisionName
-
-# The engine that sets and reads these configs, importable from here as before it moved.
-from vitlab.config_fields import ConfigError, apply_mapping, coerce, describe, set_value, show  # noqa: F401
 from vitlab.textfiles import parse_assignment  # noqa: F401
 
 DataParallel = Literal["ddp", "fsdp"]  # under torchrun: replicate the model, or shard it (distributed.py)
@@ -202,7 +217,7 @@ class TrainConfig:
     SET_ELSEWHERE: typing.ClassVar[dict[str, str]] = {
         "recipe": "the recipe is chosen with --recipe or a top-level 'recipe:' key"}
 
-    def validate(self, origins: Mapping[str, str] | None = None) -> "TrainConfig":
+    def validate(self, origins: Mapping[str, str] | None = None) -> TrainConfig:
         """Raise ConfigError naming the first out-of-range value (and, from `origins`, the file or
         flag that set it); returns self."""
         for key, ok, requirement in [*finite_checks(self), *_range_checks(self)]:

@@ -90,8 +90,8 @@ DEV_FRACTIONS: dict[str, float] = {"imagenet": 0.01, "cifar10": 0.02, "cifar100"
 
 def pretrain_row(model: str, dataset: str) -> PretrainRow | None:
     """Table 3's row for `model` pre-trained on `dataset`, or None when the table has none."""
-    from vitlab.model.hybrid import is_hybrid_name
     from vitlab.model.bit import is_bit_name
+    from vitlab.model.hybrid import is_hybrid_name
 
     for row in TABLE_3:
         if row.dataset != dataset:

@@ -8,15 +8,15 @@ head after the weights are in (paper Sec. 3.2); each says so in one log line.
 from __future__ import annotations
 
 import logging
-from typing import Any, Mapping, overload
+from collections.abc import Mapping
+from typing import Any, overload
 
 import torch
 
 from vitlab.errors import CheckpointError
-from vitlab.model import BiTConfig, BiTResNet, ConfigError, ViTConfig, VisionTransformer, create_untrained
+from vitlab.model import BiTConfig, BiTResNet, ConfigError, VisionTransformer, ViTConfig, create_untrained
 from vitlab.model.budget import check_memory
 from vitlab.model.config import as_pair
-
 
 log = logging.getLogger("vitlab")
 

@@ -18,8 +18,8 @@ import hashlib
 import logging
 import os
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 from urllib.parse import urlsplit
 
 from tqdm.auto import tqdm

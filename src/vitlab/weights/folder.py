@@ -24,13 +24,14 @@ model was trained with (a token model's logits move by ~5e-4 with another GELU).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from safetensors.torch import save_file
 
 from vitlab.errors import CheckpointError
-from vitlab.model import AxialConfig, BiTConfig, BiTResNet, ConfigError, ViTConfig, VisionTransformer
+from vitlab.model import AxialConfig, BiTConfig, BiTResNet, ConfigError, VisionTransformer, ViTConfig
 from vitlab.model.budget import check_memory
 from vitlab.textfiles import TextFileError, read_json
 

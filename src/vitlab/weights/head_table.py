@@ -15,7 +15,8 @@ import dataclasses
 import functools
 import json
 import sys
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 

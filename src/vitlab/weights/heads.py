@@ -17,8 +17,9 @@ import functools
 import json
 import logging
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from vitlab.errors import CheckpointError
 

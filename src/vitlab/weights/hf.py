@@ -13,9 +13,9 @@ from typing import Any
 
 import torch
 
-from vitlab.errors import CheckpointError
 from vitlab.config_fields import Interpolation
-from vitlab.model import ConfigError, Preprocessing, ViTConfig, VisionTransformer
+from vitlab.errors import CheckpointError
+from vitlab.model import ConfigError, Preprocessing, VisionTransformer, ViTConfig
 from vitlab.model.config import Activation
 from vitlab.textfiles import TextFileError, read_json
 

@@ -13,17 +13,18 @@ from __future__ import annotations
 import logging
 import re
 import zipfile
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 import torch
 
 from vitlab.errors import CheckpointError
-from vitlab.model import ResNetConfig, ViTConfig, VisionTransformer
-from vitlab.model.resnet import StemKind
+from vitlab.model import ResNetConfig, VisionTransformer, ViTConfig
 from vitlab.model.budget import check_memory
 from vitlab.model.config import as_pair
+from vitlab.model.resnet import StemKind
 
 from .build import build_model
 from .keys import rename_keys

@@ -20,19 +20,20 @@ import dataclasses
 import logging
 import re
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
 
 from vitlab.errors import CheckpointError, ConfigError
-from vitlab.model import Preprocessing, ViTConfig, VisionTransformer
+from vitlab.model import Preprocessing, VisionTransformer, ViTConfig
 from vitlab.model.budget import DEFAULT_FRACTION, available_memory, check_memory
 
 from .build import build_model
-from .position_grid import infer_image_size, position_layout
 from .keys import count_blocks
+from .position_grid import infer_image_size, position_layout
 
 log = logging.getLogger("vitlab")
 

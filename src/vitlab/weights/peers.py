@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from vitlab.model import ConfigError, ViTConfig, VisionTransformer
+from vitlab.model import ConfigError, VisionTransformer, ViTConfig
 
 log = logging.getLogger("vitlab")
 

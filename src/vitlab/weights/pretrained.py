@@ -10,7 +10,7 @@ from typing import Any
 from torch import nn
 
 from vitlab.errors import CheckpointError
-from vitlab.model import BiTConfig, BiTResNet, ConfigError, ViTConfig, VisionTransformer, config_for, create_untrained
+from vitlab.model import BiTConfig, BiTResNet, ConfigError, VisionTransformer, ViTConfig, config_for, create_untrained
 from vitlab.model.aliases import from_timm_name, is_timm_name
 
 from .catalogue import CATALOGUE, IN1K_CLASSES, CatalogueError, Pretrained, find, list_pretrained

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import typing
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import torch
 
@@ -21,8 +22,8 @@ from vitlab.model import ConfigError, Preprocessing, ViTConfig
 from vitlab.model.config import Activation
 
 from .heads import Signature, activation_for, architecture, read_signature, refuse_unholdable
-from .position_grid import position_layout
 from .keys import rename_keys
+from .position_grid import position_layout
 
 RULES = [
     (r"^pos_embed$", "pos_embed.weight"),

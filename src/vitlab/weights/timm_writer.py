@@ -18,8 +18,8 @@ import torch
 from safetensors.torch import save_file
 
 from vitlab.model import BiTResNet, ConfigError, VisionTransformer
-from vitlab.model.bit import bit_config
 from vitlab.model.aliases import timm_architecture
+from vitlab.model.bit import bit_config
 from vitlab.model.timm_api import TIMM_POOL
 
 from .peers import TIMM, TIMM_HYBRID_BACKBONES, check_peer

@@ -10,16 +10,17 @@ architectures (heads.py).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import torch
 
 from vitlab.model import Preprocessing, ViTConfig
 
 from .heads import Signature, architecture, read_signature
-from .position_grid import infer_image_size
 from .keys import rename_keys, require
+from .position_grid import infer_image_size
 
 LAYER = r"^encoder\.layers\.encoder_layer_(\d+)\."
 RULES = [
