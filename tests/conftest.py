@@ -40,9 +40,7 @@ def pytest_runtest_logreport(report):
 def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
-    report.fault_markers = [
-        (m.args[0], int(m.kwargs.get("kinds", 1))) for m in item.iter_markers(name="fault")
-    ][:1]
+    report.fault_markers = [(m.args[0], int(m.kwargs.get("kinds", 1))) for m in item.iter_markers(name="fault")][:1]
     if any(kinds < 1 for _, kinds in report.fault_markers):
         raise pytest.UsageError(f"{item.nodeid}: fault(kinds=N) needs N >= 1")
     if call.when == "call":

@@ -35,8 +35,13 @@ TOLERANCE = dict(rtol=1e-5, atol=1e-5)  # the bar for fp32 logits against a peer
 # Headless Chromium: Debian's, which `make test` installs; Playwright drives it, never downloads one.
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--no-first-run",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
 ]
 
 
@@ -89,9 +94,26 @@ TINY: dict[str, dict[str, Any]] = {
 }
 
 # The same as command-line flags, for tests that go through `vitlab train`.
-TINY_FLAGS = ["--recipe", "small-data", "--model", "mu/4", "--image-size", "8", "--data", "digits",
-              "--batch-size", "32", "--steps", "20", "--eval-every", "10", "--threads", "1",
-              "--set", "schedule.warmup_steps=5"]
+TINY_FLAGS = [
+    "--recipe",
+    "small-data",
+    "--model",
+    "mu/4",
+    "--image-size",
+    "8",
+    "--data",
+    "digits",
+    "--batch-size",
+    "32",
+    "--steps",
+    "20",
+    "--eval-every",
+    "10",
+    "--threads",
+    "1",
+    "--set",
+    "schedule.warmup_steps=5",
+]
 
 
 def tiny_config(out: Path, recipe: str = "small-data", **sections: dict[str, Any]) -> TrainConfig:
@@ -132,8 +154,21 @@ def assert_same_state(a: dict, b: dict, where: str = "") -> None:
 def final_state(out: Path) -> dict:
     """What must not depend on interruptions: the learned state of the last checkpoint."""
     state = ckpt.load_checkpoint(ckpt.latest_checkpoint(out))
-    return {key: state[key] for key in ("step", "epoch", "batch_in_epoch", "model", "optimizer", "scheduler",
-                                        "ema", "loss_sum", "loss_count", "rng")}
+    return {
+        key: state[key]
+        for key in (
+            "step",
+            "epoch",
+            "batch_in_epoch",
+            "model",
+            "optimizer",
+            "scheduler",
+            "ema",
+            "loss_sum",
+            "loss_count",
+            "rng",
+        )
+    }
 
 
 class SignalAt(Callback):
@@ -164,18 +199,31 @@ def write_cifar(root: Path, kind: str, per_batch: int = 6, seed: int = 0) -> Pat
     """A small CIFAR release in the official layout: protocol-2 pickles of uint8 (N, 3072) rows."""
     rng = np.random.default_rng(seed)
     if kind == "cifar10":
-        folder, batches, test, meta = root / "cifar-10-batches-py", [f"data_batch_{i}" for i in range(1, 6)], "test_batch", "batches.meta"
+        folder, batches, test, meta = (
+            root / "cifar-10-batches-py",
+            [f"data_batch_{i}" for i in range(1, 6)],
+            "test_batch",
+            "batches.meta",
+        )
         label_key, names = "labels", {"label_names": [f"class{i}" for i in range(10)]}
     else:
         folder, batches, test, meta = root / "cifar-100-python", ["train"], "test", "meta"
-        label_key, names = "fine_labels", {"fine_label_names": [f"fine{i}" for i in range(100)],
-                                           "coarse_label_names": [f"coarse{i}" for i in range(20)]}
+        label_key, names = (
+            "fine_labels",
+            {
+                "fine_label_names": [f"fine{i}" for i in range(100)],
+                "coarse_label_names": [f"coarse{i}" for i in range(20)],
+            },
+        )
     folder.mkdir(parents=True)
     classes = len(next(iter(names.values())))
     for name in batches + [test]:
-        batch = {"batch_label": name, "data": rng.integers(0, 256, (per_batch, 3072), dtype=np.uint8),
-                 label_key: rng.integers(0, classes, per_batch).tolist(),
-                 "filenames": [f"img{i}.png" for i in range(per_batch)]}
+        batch = {
+            "batch_label": name,
+            "data": rng.integers(0, 256, (per_batch, 3072), dtype=np.uint8),
+            label_key: rng.integers(0, classes, per_batch).tolist(),
+            "filenames": [f"img{i}.png" for i in range(per_batch)],
+        }
         if kind == "cifar100":
             batch["coarse_labels"] = rng.integers(0, 20, per_batch).tolist()
         (folder / name).write_bytes(pickle.dumps(batch, protocol=2))
@@ -198,8 +246,10 @@ def noise(size=(24, 16), mode="RGB", seed=0) -> Image.Image:
 
 def png_header_only(width: int, height: int) -> bytes:
     """A PNG whose IHDR claims width x height pixels (1-bit grey), with a tiny IDAT: a bomb's header."""
+
     def chunk(kind: bytes, data: bytes) -> bytes:
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
     ihdr = struct.pack(">IIBBBBB", width, height, 1, 0, 0, 0, 0)
     return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"\0" * 64)) + chunk(b"IEND", b"")
 
@@ -307,7 +357,7 @@ def tree(pids: list[int]) -> list[int]:
 def _address(hex_address: str) -> str:
     """/proc/net/tcp{,6} "0100007F:1F90" -> "127.0.0.1" (each 32-bit word is in host byte order)."""
     host = bytes.fromhex(hex_address.split(":")[0])
-    words = b"".join(host[i:i + 4][::-1] for i in range(0, len(host), 4))
+    words = b"".join(host[i : i + 4][::-1] for i in range(0, len(host), 4))
     return socket.inet_ntop(socket.AF_INET if len(words) == 4 else socket.AF_INET6, words)
 
 

@@ -33,8 +33,19 @@ MAY_IMPORT: dict[str, set[str]] = {
     "serve": {"model", "weights", "data", "evaluate", "analysis"},
     "bench": {"model", "weights", "data", "evaluate", "analysis", "train", "export", "serve"},
     "experiments": {"model", "weights", "data", "evaluate", "analysis", "train", "export", "serve", "bench"},
-    "cli": {"model", "weights", "data", "evaluate", "analysis", "train", "export", "serve", "experiments",
-            "bench", "public"},
+    "cli": {
+        "model",
+        "weights",
+        "data",
+        "evaluate",
+        "analysis",
+        "train",
+        "export",
+        "serve",
+        "experiments",
+        "bench",
+        "public",
+    },
 }
 FOUNDATION, PUBLIC = "foundation", "public"
 MAX_LINES = 400
@@ -82,11 +93,13 @@ def imports(src: Path) -> list[Import]:
                 targets = [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom):
                 base = (package[: len(package) - node.level + 1] if node.level else []) + (
-                    node.module.split(".") if node.module else [])
+                    node.module.split(".") if node.module else []
+                )
                 base_name = ".".join(base)
                 # `from pkg import sub` names the submodule when there is one, else a name in pkg.
-                targets = [f"{base_name}.{a.name}" if f"{base_name}.{a.name}" in known else base_name
-                           for a in node.names]
+                targets = [
+                    f"{base_name}.{a.name}" if f"{base_name}.{a.name}" in known else base_name for a in node.names
+                ]
             else:
                 continue
             for target in dict.fromkeys(targets):
@@ -166,8 +179,9 @@ def cycles(src: Path) -> list[tuple[frozenset[str], list[Import]]]:
                 if member == node:
                     break
             if len(group) > 1:
-                inside = list({(i.file, i.line): i for g in sorted(group) for i in edges.get(g, [])
-                               if i.target in group}.values())
+                inside = list(
+                    {(i.file, i.line): i for g in sorted(group) for i in edges.get(g, []) if i.target in group}.values()
+                )
                 groups.append((frozenset(group), inside))
 
     for node in modules(src):
@@ -177,8 +191,11 @@ def cycles(src: Path) -> list[tuple[frozenset[str], list[Import]]]:
 
 
 def long_modules(src: Path) -> dict[str, int]:
-    return {path.relative_to(src).as_posix(): n for path in modules(src).values()
-            if (n := len(path.read_text().splitlines())) > MAX_LINES}
+    return {
+        path.relative_to(src).as_posix(): n
+        for path in modules(src).values()
+        if (n := len(path.read_text().splitlines())) > MAX_LINES
+    }
 
 
 # -- the tree ------------------------------------------------------------------------------------------
@@ -192,8 +209,11 @@ def test_imports_follow_the_layers():
 
 def test_no_import_cycles():
     found = cycles(SRC)
-    new = [f"cycle {' <-> '.join(sorted(group))}:\n  " + "\n  ".join(i.where() for i in inside)
-           for group, inside in found if group not in KNOWN_CYCLES]
+    new = [
+        f"cycle {' <-> '.join(sorted(group))}:\n  " + "\n  ".join(i.where() for i in inside)
+        for group, inside in found
+        if group not in KNOWN_CYCLES
+    ]
     fixed = KNOWN_CYCLES - {group for group, _ in found}
     assert not new, "import cycles:\n" + "\n".join(new)
     assert not fixed, f"no longer cycles, delete from KNOWN_CYCLES: {[sorted(g) for g in fixed]}"
@@ -241,31 +261,43 @@ def test_a_clean_tree_passes(tmp_path):
     assert layer_violations(src) == [] and cycles(src) == [] and long_modules(src) == {}
 
 
-@pytest.mark.parametrize("file, text, why", [
-    ("model/vit.py", "from vitlab.weights import load\n", "model may import the foundation and nothing, not weights"),
-    ("model/vit.py", "from ..data import x\n", "not data"),  # relative, two levels up
-    ("model/vit.py", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from vitlab.train import T\n",
-     "not train"),
-    ("model/vit.py", "def f():\n    import vitlab.cli\n", "not cli"),
-    ("data/__init__.py", "from vitlab.model.vit import ViT\n", "data may import the foundation and nothing"),
-    ("weights/__init__.py", "from vitlab import __version__\n", "the public face"),
-    ("errors.py", "from vitlab import textfiles\n", "vitlab.errors imports nothing"),
-    ("textfiles.py", "from vitlab.model import ViT\n", "may import vitlab.errors only"),
-    ("stray/__init__.py", "from vitlab.model import ViT\n", "package vitlab.stray has no layer"),
-])
+@pytest.mark.parametrize(
+    "file, text, why",
+    [
+        (
+            "model/vit.py",
+            "from vitlab.weights import load\n",
+            "model may import the foundation and nothing, not weights",
+        ),
+        ("model/vit.py", "from ..data import x\n", "not data"),  # relative, two levels up
+        (
+            "model/vit.py",
+            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from vitlab.train import T\n",
+            "not train",
+        ),
+        ("model/vit.py", "def f():\n    import vitlab.cli\n", "not cli"),
+        ("data/__init__.py", "from vitlab.model.vit import ViT\n", "data may import the foundation and nothing"),
+        ("weights/__init__.py", "from vitlab import __version__\n", "the public face"),
+        ("errors.py", "from vitlab import textfiles\n", "vitlab.errors imports nothing"),
+        ("textfiles.py", "from vitlab.model import ViT\n", "may import vitlab.errors only"),
+        ("stray/__init__.py", "from vitlab.model import ViT\n", "package vitlab.stray has no layer"),
+    ],
+)
 def test_an_upward_import_is_named_with_file_and_line(tmp_path, file, text, why):
     src = write_tree(tmp_path, {**TREE, file: text})
-    (imp, reason), = layer_violations(src)
+    ((imp, reason),) = layer_violations(src)
     assert imp.file == f"vitlab/{file}" and imp.line == text.count("\n") and why in reason
     assert imp.text == text.strip().splitlines()[-1].strip()
 
 
 def test_a_cycle_is_named_with_its_modules(tmp_path):
     src = write_tree(tmp_path, {**TREE, "model/heads.py": "from vitlab.model.vit import ViT\n"})
-    (group, inside), = cycles(src)
+    ((group, inside),) = cycles(src)
     assert group == {"vitlab.model.vit", "vitlab.model.heads"}
-    assert sorted(i.where() for i in inside) == ["src/vitlab/model/heads.py:1: `from vitlab.model.vit import ViT`",
-                                                   "src/vitlab/model/vit.py:3: `from . import heads`"]
+    assert sorted(i.where() for i in inside) == [
+        "src/vitlab/model/heads.py:1: `from vitlab.model.vit import ViT`",
+        "src/vitlab/model/vit.py:3: `from . import heads`",
+    ]
 
 
 def test_a_long_module_is_named(tmp_path):

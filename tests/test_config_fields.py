@@ -49,6 +49,9 @@ def test_set_value_and_apply_mapping_work_on_any_config_of_sections():
     config = apply_mapping(Outer(), {"name": "ignored", "inner": {"rate": "1e-3"}}, "file.yaml")
     set_value(config, "inner.steps", 5, "--set")
     assert (lookup(config, "inner.rate"), lookup(config, "inner.steps"), config.name) == (0.001, 5, "x")
-    with pytest.raises(ConfigError, match=r"--set: unknown key 'rate'; keys are SECTION\.FIELD with SECTION one of "
-                                          r"inner \(did you mean inner\.rate\?\)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"--set: unknown key 'rate'; keys are SECTION\.FIELD with SECTION one of "
+        r"inner \(did you mean inner\.rate\?\)",
+    ):
         set_value(config, "rate", 1.0, "--set")

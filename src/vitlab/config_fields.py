@@ -164,15 +164,16 @@ def describe(annotation: Any) -> str:
         return f"a list of {plural.get(args[0], describe(args[0]))}" if args else "a list"
     if isinstance(annotation, type) and dataclasses.is_dataclass(annotation):
         return f"a mapping of {annotation.__name__} fields"
-    return {bool: "true/false", int: "an integer", float: "a number", str: "a string"}.get(
-        annotation, str(annotation)
-    )
+    return {bool: "true/false", int: "an integer", float: "a number", str: "a string"}.get(annotation, str(annotation))
 
 
 def show(value: Any) -> str:
-    text = f"{type(value).__name__} {value!r}" if not isinstance(value, (int, float)) or isinstance(value, bool) else repr(value)
+    text = (
+        f"{type(value).__name__} {value!r}"
+        if not isinstance(value, (int, float)) or isinstance(value, bool)
+        else repr(value)
+    )
     return text if len(text) <= 80 else text[:77] + "..."
-
 
 
 # -- preprocessing values: one rule each for the layers that take them (a model's Preprocessing, a run's
@@ -189,6 +190,7 @@ def crop_pct_ok(crop_pct: float) -> bool:
 
 def std_ok(std: Any) -> bool:
     return all(s > 0 for s in std)
+
 
 # -- configs of sections: setting values by key ------------------------------------------------------
 def sections(cls: type) -> dict[str, type]:
@@ -212,8 +214,10 @@ def set_value(config: Any, key: str, value: Any, origin: str) -> None:
         elsewhere = getattr(cls, "SET_ELSEWHERE", {})
         if key in elsewhere:
             raise ConfigError(f"{origin}: {elsewhere[key]}")
-        raise ConfigError(f"{origin}: unknown key {key!r}; keys are SECTION.FIELD with SECTION one of "
-                          f"{', '.join(known_sections)}{_suggest(known_sections, key)}")
+        raise ConfigError(
+            f"{origin}: unknown key {key!r}; keys are SECTION.FIELD with SECTION one of "
+            f"{', '.join(known_sections)}{_suggest(known_sections, key)}"
+        )
     section = getattr(config, section_name)
     hints = typing.get_type_hints(type(section))
     if name not in {f.name for f in dataclasses.fields(section)}:
@@ -234,21 +238,26 @@ def apply_mapping(config: Any, mapping: Any, origin: str) -> Any:
     if mapping is None:
         return config
     if not isinstance(mapping, dict):
-        raise ConfigError(f"{origin}: expected a mapping of sections ({', '.join(known_sections)}), got {show(mapping)}")
+        raise ConfigError(
+            f"{origin}: expected a mapping of sections ({', '.join(known_sections)}), got {show(mapping)}"
+        )
     plain_fields = {f.name for f in dataclasses.fields(config)} - set(known_sections)
     for section_name, values in mapping.items():
         if section_name in plain_fields:
             continue
         if section_name in known_sections and not isinstance(values, dict):
             raise ConfigError(f"{origin}: section {section_name!r} must be a mapping of fields, got {show(values)}")
-        for name, value in (values.items() if isinstance(values, dict) else [("", values)]):
+        for name, value in values.items() if isinstance(values, dict) else [("", values)]:
             set_value(config, f"{section_name}.{name}" if name else str(section_name), value, origin)
     return config
 
 
 def _suggest(known_sections: Mapping[str, type], key: str) -> str:
-    matches = [f"{section}.{key}" for section, cls in known_sections.items()
-               if key in {f.name for f in dataclasses.fields(cls)}]
+    matches = [
+        f"{section}.{key}"
+        for section, cls in known_sections.items()
+        if key in {f.name for f in dataclasses.fields(cls)}
+    ]
     return f" (did you mean {' or '.join(matches)}?)" if matches else ""
 
 

@@ -90,7 +90,7 @@ def read_config(path: str | Path) -> Any:
 
 
 def parse_assignment(text: str) -> tuple[str, Any]:
-    """"optim.lr=1e-3" -> ("optim.lr", 0.001): `--set KEY=VALUE`, the value read as YAML (numbers, lists, null)."""
+    """ "optim.lr=1e-3" -> ("optim.lr", 0.001): `--set KEY=VALUE`, the value read as YAML (numbers, lists, null)."""
     key, sep, raw = text.partition("=")
     if not sep or not key.strip():
         raise ConfigError(f"--set {text!r}: expected KEY=VALUE, e.g. optim.lr=0.001")

@@ -39,8 +39,13 @@ TINY = {
     "hybrid": dict(backbone=ResNetConfig(layers=(1, 1, 1), width=32, stem="small"), **TRANSFORMER),
     "bit": dict(image_size=SIZE, resnet=bit_resnet_config(layers=(1, 1), width=32, stem="small")),
 }
-FIGURES = {"rollout.png", "raw_attention.png", "attention_distance.png", "posemb_similarity.png",
-           "embedding_filters.png"}
+FIGURES = {
+    "rollout.png",
+    "raw_attention.png",
+    "attention_distance.png",
+    "posemb_similarity.png",
+    "embedding_filters.png",
+}
 
 
 def tiny(family: str) -> torch.nn.Module:
@@ -79,8 +84,11 @@ def test_analyze_runs_what_applies_to_every_family(tmp_path, family):
     result = analyze(model, images(4), tmp_path, show=2)
     numbers = json.loads(result.json_path.read_text())
     drawn = {figure.path.name for figure in result.figures}
-    filters = filters_as_images(np.array(numbers["embedding_filters"]["components"]).reshape(
-        len(numbers["embedding_filters"]["explained_variance_ratio"]), 3, *model_filter_size(model)))
+    filters = filters_as_images(
+        np.array(numbers["embedding_filters"]["components"]).reshape(
+            len(numbers["embedding_filters"]["explained_variance_ratio"]), 3, *model_filter_size(model)
+        )
+    )
     # No black squares: each component is stretched over its own range.
     assert np.all(filters.max(axis=(1, 2, 3)) - filters.min(axis=(1, 2, 3)) > 0.99)
     if family == "bit":
@@ -112,8 +120,11 @@ def model_filter_size(model: torch.nn.Module) -> tuple[int, int]:
 def test_attention_analyses_of_a_resnet_are_refused_in_one_line(tmp_path):
     model = tiny("bit")
     for what in ("rollout", "distance,filters"):
-        with pytest.raises(ValueError, match=r"^BiT-R26x1-small: attention analyses need a transformer; a ResNet "
-                                             r"has no attention to show$"):
+        with pytest.raises(
+            ValueError,
+            match=r"^BiT-R26x1-small: attention analyses need a transformer; a ResNet "
+            r"has no attention to show$",
+        ):
             analyze(model, images(2), tmp_path, what=what)
     with pytest.raises(ValueError, match="attention analyses need a transformer"):
         attention_maps(model, images(1))
@@ -137,8 +148,10 @@ def test_hybrid_rollout_covers_the_image_on_the_token_grid():
 def test_analyze_command_on_every_family(tmp_path, capsys, family):
     ckpt = vitlab.save_pretrained(tiny(family), tmp_path / "model")
     out = tmp_path / "analysis"
-    assert main(["analyze", "--ckpt", str(ckpt), "--out", str(out), "--max-images", "4", "--show", "2",
-                 "--device", "cpu"]) == 0
+    assert (
+        main(["analyze", "--ckpt", str(ckpt), "--out", str(out), "--max-images", "4", "--show", "2", "--device", "cpu"])
+        == 0
+    )
     drawn = {path.name for path in out.glob("*.png")}
     assert drawn == ({"embedding_filters.png"} if family == "bit" else FIGURES)
     assert "report: " in capsys.readouterr().out

@@ -27,11 +27,13 @@ def test_two_layer_flow_by_hand_differs_from_rollout():
     #   to 1: min(.5, .5) + min(.25, .75) + min(.25, 0) = .75
     #   to 2: min(.5, 0) + min(.25, .25) + min(.25, .5) = .5      -> / 2.0
     # Output 1 (.5 .5 0): .5, .5 + .5, .25 -> / 1.75. Output 2 (0 .25 .75): .5, .25, .25 + .5 -> / 1.5.
-    expected = torch.tensor([
-        [0.75, 0.75, 0.5],
-        [0.5, 1.0, 0.25],
-        [0.5, 0.25, 0.75],
-    ]) / torch.tensor([[2.0], [1.75], [1.5]])
+    expected = torch.tensor(
+        [
+            [0.75, 0.75, 0.5],
+            [0.5, 1.0, 0.25],
+            [0.5, 0.25, 0.75],
+        ]
+    ) / torch.tensor([[2.0], [1.75], [1.5]])
     attentions = [raw(W1), raw(W2)]
     flow = attention_flow(attentions)
     assert flow.shape == (1, 3, 3)

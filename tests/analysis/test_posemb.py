@@ -11,8 +11,15 @@ from vitlab.model import create_untrained
 
 def tiny(pos_embed: str, pool: str = "token"):
     return create_untrained(
-        "Ti/4", image_size=(16, 24), depth=1, dim=32, num_heads=2, mlp_dim=64, num_classes=3,
-        pos_embed=pos_embed, pool=pool,
+        "Ti/4",
+        image_size=(16, 24),
+        depth=1,
+        dim=32,
+        num_heads=2,
+        mlp_dim=64,
+        num_classes=3,
+        pos_embed=pos_embed,
+        pool=pool,
     ).eval()
 
 
@@ -62,8 +69,14 @@ def test_axial_embedding_similarity_counts_shared_row_and_column():
     torch.testing.assert_close(similarity, expected)
 
 
-@pytest.mark.parametrize("kind,words", [("none", "no position embedding"), ("relative", "relative position embeddings"),
-                                        ("relative_bias", "relative position biases")])
+@pytest.mark.parametrize(
+    "kind,words",
+    [
+        ("none", "no position embedding"),
+        ("relative", "relative position embeddings"),
+        ("relative_bias", "relative position biases"),
+    ],
+)
 def test_models_without_patch_embeddings_are_refused(kind, words):
     with pytest.raises(ValueError, match=f"pos_embed='{kind}'.*{words}"):
         position_embedding_table(tiny(kind))

@@ -11,14 +11,18 @@ from vitlab.analysis import class_relevance, relevance_rule
 from vitlab.model import create_untrained
 
 # One layer, two heads, three tokens (token 0 the class token).
-A = torch.tensor([
-    [[0.5, 0.3, 0.2], [0.1, 0.6, 0.3], [0.2, 0.2, 0.6]],
-    [[0.4, 0.4, 0.2], [0.3, 0.3, 0.4], [0.5, 0.25, 0.25]],
-])[None]
-GRAD = torch.tensor([
-    [[1.0, -2.0, 0.5], [0.0, 1.0, -1.0], [2.0, 0.0, 1.0]],
-    [[-1.0, 1.0, 2.0], [1.0, 0.0, 0.5], [-2.0, 4.0, 0.0]],
-])[None]
+A = torch.tensor(
+    [
+        [[0.5, 0.3, 0.2], [0.1, 0.6, 0.3], [0.2, 0.2, 0.6]],
+        [[0.4, 0.4, 0.2], [0.3, 0.3, 0.4], [0.5, 0.25, 0.25]],
+    ]
+)[None]
+GRAD = torch.tensor(
+    [
+        [[1.0, -2.0, 0.5], [0.0, 1.0, -1.0], [2.0, 0.0, 1.0]],
+        [[-1.0, 1.0, 2.0], [1.0, 0.0, 0.5], [-2.0, 4.0, 0.0]],
+    ]
+)[None]
 # grad * A, head 0: [[.5 -.6 .1] [0 .6 -.3] [.4 0 .6]];  head 1: [[-.4 .4 .4] [.3 0 .2] [-1 1 0]].
 # Negative parts cut, mean over heads: A_bar = [[.25 .2 .25] [.15 .3 .1] [.2 .5 .3]]; R = I + A_bar.
 R1 = torch.tensor([[1.25, 0.2, 0.25], [0.15, 1.3, 0.1], [0.2, 0.5, 1.3]])

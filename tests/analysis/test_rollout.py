@@ -116,17 +116,23 @@ def test_masked_image_dims_by_the_map():
 
 
 # One layer, two heads, three tokens: rollout is that layer's (fused + I) / row sum.
-HEADS = torch.tensor([
-    [[0.6, 0.3, 0.1], [0.2, 0.5, 0.3], [0.1, 0.1, 0.8]],
-    [[0.2, 0.2, 0.6], [0.4, 0.4, 0.2], [0.3, 0.6, 0.1]],
-])[None]  # (1, 2, 3, 3)
+HEADS = torch.tensor(
+    [
+        [[0.6, 0.3, 0.1], [0.2, 0.5, 0.3], [0.1, 0.1, 0.8]],
+        [[0.2, 0.2, 0.6], [0.4, 0.4, 0.2], [0.3, 0.6, 0.1]],
+    ]
+)[None]  # (1, 2, 3, 3)
 
 
 def test_rollout_fuses_heads_by_max_or_min():
     # max over heads [[.6 .3 .6] [.4 .5 .3] [.3 .6 .8]], plus I, over the row sums 2.5, 2.2, 2.7
-    expected_max = torch.tensor([[1.6, 0.3, 0.6], [0.4, 1.5, 0.3], [0.3, 0.6, 1.8]]) / torch.tensor([[2.5], [2.2], [2.7]])
+    expected_max = torch.tensor([[1.6, 0.3, 0.6], [0.4, 1.5, 0.3], [0.3, 0.6, 1.8]]) / torch.tensor(
+        [[2.5], [2.2], [2.7]]
+    )
     # min over heads [[.2 .2 .1] [.2 .4 .2] [.1 .1 .1]], plus I, over the row sums 1.5, 1.8, 1.3
-    expected_min = torch.tensor([[1.2, 0.2, 0.1], [0.2, 1.4, 0.2], [0.1, 0.1, 1.1]]) / torch.tensor([[1.5], [1.8], [1.3]])
+    expected_min = torch.tensor([[1.2, 0.2, 0.1], [0.2, 1.4, 0.2], [0.1, 0.1, 1.1]]) / torch.tensor(
+        [[1.5], [1.8], [1.3]]
+    )
     torch.testing.assert_close(attention_rollout([HEADS], head_fusion="max")[0], expected_max)
     torch.testing.assert_close(attention_rollout([HEADS], head_fusion="min")[0], expected_min)
     # The default is still the mean: [[.4 .25 .35] [.3 .45 .25] [.2 .35 .45]], plus I, halved.
@@ -138,7 +144,9 @@ def test_rollout_fuses_heads_by_max_or_min():
 
 def test_discard_ratio_drops_the_lowest_weights_of_each_row():
     # Mean over heads as above; a third of 3 tokens is 1 weight per row: the 0.25, the 0.25, the 0.2.
-    expected = torch.tensor([[1.4, 0.0, 0.35], [0.3, 1.45, 0.0], [0.0, 0.35, 1.45]]) / torch.tensor([[1.75], [1.75], [1.8]])
+    expected = torch.tensor([[1.4, 0.0, 0.35], [0.3, 1.45, 0.0], [0.0, 0.35, 1.45]]) / torch.tensor(
+        [[1.75], [1.75], [1.8]]
+    )
     torch.testing.assert_close(attention_rollout([HEADS], discard_ratio=0.34)[0], expected)
     # Below one weight per row nothing is dropped: the default rollout.
     torch.testing.assert_close(attention_rollout([HEADS], discard_ratio=0.3), attention_rollout([HEADS]))

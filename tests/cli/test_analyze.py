@@ -12,13 +12,19 @@ from helpers import randomise_
 from vitlab.cli import main
 from vitlab.model import create_untrained
 
-FIGURES = ("rollout.png", "raw_attention.png", "attention_distance.png", "posemb_similarity.png",
-           "embedding_filters.png")
+FIGURES = (
+    "rollout.png",
+    "raw_attention.png",
+    "attention_distance.png",
+    "posemb_similarity.png",
+    "embedding_filters.png",
+)
 
 
 def saved_model(folder, **overrides):
-    options = dict(image_size=16, depth=2, dim=32, num_heads=2, mlp_dim=64, num_classes=10,
-                   class_names=[str(d) for d in range(10)])
+    options = dict(
+        image_size=16, depth=2, dim=32, num_heads=2, mlp_dim=64, num_classes=10, class_names=[str(d) for d in range(10)]
+    )
     options.update(overrides)
     model = randomise_(create_untrained("Ti/4", **options), std=0.1)
     model.config.preprocessing.crop_pct = 1.0
@@ -29,8 +35,28 @@ def saved_model(folder, **overrides):
 def test_analyze_writes_every_figure_the_numbers_and_the_report(tmp_path, capsys):
     ckpt = saved_model(tmp_path / "model")
     out = tmp_path / "analysis"
-    assert main(["analyze", "--ckpt", str(ckpt), "--out", str(out), "--max-images", "12", "--show", "3",
-                 "--layer", "0", "--head", "1", "--device", "cpu"]) == 0
+    assert (
+        main(
+            [
+                "analyze",
+                "--ckpt",
+                str(ckpt),
+                "--out",
+                str(out),
+                "--max-images",
+                "12",
+                "--show",
+                "3",
+                "--layer",
+                "0",
+                "--head",
+                "1",
+                "--device",
+                "cpu",
+            ]
+        )
+        == 0
+    )
     for name in FIGURES:
         with Image.open(out / name) as image:  # a real PNG, drawn at a readable size
             assert image.format == "PNG" and min(image.size) > 200
@@ -60,30 +86,66 @@ def test_analyze_own_images_and_a_subset(tmp_path, caplog):
         Image.fromarray(rng.integers(0, 255, (40, 30, 3), dtype=np.uint8)).save(pictures / f"{index}.png")
     (pictures / "broken.jpg").write_bytes(b"not an image")
     out = tmp_path / "analysis"
-    assert main(["analyze", "--ckpt", str(ckpt), "--images", str(pictures), "--out", str(out),
-                 "--what", "rollout,distance", "--image-size", "24", "--device", "cpu"]) == 0
+    assert (
+        main(
+            [
+                "analyze",
+                "--ckpt",
+                str(ckpt),
+                "--images",
+                str(pictures),
+                "--out",
+                str(out),
+                "--what",
+                "rollout,distance",
+                "--image-size",
+                "24",
+                "--device",
+                "cpu",
+            ]
+        )
+        == 0
+    )
     assert sorted(p.name for p in out.glob("*.png")) == ["attention_distance.png", "raw_attention.png", "rollout.png"]
     numbers = json.loads((out / "analysis.json").read_text())
     assert numbers["mean_attention_distance"]["images"] == 3
     assert numbers["rollout"]["grid"] == [6, 6]  # 24 px at P 4
     assert "broken.jpg" in caplog.text
     # "all" on a model without position embeddings: the other figures, and a note saying why.
-    assert main(["analyze", "--ckpt", str(ckpt), "--images", str(pictures / "0.png"), "--out", str(out / "all"),
-                 "--device", "cpu"]) == 0
+    assert (
+        main(
+            [
+                "analyze",
+                "--ckpt",
+                str(ckpt),
+                "--images",
+                str(pictures / "0.png"),
+                "--out",
+                str(out / "all"),
+                "--device",
+                "cpu",
+            ]
+        )
+        == 0
+    )
     assert not (out / "all" / "posemb_similarity.png").exists()
     assert "pos_embed=&#x27;none&#x27;" in (out / "all" / "report.html").read_text()
 
 
-@pytest.mark.parametrize("argv,message", [
-    (["--what", "posemb"], "pos_embed='none'"),
-    (["--what", "rollout,saliency"], "unknown analysis saliency"),
-    (["--layer", "5"], "layer 5 is out of range"),
-    (["--images", "missing.png"], "missing.png: no such file or folder"),
-])
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--what", "posemb"], "pos_embed='none'"),
+        (["--what", "rollout,saliency"], "unknown analysis saliency"),
+        (["--layer", "5"], "layer 5 is out of range"),
+        (["--images", "missing.png"], "missing.png: no such file or folder"),
+    ],
+)
 def test_analyze_user_errors_are_one_line(tmp_path, capsys, argv, message):
     ckpt = saved_model(tmp_path / "model", pos_embed="none")
-    code = main(["analyze", "--ckpt", str(ckpt), "--out", str(tmp_path / "out"), "--max-images", "2",
-                 "--device", "cpu", *argv])
+    code = main(
+        ["analyze", "--ckpt", str(ckpt), "--out", str(tmp_path / "out"), "--max-images", "2", "--device", "cpu", *argv]
+    )
     error = capsys.readouterr().err
     assert code == 2 and message in error and "Traceback" not in error
 
@@ -91,8 +153,26 @@ def test_analyze_user_errors_are_one_line(tmp_path, capsys, argv, message):
 def test_fewshot_command_on_digits(tmp_path, capsys):
     ckpt = saved_model(tmp_path / "model", representation_size=24)
     out = tmp_path / "fewshot.json"
-    assert main(["fewshot", "--ckpt", str(ckpt), "--data", "digits", "--shots", "1,5", "--seeds", "2",
-                 "--out", str(out), "--device", "cpu"]) == 0
+    assert (
+        main(
+            [
+                "fewshot",
+                "--ckpt",
+                str(ckpt),
+                "--data",
+                "digits",
+                "--shots",
+                "1,5",
+                "--seeds",
+                "2",
+                "--out",
+                str(out),
+                "--device",
+                "cpu",
+            ]
+        )
+        == 0
+    )
     result = json.loads(out.read_text())
     assert result["feature_dim"] == 24 and (result["train_images"], result["test_images"]) == (1437, 360)
     shots = result["fewshot"]["shots"]

@@ -25,21 +25,28 @@ from vitlab.train.config import SECTIONS, apply_mapping, coerce, parse_assignmen
 
 # -- configs -------------------------------------------------------------------------------------------
 @pytest.mark.fault("bad-fields")
-@pytest.mark.parametrize("content, flags, expected", [
-    ("optim:\n  lrr: 0.1\n", [], r"cfg\.yaml: unknown key 'optim\.lrr'; optim has name, lr,"),
-    ("optimiser:\n  lr: 0.1\n", [], r"cfg\.yaml: unknown key 'optimiser\.lr'; keys are SECTION\.FIELD"),
-    ("data:\n  batch_size: many\n", [], r"cfg\.yaml: data\.batch_size: expected an integer, got str 'many'"),
-    ("optim:\n  betas: [0.9]\n", [], r"cfg\.yaml: optim\.betas: expected a list of 2 \(a number, a number\)"),
-    ("data:\n  batch_size: 0\n", [], r"cfg\.yaml: data\.batch_size=0: must be > 0"),
-    ("run:\n  max_bad_steps: 0\n", [], r"cfg\.yaml: run\.max_bad_steps=0: must be >= 1"),
-    ("optim: {lr: [1, 2\n", [], r"cfg\.yaml: not valid YAML"),
-    ("- a list\n- of things\n", [], r"cfg\.yaml: expected a mapping of sections, got list"),
-    ("", ["--set", "optim.lr=-1"], r"--set optim\.lr=-1: optim\.lr=-1\.0: must be > 0"),
-    ("", ["--set", "augment.mixup=yes please"], r"--set augment\.mixup=yes please: augment\.mixup: expected a number"),
-    ("", ["--set", "lr=0.1"], r"unknown key 'lr'.*did you mean optim\.lr\?"),
-    ("", ["--batch-size", "-4"], r"--batch-size: data\.batch_size=-4: must be > 0"),
-    ("", ["--keep-ckpts", "0"], r"--keep-ckpts: run\.keep_ckpts=0: must be >= 1"),
-])
+@pytest.mark.parametrize(
+    "content, flags, expected",
+    [
+        ("optim:\n  lrr: 0.1\n", [], r"cfg\.yaml: unknown key 'optim\.lrr'; optim has name, lr,"),
+        ("optimiser:\n  lr: 0.1\n", [], r"cfg\.yaml: unknown key 'optimiser\.lr'; keys are SECTION\.FIELD"),
+        ("data:\n  batch_size: many\n", [], r"cfg\.yaml: data\.batch_size: expected an integer, got str 'many'"),
+        ("optim:\n  betas: [0.9]\n", [], r"cfg\.yaml: optim\.betas: expected a list of 2 \(a number, a number\)"),
+        ("data:\n  batch_size: 0\n", [], r"cfg\.yaml: data\.batch_size=0: must be > 0"),
+        ("run:\n  max_bad_steps: 0\n", [], r"cfg\.yaml: run\.max_bad_steps=0: must be >= 1"),
+        ("optim: {lr: [1, 2\n", [], r"cfg\.yaml: not valid YAML"),
+        ("- a list\n- of things\n", [], r"cfg\.yaml: expected a mapping of sections, got list"),
+        ("", ["--set", "optim.lr=-1"], r"--set optim\.lr=-1: optim\.lr=-1\.0: must be > 0"),
+        (
+            "",
+            ["--set", "augment.mixup=yes please"],
+            r"--set augment\.mixup=yes please: augment\.mixup: expected a number",
+        ),
+        ("", ["--set", "lr=0.1"], r"unknown key 'lr'.*did you mean optim\.lr\?"),
+        ("", ["--batch-size", "-4"], r"--batch-size: data\.batch_size=-4: must be > 0"),
+        ("", ["--keep-ckpts", "0"], r"--keep-ckpts: run\.keep_ckpts=0: must be >= 1"),
+    ],
+)
 def test_bad_configs_name_the_file_or_flag_and_the_problem(tmp_path, capsys, content, flags, expected):
     config = tmp_path / "cfg.yaml"
     config.write_text(content)
@@ -64,8 +71,7 @@ def sources(tmp_path_factory) -> Path:
     latest = root / "run" / "checkpoints" / "step-00000003.pt"
     data = latest.read_bytes()
     (root / "truncated.pt").write_bytes(data[: len(data) // 3])
-    torch.save({"patch_embed.proj.weight": torch.zeros(1), "payload": MarkerPayload(root / "pwned")},
-               root / "code.pth")
+    torch.save({"patch_embed.proj.weight": torch.zeros(1), "payload": MarkerPayload(root / "pwned")}, root / "code.pth")
     other = create_untrained(ViTConfig(image_size=8, patch_size=4, dim=48, depth=1, num_heads=2, mlp_dim=128))
     other.save_pretrained(root / "wide")
     shutil.copy(root / "wide" / "model.safetensors", root / "run" / "model.safetensors")  # dim 48; config: 32
@@ -84,50 +90,87 @@ def _resume_with(sources: Path, tmp_path: Path, bad: str) -> list[str]:
 
 @pytest.mark.fault("pickles")
 @pytest.mark.parametrize("command", ["train --resume", "finetune --init", "eval --ckpt", "predict --ckpt"])
-@pytest.mark.parametrize("bad, expected", [
-    ("truncated.pt", "not a readable PyTorch checkpoint"),
-    ("code.pth", r"refused to unpickle: the file holds more than plain tensors \(Unsupported global"),
-])
+@pytest.mark.parametrize(
+    "bad, expected",
+    [
+        ("truncated.pt", "not a readable PyTorch checkpoint"),
+        ("code.pth", r"refused to unpickle: the file holds more than plain tensors \(Unsupported global"),
+    ],
+)
 def test_bad_checkpoint_files_are_refused_by_every_command(sources, tmp_path, capsys, command, bad, expected):
     if command == "train --resume":
         argv = _resume_with(sources, tmp_path, bad)
         named = "step-00000003.pt"
     else:
         named = bad
-        argv = {"finetune --init": ["finetune", "--data", "digits", "--out", str(tmp_path / "ft"), "--init"],
-                "eval --ckpt": ["eval", "--data", "digits", "--ckpt"],
-                "predict --ckpt": ["predict", str(sources / "red.png"), "--ckpt"]}[command] + [str(sources / bad)]
+        argv = {
+            "finetune --init": ["finetune", "--data", "digits", "--out", str(tmp_path / "ft"), "--init"],
+            "eval --ckpt": ["eval", "--data", "digits", "--ckpt"],
+            "predict --ckpt": ["predict", str(sources / "red.png"), "--ckpt"],
+        }[command] + [str(sources / bad)]
     line = one_line_error(capsys, argv)
     assert named in line and re.search(expected, line), line
     assert not (sources / "pwned").exists()  # the pickled code never ran
 
 
 @pytest.mark.fault("bad-checkpoint")
-@pytest.mark.parametrize("command, expected", [
-    ("train --resume", r"--resume: .* was trained with other settings \(model\.dim: checkpoint None, now 48\)"),
-    ("finetune --init", r"model\.dim cannot change the architecture of model\.init="),
-    ("eval --ckpt", r"run/model\.safetensors: checkpoint does not fit the model; shape mismatches: blocks\.0\.attn\.proj\.bias"),
-    ("predict --ckpt", r"run/model\.safetensors: checkpoint does not fit the model; shape mismatches"),
-])
+@pytest.mark.parametrize(
+    "command, expected",
+    [
+        ("train --resume", r"--resume: .* was trained with other settings \(model\.dim: checkpoint None, now 48\)"),
+        ("finetune --init", r"model\.dim cannot change the architecture of model\.init="),
+        (
+            "eval --ckpt",
+            r"run/model\.safetensors: checkpoint does not fit the model; shape mismatches: blocks\.0\.attn\.proj\.bias",
+        ),
+        ("predict --ckpt", r"run/model\.safetensors: checkpoint does not fit the model; shape mismatches"),
+    ],
+)
 def test_checkpoints_of_another_architecture_are_refused(sources, tmp_path, capsys, command, expected):
-    argv = {"train --resume": ["train", *TINY_FLAGS, "--steps", "3", "--out", str(sources / "run"), "--resume",
-                               "--set", "model.dim=48"],
-            "finetune --init": ["finetune", "--data", "digits", "--out", str(tmp_path / "ft"),
-                                "--init", str(sources / "wide"), "--set", "model.dim=64"],
-            "eval --ckpt": ["eval", "--data", "digits", "--ckpt", str(sources / "run")],
-            "predict --ckpt": ["predict", str(sources / "red.png"), "--ckpt", str(sources / "run")]}[command]
+    argv = {
+        "train --resume": [
+            "train",
+            *TINY_FLAGS,
+            "--steps",
+            "3",
+            "--out",
+            str(sources / "run"),
+            "--resume",
+            "--set",
+            "model.dim=48",
+        ],
+        "finetune --init": [
+            "finetune",
+            "--data",
+            "digits",
+            "--out",
+            str(tmp_path / "ft"),
+            "--init",
+            str(sources / "wide"),
+            "--set",
+            "model.dim=64",
+        ],
+        "eval --ckpt": ["eval", "--data", "digits", "--ckpt", str(sources / "run")],
+        "predict --ckpt": ["predict", str(sources / "red.png"), "--ckpt", str(sources / "run")],
+    }[command]
     line = one_line_error(capsys, argv)
     assert re.search(expected, line), line
 
 
 # -- property-based: config values ----------------------------------------------------------------------
 KEYS = [f"{section}.{f.name}" for section, cls in SECTIONS.items() for f in dataclasses.fields(cls)]
-SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-10**6, 10**6), st.floats(allow_nan=True),
-                    st.text(max_size=12),
-                    st.sampled_from(["cosine", "adamw", "fp32", "1e-3", "+7", "-0", "\u00b2", "\u0663", "token"]))
+SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(10**6), 10**6),
+    st.floats(allow_nan=True),
+    st.text(max_size=12),
+    st.sampled_from(["cosine", "adamw", "fp32", "1e-3", "+7", "-0", "\u00b2", "\u0663", "token"]),
+)
 NUMERALS = st.text(st.characters(categories=("Nd", "No", "Nl")), min_size=1, max_size=3)  # "12", "²", "٣"
-VALUES = st.one_of(NUMERALS, SCALARS, st.lists(SCALARS, max_size=4),
-                   st.dictionaries(st.text(max_size=5), SCALARS, max_size=2))
+VALUES = st.one_of(
+    NUMERALS, SCALARS, st.lists(SCALARS, max_size=4), st.dictionaries(st.text(max_size=5), SCALARS, max_size=2)
+)
 
 
 @pytest.mark.fault("bad-fields")
@@ -159,8 +202,15 @@ def test_any_set_text_parses_or_raises_config_error(text):
 
 @pytest.mark.fault("bad-fields")
 @settings(max_examples=200, deadline=None)
-@given(st.one_of(VALUES, st.dictionaries(st.sampled_from([*SECTIONS, "recipe", "nope"]),
-                                         st.one_of(VALUES, st.dictionaries(st.text(max_size=12), VALUES)))))
+@given(
+    st.one_of(
+        VALUES,
+        st.dictionaries(
+            st.sampled_from([*SECTIONS, "recipe", "nope"]),
+            st.one_of(VALUES, st.dictionaries(st.text(max_size=12), VALUES)),
+        ),
+    )
+)
 def test_any_yaml_document_applies_or_raises_config_error_naming_the_file(document):
     try:
         apply_mapping(get_recipe("demo"), document, "cfg.yaml")

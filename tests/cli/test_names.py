@@ -26,9 +26,12 @@ def _choices(parser: argparse.ArgumentParser) -> dict[str, tuple]:
 
 
 # Each TrainConfig key with a Literal type -> its allowed values, the one definition.
-LITERAL_KEYS = {f"{section}.{f.name}": values for section, cls in SECTIONS.items()
-                for f in dataclasses.fields(cls)
-                if (values := literal_values(typing.get_type_hints(cls)[f.name])) is not None}
+LITERAL_KEYS = {
+    f"{section}.{f.name}": values
+    for section, cls in SECTIONS.items()
+    for f in dataclasses.fields(cls)
+    if (values := literal_values(typing.get_type_hints(cls)[f.name])) is not None
+}
 
 
 @pytest.mark.parametrize("command", ["train", "finetune"])
@@ -65,10 +68,13 @@ def _config(argv: list[str]):
     return build_config(args)
 
 
-@pytest.mark.parametrize("old, new", [
-    (["--init", "B/16"], ["--ckpt", "B/16"]),
-    (["--ckpt", "B/16", "--grad-ckpt"], ["--ckpt", "B/16", "--grad-checkpointing"]),
-])
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        (["--init", "B/16"], ["--ckpt", "B/16"]),
+        (["--ckpt", "B/16", "--grad-ckpt"], ["--ckpt", "B/16", "--grad-checkpointing"]),
+    ],
+)
 def test_older_spellings_give_the_same_config(old, new):
     common = ["finetune", "--data", "digits", "--out", "x", "--steps", "3"]
     before, after = _config([*common, *old]), _config([*common, *new])

@@ -32,8 +32,15 @@ def test_train_writes_a_loadable_model_folder(trained, capsys):
     from vitlab import load
 
     names = {p.name for p in trained.iterdir()}
-    assert {"config.json", "model.safetensors", "run.yaml", "metrics.jsonl", "summary.json",
-            "training_curve.png", "checkpoints"} <= names
+    assert {
+        "config.json",
+        "model.safetensors",
+        "run.yaml",
+        "metrics.jsonl",
+        "summary.json",
+        "training_curve.png",
+        "checkpoints",
+    } <= names
     model = load(trained)
     assert model.config.class_names == [str(d) for d in range(10)] and model.config.image_size == (8, 8)
     rows = [json.loads(line) for line in (trained / "metrics.jsonl").read_text().splitlines()]
@@ -63,8 +70,21 @@ def test_predict_on_image_files(trained, tmp_path, capsys):
     images = write_digit_samples(tmp_path / "digits", 4)
     Image.open(images[0]).convert("L").save(tmp_path / "grey.png")  # odd but valid: converted to RGB
     (tmp_path / "digits" / "empty.png").write_bytes(b"")  # unreadable: skipped and named
-    assert main(["predict", "--ckpt", str(trained), str(tmp_path / "digits"), str(tmp_path / "grey.png"),
-                 "--topk", "3", "--json"]) == 1
+    assert (
+        main(
+            [
+                "predict",
+                "--ckpt",
+                str(trained),
+                str(tmp_path / "digits"),
+                str(tmp_path / "grey.png"),
+                "--topk",
+                "3",
+                "--json",
+            ]
+        )
+        == 1
+    )
     captured = capsys.readouterr()
     assert "empty.png: empty file" in captured.err
     predictions = json.loads(captured.out)
@@ -85,11 +105,30 @@ def test_predict_on_image_files(trained, tmp_path, capsys):
 def test_config_file_flags_and_set_in_that_order(tmp_path):
     path = tmp_path / "recipe.yaml"
     path.write_text("recipe: keras-example\noptim: {lr: 0.01, weight_decay: 0.5}\nschedule: {steps: 7}\n")
-    args = build_parser().parse_args(["train", "--config", str(path), "--lr", "0.02", "--set", "optim.lr=0.03",
-                                      "--out", str(tmp_path / "out"), "--ema", "--grad-accum", "2"])
+    args = build_parser().parse_args(
+        [
+            "train",
+            "--config",
+            str(path),
+            "--lr",
+            "0.02",
+            "--set",
+            "optim.lr=0.03",
+            "--out",
+            str(tmp_path / "out"),
+            "--ema",
+            "--grad-accum",
+            "2",
+        ]
+    )
     config = build_config(args)
     assert config.recipe == "keras-example" and config.model.pool == "flatten"
-    assert (config.optim.lr, config.optim.weight_decay, config.schedule.steps, config.schedule.epochs) == (0.03, 0.5, 7, None)
+    assert (config.optim.lr, config.optim.weight_decay, config.schedule.steps, config.schedule.epochs) == (
+        0.03,
+        0.5,
+        7,
+        None,
+    )
     assert (config.optim.ema_decay, config.optim.grad_accum, config.run.out) == (0.9999, 2, str(tmp_path / "out"))
 
 
@@ -114,8 +153,10 @@ def test_bad_input_is_one_line_before_training(extra, message, tmp_path, capsys,
 
 
 @pytest.mark.fault("bad-config", kinds=1)
-@pytest.mark.parametrize("recipe, flag", [("demo", "--epochs"), ("small-data", "--epochs"),
-                                          ("keras-example", "--steps"), ("small-data", "--steps")])
+@pytest.mark.parametrize(
+    "recipe, flag",
+    [("demo", "--epochs"), ("small-data", "--epochs"), ("keras-example", "--steps"), ("small-data", "--steps")],
+)
 def test_zero_length_names_its_flag_whatever_the_recipe_sets(recipe, flag, tmp_path, capsys):
     assert main(["train", "--recipe", recipe, "--data", "digits", "--out", str(tmp_path / "out"), flag, "0"]) == 2
     key = "schedule." + flag.removeprefix("--")
@@ -125,8 +166,10 @@ def test_zero_length_names_its_flag_whatever_the_recipe_sets(recipe, flag, tmp_p
 @pytest.mark.fault("bad-input", kinds=2)
 def test_zero_batch_size_for_predict_and_eval_is_one_line(trained, tmp_path, capsys):
     image = write_digit_samples(tmp_path, 1)[0]
-    for command in (["predict", "--ckpt", str(trained), str(image)],
-                    ["eval", "--ckpt", str(trained), "--out", str(tmp_path / "e.json")]):
+    for command in (
+        ["predict", "--ckpt", str(trained), str(image)],
+        ["eval", "--ckpt", str(trained), "--out", str(tmp_path / "e.json")],
+    ):
         assert main([*command, "--batch-size", "0"]) == 2
         assert capsys.readouterr().err.strip() == f"vitlab {command[0]}: error: --batch-size must be >= 1, got 0"
 
@@ -140,8 +183,21 @@ def test_finetune_needs_a_checkpoint(capsys):
 @pytest.mark.slow
 def test_sigterm_writes_a_checkpoint_that_resume_continues(tmp_path):
     out = tmp_path / "run"
-    command = [sys.executable, "-m", "vitlab", "train", *TINY_FLAGS, "--out", str(out), "--steps", "300",
-               "--eval-every", "100", "--set", "run.log_every=10"]
+    command = [
+        sys.executable,
+        "-m",
+        "vitlab",
+        "train",
+        *TINY_FLAGS,
+        "--out",
+        str(out),
+        "--steps",
+        "300",
+        "--eval-every",
+        "100",
+        "--set",
+        "run.log_every=10",
+    ]
     process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
     lines = []
     for line in process.stderr:  # log lines: "step 10/300 ..." (stderr is not a terminal)

@@ -45,8 +45,17 @@ def files(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def model_folder(tmp_path_factory) -> Path:
-    config = ViTConfig(image_size=16, patch_size=8, dim=16, depth=1, num_heads=2, mlp_dim=32, num_classes=2,
-                       class_names=["fine", "odd"], preprocessing=Preprocessing(crop_pct=1.0))
+    config = ViTConfig(
+        image_size=16,
+        patch_size=8,
+        dim=16,
+        depth=1,
+        num_heads=2,
+        mlp_dim=32,
+        num_classes=2,
+        class_names=["fine", "odd"],
+        preprocessing=Preprocessing(crop_pct=1.0),
+    )
     return create_untrained(config).save_pretrained(tmp_path_factory.mktemp("model") / "model")
 
 
@@ -124,8 +133,10 @@ def client(app):
 def test_predict_endpoint_refuses_them_as_bytes_and_as_a_form(client):
     for size in EXTREME:
         data = png(size)
-        for response in (client.post("/predict", content=data),
-                         client.post("/predict", files={"file": (name(size), data, "image/png")})):
+        for response in (
+            client.post("/predict", content=data),
+            client.post("/predict", files={"file": (name(size), data, "image/png")}),
+        ):
             assert response.status_code == 400 and "aspect ratio" in response.json()["error"], response.text
 
 
@@ -142,8 +153,11 @@ def test_bad_forms_are_one_error_each(client):
     data = png((40, 30))
     two = client.post("/predict", files=[("a", ("a.png", data, "image/png")), ("b", ("b.png", data, "image/png"))])
     none = client.post("/predict", files={"note": (None, "a text field, no file")})
-    cut = client.post("/predict", content=b"--x\r\nContent-Disposition: form-data; name=\"f\"; filename=\"a\"\r\n\r\nab",
-                      headers={"Content-Type": "multipart/form-data; boundary=x"})
+    cut = client.post(
+        "/predict",
+        content=b'--x\r\nContent-Disposition: form-data; name="f"; filename="a"\r\n\r\nab',
+        headers={"Content-Type": "multipart/form-data; boundary=x"},
+    )
     for response in (two, none, cut):
         assert response.status_code == 400 and "multipart form" in response.json()["error"], response.text
 
@@ -151,8 +165,7 @@ def test_bad_forms_are_one_error_each(client):
 @pytest.mark.fault("disconnect", kinds=1)
 def test_a_client_that_disconnects_mid_upload_is_one_log_line(app, caplog):
     """The ASGI app called directly: the body's first chunk, then the client goes away."""
-    events = iter([{"type": "http.request", "body": bytes(100), "more_body": True},
-                   {"type": "http.disconnect"}])
+    events = iter([{"type": "http.request", "body": bytes(100), "more_body": True}, {"type": "http.disconnect"}])
     sent = []
 
     async def receive():
@@ -161,10 +174,20 @@ def test_a_client_that_disconnects_mid_upload_is_one_log_line(app, caplog):
     async def send(message):
         sent.append(message)
 
-    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
-             "path": "/predict", "raw_path": b"/predict", "query_string": b"", "root_path": "",
-             "headers": [(b"host", b"127.0.0.1"), (b"content-type", b"image/png")],
-             "client": ("127.0.0.1", 50000), "server": ("127.0.0.1", 7860)}
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/predict",
+        "raw_path": b"/predict",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"host", b"127.0.0.1"), (b"content-type", b"image/png")],
+        "client": ("127.0.0.1", 50000),
+        "server": ("127.0.0.1", 7860),
+    }
     with caplog.at_level(logging.INFO, logger="vitlab"):
         asyncio.run(app(scope, receive, send))
     lines = [r.getMessage() for r in caplog.records if "disconnect" in r.getMessage()]

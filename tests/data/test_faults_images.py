@@ -13,9 +13,24 @@ import pytest
 from helpers import BAD_IMAGES, ODD_IMAGES, write_class_folders
 from vitlab.cli import main
 
-TINY_MODEL = ["--recipe", "demo", "--image-size", "8", "--batch-size", "64", "--threads", "1",
-              "--set", "model.dim=32", "--set", "model.depth=1", "--set", "model.num_heads=2",
-              "--set", "model.mlp_dim=64"]
+TINY_MODEL = [
+    "--recipe",
+    "demo",
+    "--image-size",
+    "8",
+    "--batch-size",
+    "64",
+    "--threads",
+    "1",
+    "--set",
+    "model.dim=32",
+    "--set",
+    "model.depth=1",
+    "--set",
+    "model.num_heads=2",
+    "--set",
+    "model.mlp_dim=64",
+]
 
 
 @pytest.mark.fault("images", kinds=len(ODD_IMAGES) + len(BAD_IMAGES))
@@ -30,8 +45,26 @@ def test_training_on_a_folder_with_bad_and_odd_files_runs_to_the_end_naming_each
     assert len(ODD_IMAGES) + len(BAD_IMAGES) >= 12
 
     # 60 steps of 64 pass over every training image: a bad file that got past the check would be met again.
-    run = subprocess.run([sys.executable, "-m", "vitlab", "train", *TINY_MODEL, "--data", str(data), "--steps", "60",
-                          "--workers", "2", "--out", str(tmp_path / "run")], capture_output=True, text=True, timeout=300)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "vitlab",
+            "train",
+            *TINY_MODEL,
+            "--data",
+            str(data),
+            "--steps",
+            "60",
+            "--workers",
+            "2",
+            "--out",
+            str(tmp_path / "run"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stderr
     assert (tmp_path / "run" / "model.safetensors").is_file() and "after 60 steps" in run.stdout
     skipped = re.findall(r"skipping unreadable image (\S+): ", run.stderr)
@@ -50,6 +83,9 @@ def test_a_folder_with_too_many_bad_files_stops_before_training_with_one_line(tm
     status = main(["train", *TINY_MODEL, "--data", str(data), "--steps", "5", "--out", str(tmp_path / "run")])
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("vitlab train: error:")]
     assert status == 2 and len(lines) == 1
-    assert re.search(r"3 of the first \d+ of 203 images in .* cannot be decoded, more than 1% of the split; "
-                     r"e\.g\. .*empty\.jpg: empty", lines[0]), lines[0]
+    assert re.search(
+        r"3 of the first \d+ of 203 images in .* cannot be decoded, more than 1% of the split; "
+        r"e\.g\. .*empty\.jpg: empty",
+        lines[0],
+    ), lines[0]
     assert not (tmp_path / "run" / "checkpoints").exists()

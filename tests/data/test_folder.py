@@ -118,14 +118,17 @@ def test_files_that_break_after_loading_are_replaced_and_counted(tmp_path):
         splits.train[170]
 
 
-@pytest.mark.parametrize("layout, error, match", [
-    ("missing", FileNotFoundError, "not found"),
-    ("empty", ValueError, "no class sub-folders"),
-    ("flat", ValueError, "no class sub-folders"),
-    ("empty_class", ValueError, r"class folder '.*/train/dog' has no image files"),
-    ("only_bad_class", ValueError, r"class folder '.*/train/dog' has no readable images"),
-    ("unknown_val_class", ValueError, r"class folder '.*/val/bird' has no counterpart"),
-])
+@pytest.mark.parametrize(
+    "layout, error, match",
+    [
+        ("missing", FileNotFoundError, "not found"),
+        ("empty", ValueError, "no class sub-folders"),
+        ("flat", ValueError, "no class sub-folders"),
+        ("empty_class", ValueError, r"class folder '.*/train/dog' has no image files"),
+        ("only_bad_class", ValueError, r"class folder '.*/train/dog' has no readable images"),
+        ("unknown_val_class", ValueError, r"class folder '.*/val/bird' has no counterpart"),
+    ],
+)
 def test_folder_problems_raise_one_clear_error_naming_the_path(tmp_path, layout, error, match):
     root = tmp_path / "data"
     if layout != "missing":
@@ -159,8 +162,16 @@ def _tree_without_loops(root: Path) -> None:
     write_class_folders(root, {"b": 3, "a": 2, "C": 2})
     for folder in ("a/sub", "a/sub/deeper", "a/Sub", "a/sub.x", "b/z"):
         (root / folder).mkdir(parents=True)
-    for path in ("a/sub/2.png", "a/sub/deeper/1.JPG", "a/Sub/0.png", "a/sub.x/é.png", "b/z/.hidden.png",
-                 "b/10.png", "b/9.png", "b/notes.txt"):
+    for path in (
+        "a/sub/2.png",
+        "a/sub/deeper/1.JPG",
+        "a/Sub/0.png",
+        "a/sub.x/é.png",
+        "b/z/.hidden.png",
+        "b/10.png",
+        "b/9.png",
+        "b/notes.txt",
+    ):
         Image.new("RGB", (4, 4)).save(root / path, format="PNG")
     outside = root.parent / "outside"
     write_class_folders(outside, {"more": 2, "single": 1})

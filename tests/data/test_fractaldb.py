@@ -85,7 +85,10 @@ def test_instances_jitter_parameters_and_flip():
     assert (images.reshape(50, -1).max(axis=1) > 0).all()
     # Instance 25 is instance 0's parameters flipped upside down (with fresh patches).
     rows = lambda image: (image > 0).sum(axis=1)  # noqa: E731
-    assert np.corrcoef(rows(images[0]), rows(images[25])[::-1])[0, 1] > np.corrcoef(rows(images[0]), rows(images[25]))[0, 1]
+    assert (
+        np.corrcoef(rows(images[0]), rows(images[25])[::-1])[0, 1]
+        > np.corrcoef(rows(images[0]), rows(images[25]))[0, 1]
+    )
     assert len({image.tobytes() for image in images}) == 50
 
 
@@ -124,12 +127,28 @@ def test_folder_and_shards_hold_the_same_images_and_load(tmp_path):
 
 def test_command(tmp_path, capsys):
     out = tmp_path / "fractals"
-    args = ["data", "fractaldb", "--classes", "2", "--per-class", "3", "--size", "16", "--out", str(out), "--workers", "1"]
+    args = [
+        "data",
+        "fractaldb",
+        "--classes",
+        "2",
+        "--per-class",
+        "3",
+        "--size",
+        "16",
+        "--out",
+        str(out),
+        "--workers",
+        "1",
+    ]
     assert main(args) == 0
     assert sorted(p.name for p in out.iterdir()) == ["00000", "00001", "fractaldb.json"]
     assert main(args) == 2  # refuses to write into a non-empty folder
     assert "is not empty" in capsys.readouterr().err
-    assert main(["data", "fractaldb", "--classes", "0", "--per-class", "3", "--size", "16", "--out", str(tmp_path / "x")]) == 2
+    assert (
+        main(["data", "fractaldb", "--classes", "0", "--per-class", "3", "--size", "16", "--out", str(tmp_path / "x")])
+        == 2
+    )
     assert "--classes must be positive" in capsys.readouterr().err
 
 

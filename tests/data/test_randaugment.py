@@ -35,7 +35,9 @@ def test_the_operations_are_timms():
 @pytest.mark.parametrize("name", timm_aa._RAND_TRANSFORMS)
 def test_each_operation_has_timms_strength(name, magnitude):
     ours = RandAugment(2, magnitude).strength(name)
-    assert ours == pytest.approx(timm_strength(name, magnitude)) if ours is not None else timm_strength(name, 10) is None
+    assert (
+        ours == pytest.approx(timm_strength(name, magnitude)) if ours is not None else timm_strength(name, 10) is None
+    )
 
 
 def test_full_strength_values():
@@ -43,8 +45,14 @@ def test_full_strength_values():
     for magnitude in (10, 15):
         augment = RandAugment(2, magnitude)
         assert augment.strength("Rotate") == 30.0 and augment.strength("ShearX") == pytest.approx(0.3)
-        assert augment.strength("TranslateXRel") == pytest.approx(0.45) and augment.strength("Color") == pytest.approx(1.9)
-        assert (augment.strength("Posterize"), augment.strength("Solarize"), augment.strength("SolarizeAdd")) == (4, 256, 110)
+        assert augment.strength("TranslateXRel") == pytest.approx(0.45) and augment.strength("Color") == pytest.approx(
+            1.9
+        )
+        assert (augment.strength("Posterize"), augment.strength("Solarize"), augment.strength("SolarizeAdd")) == (
+            4,
+            256,
+            110,
+        )
     assert RandAugment(2, 5).strength("Rotate") == 15.0
 
 

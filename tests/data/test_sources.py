@@ -92,12 +92,15 @@ def test_cifar_pickle_that_would_run_code_is_refused_without_running_it(tmp_path
     assert marker.exists()
 
 
-@pytest.mark.parametrize("damage, match", [
-    ("missing", r"CIFAR file '.*data_batch_2' is missing"),
-    ("truncated", r"data_batch_2' cannot be read"),
-    ("no_labels", r"data_batch_2' has no 'labels' entry"),
-    ("wrong_shape", r"data_batch_2' has data uint8 \(6, 100\)"),
-])
+@pytest.mark.parametrize(
+    "damage, match",
+    [
+        ("missing", r"CIFAR file '.*data_batch_2' is missing"),
+        ("truncated", r"data_batch_2' cannot be read"),
+        ("no_labels", r"data_batch_2' has no 'labels' entry"),
+        ("wrong_shape", r"data_batch_2' has data uint8 \(6, 100\)"),
+    ],
+)
 def test_damaged_cifar_files_are_named(tmp_path, damage, match):
     folder = write_cifar(tmp_path, "cifar10")
     path = folder / "data_batch_2"
@@ -142,8 +145,10 @@ def test_cifar_pickles_written_by_python3_with_bytes_keys(tmp_path, protocol):
     folder = write_cifar(tmp_path, "cifar10")
     for path in folder.iterdir():  # the same content re-pickled as Python 3 reads the originals with encoding="bytes"
         content = pickle.loads(path.read_bytes())
-        as_bytes = {key.encode(): ([n.encode() for n in value] if key == "label_names" else value)
-                    for key, value in content.items()}
+        as_bytes = {
+            key.encode(): ([n.encode() for n in value] if key == "label_names" else value)
+            for key, value in content.items()
+        }
         path.write_bytes(pickle.dumps(as_bytes, protocol=protocol))
     splits = load_datasets(str(tmp_path), None, None)
     assert (len(splits.train), len(splits.val)) == (30, 6)
@@ -166,8 +171,11 @@ def test_download_failure_is_one_line(tmp_path, monkeypatch, failure):
         raise RuntimeError("File not found or corrupted.")
 
     monkeypatch.setattr(torchvision.datasets, "CIFAR10", failing_cifar10)
-    with pytest.raises(ValueError, match=r"--download: cannot fetch cifar10 into '.*' \((.*name resolution|File not "
-                                         r"found or corrupted\.)\); copy the cifar-10-batches-py folder there"):
+    with pytest.raises(
+        ValueError,
+        match=r"--download: cannot fetch cifar10 into '.*' \((.*name resolution|File not "
+        r"found or corrupted\.)\); copy the cifar-10-batches-py folder there",
+    ):
         load_datasets(f"cifar10:{tmp_path}", None, None, download=True)
 
 
@@ -259,11 +267,14 @@ def test_shard_problems_name_the_file(tmp_path):
 
 
 # -- data specs --------------------------------------------------------------------------------
-@pytest.mark.parametrize("spec, error, match", [
-    ("", ValueError, "empty data source"),
-    ("no/such/folder", FileNotFoundError, "'no/such/folder' not found"),
-    ("cifar11:/data", ValueError, "unknown data source kind 'cifar11'"),
-])
+@pytest.mark.parametrize(
+    "spec, error, match",
+    [
+        ("", ValueError, "empty data source"),
+        ("no/such/folder", FileNotFoundError, "'no/such/folder' not found"),
+        ("cifar11:/data", ValueError, "unknown data source kind 'cifar11'"),
+    ],
+)
 def test_wrong_specs_raise_one_clear_error(spec, error, match):
     with pytest.raises(error, match=match):
         load_datasets(spec, None, None)

@@ -22,7 +22,7 @@ HALF = dict(mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5))  # vit_jax: pixels to [-1
 def halves(width=64, height=32) -> Image.Image:
     """Left half black, right half white."""
     pixels = np.zeros((height, width, 3), dtype=np.uint8)
-    pixels[:, width // 2:] = 255
+    pixels[:, width // 2 :] = 255
     return Image.fromarray(pixels)
 
 
@@ -85,8 +85,9 @@ def test_tiny_digits_images_upsample_with_gentle_crops():
 
 def test_randaugment_is_included_and_changes_images():
     image = Image.fromarray(np.random.default_rng(2).integers(0, 256, (32, 32, 3), dtype=np.uint8))
-    transform = build_transforms(32, train=True, scale=(1.0, 1.0), ratio=(1.0, 1.0), hflip=False,
-                                 randaugment=(2, 15), **HALF)
+    transform = build_transforms(
+        32, train=True, scale=(1.0, 1.0), ratio=(1.0, 1.0), hflip=False, randaugment=(2, 15), **HALF
+    )
     augment = next(t for t in transform.transforms if isinstance(t, RandAugment))
     assert (augment.num_ops, augment.magnitude) == (2, 10)  # 15 acts as 10, timm's maximum
     torch.manual_seed(0)
@@ -106,12 +107,15 @@ def test_transforms_pickle_for_dataloader_workers():
     assert torch.equal(outputs[0], outputs[1]) and outputs[0].std() > 0.1  # the same random choices
 
 
-@pytest.mark.parametrize("options, match", [
-    (dict(interpolation="lanczos9"), "interpolation"),
-    (dict(crop_pct=0.0), "crop_pct"),
-    (dict(scale=(0.5, 0.2)), "scale"),
-    (dict(std=(0.5, 0.0, 0.5)), "std"),
-])
+@pytest.mark.parametrize(
+    "options, match",
+    [
+        (dict(interpolation="lanczos9"), "interpolation"),
+        (dict(crop_pct=0.0), "crop_pct"),
+        (dict(scale=(0.5, 0.2)), "scale"),
+        (dict(std=(0.5, 0.0, 0.5)), "std"),
+    ],
+)
 def test_bad_options_name_the_option(options, match):
     with pytest.raises(ValueError, match=match):
         build_transforms(16, train=True, **{**HALF, **options})
@@ -122,8 +126,15 @@ def test_bad_options_name_the_option(options, match):
 def test_random_erasing_fills_a_rectangle_of_the_normalised_image_with_noise():
     image = Image.fromarray(np.random.default_rng(4).integers(0, 256, (64, 64, 3), dtype=np.uint8))
     preprocessing = SimpleNamespace(mean=(0.5,) * 3, std=(0.5,) * 3, crop_pct=1.0, interpolation="bicubic")
-    augment = dict(crop_scale=(1.0, 1.0), crop_ratio=(1.0, 1.0), hflip=False, randaugment=None, rotation=0.0,
-                   zoom=0.0, fill_mode="reflect")
+    augment = dict(
+        crop_scale=(1.0, 1.0),
+        crop_ratio=(1.0, 1.0),
+        hflip=False,
+        randaugment=None,
+        rotation=0.0,
+        zoom=0.0,
+        fill_mode="reflect",
+    )
     plain = train_transform(64, preprocessing, SimpleNamespace(**augment, reprob=0.0))
     assert not any(isinstance(t, v2.RandomErasing) for t in plain.transforms)
     erasing = train_transform(64, preprocessing, SimpleNamespace(**augment, reprob=1.0))
@@ -134,7 +145,7 @@ def test_random_erasing_fills_a_rectangle_of_the_normalised_image_with_noise():
         after = erasing(image)  # the same crop, then one erased rectangle
         changed = (after != before).all(dim=0)
         rows, cols = changed.any(dim=1).nonzero().squeeze(1), changed.any(dim=0).nonzero().squeeze(1)
-        box = changed[rows.min():rows.max() + 1, cols.min():cols.max() + 1]
+        box = changed[rows.min() : rows.max() + 1, cols.min() : cols.max() + 1]
         assert box.all() and int(changed.sum()) == box.numel()  # a rectangle, in every channel
         assert 0.02 <= box.numel() / changed.numel() <= 1 / 3
         noise = after[:, changed]  # standard-normal noise in normalised units, as timm's pixel mode draws it

@@ -57,8 +57,9 @@ def test_separable_features_are_classified_perfectly():
 def test_uninformative_features_score_near_chance():
     rng = np.random.default_rng(3)
     train_y, test_y = np.repeat(np.arange(5), 40), np.repeat(np.arange(5), 200)
-    result = fewshot_accuracy(rng.normal(size=(200, 16)), train_y, rng.normal(size=(1000, 16)), test_y,
-                              shots=(10,), seeds=3)
+    result = fewshot_accuracy(
+        rng.normal(size=(200, 16)), train_y, rng.normal(size=(1000, 16)), test_y, shots=(10,), seeds=3
+    )
     assert abs(result.mean(10) - 0.2) < 0.06
 
 
@@ -95,8 +96,18 @@ def test_linear_probe_on_separable_and_single_class_data():
 
 @pytest.mark.parametrize("representation_size", [None, 24])
 def test_features_are_the_pre_logits_representation(representation_size):
-    model = randomise_(create_untrained("Ti/4", image_size=8, depth=1, dim=32, num_heads=2, mlp_dim=32,
-                                    num_classes=3, representation_size=representation_size)).eval()
+    model = randomise_(
+        create_untrained(
+            "Ti/4",
+            image_size=8,
+            depth=1,
+            dim=32,
+            num_heads=2,
+            mlp_dim=32,
+            num_classes=3,
+            representation_size=representation_size,
+        )
+    ).eval()
     images, labels = torch.randn(5, 3, 8, 8), torch.tensor([0, 1, 2, 1, 0])
     features, got_labels = extract_features(model, [(images[:3], labels[:3]), (images[3:], labels[3:])])
     assert features.shape == (5, representation_size or 32)

@@ -18,9 +18,26 @@ from vitlab.cli import main
 from vitlab.evaluate import evaluate
 
 # A one-layer ViT at 8 px; few steps, so that each run takes a second or two.
-TINY = ["--recipe", "small-data", "--model", "mu/4", "--image-size", "8", "--threads", "1",
-        "--set", "schedule.warmup_steps=2", "--set", "augment.mixup=0", "--set", "augment.cutmix=0",
-        "--set", "augment.randaugment=null", "--lr", "0.003"]
+TINY = [
+    "--recipe",
+    "small-data",
+    "--model",
+    "mu/4",
+    "--image-size",
+    "8",
+    "--threads",
+    "1",
+    "--set",
+    "schedule.warmup_steps=2",
+    "--set",
+    "augment.mixup=0",
+    "--set",
+    "augment.cutmix=0",
+    "--set",
+    "augment.randaugment=null",
+    "--lr",
+    "0.003",
+]
 
 
 def write_noisy_classes(root: Path, classes: int, per_class: int, seed: int = 0) -> None:
@@ -51,8 +68,20 @@ def scored_training_warnings(caplog) -> list[str]:
 def test_imagefolder_run_with_its_own_seed_and_val_fraction(tmp_path, caplog, capsys):
     write_noisy_classes(tmp_path / "data", classes=3, per_class=24)  # 72 images, half held out
     data, run = str(tmp_path / "data"), tmp_path / "run"
-    summary = train(data, run, "--seed", "3", "--set", "data.val_fraction=0.5", "--batch-size", "12",
-                    "--steps", "12", "--eval-every", "12")
+    summary = train(
+        data,
+        run,
+        "--seed",
+        "3",
+        "--set",
+        "data.val_fraction=0.5",
+        "--batch-size",
+        "12",
+        "--steps",
+        "12",
+        "--eval-every",
+        "12",
+    )
     assert summary["val_top5"] is None  # 3 classes: top-5 would count every image
     assert "| val_top5 | n/a |" in (run / "README.md").read_text()
     with caplog.at_level(logging.INFO, logger="vitlab"):
@@ -96,8 +125,18 @@ def test_eval_checks_only_the_scored_split_with_the_runs_bad_image_limit(tmp_pat
     for name in ("empty.jpg", "text_not_image.png"):  # 2 of 26 training files: over the 1% default
         (tmp_path / "data" / "train" / "c1" / name).write_bytes(BAD_IMAGES[name][0]())
     run = tmp_path / "run"
-    summary = train(str(tmp_path / "data"), run, "--set", "data.max_bad_fraction=0.1", "--batch-size", "8",
-                    "--steps", "3", "--eval-every", "3")
+    summary = train(
+        str(tmp_path / "data"),
+        run,
+        "--set",
+        "data.max_bad_fraction=0.1",
+        "--batch-size",
+        "8",
+        "--steps",
+        "3",
+        "--eval-every",
+        "3",
+    )
     assert sum("skipping unreadable" in r.getMessage() for r in caplog.records) == 2  # training checked train/
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="vitlab"):
@@ -125,8 +164,11 @@ def test_a_model_folder_without_run_yaml_needs_data_and_cannot_tell_training_ima
     model = vitlab.create_model("mu/4", image_size=8, num_classes=10, class_names=[str(d) for d in range(10)])
     vitlab.save_pretrained(model, tmp_path / "model")
     assert main(["eval", "--ckpt", str(tmp_path / "model")]) == 2
-    assert capsys.readouterr().err.strip().endswith("--data is needed: " + str(tmp_path / "model") +
-                                                    " has no run.yaml naming the data it was trained on")
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .endswith("--data is needed: " + str(tmp_path / "model") + " has no run.yaml naming the data it was trained on")
+    )
     report = eval_report(tmp_path / "model", "--data", "digits")
     assert report["metrics"]["count"] == 360 and report["trained_images_scored"] is None
     assert report["settings"]["from"] is None and report["settings"]["batch_size"] == 64
@@ -135,8 +177,20 @@ def test_a_model_folder_without_run_yaml_needs_data_and_cannot_tell_training_ima
 @pytest.mark.slow
 def test_run_with_a_dev_split(tmp_path):
     run = tmp_path / "run"
-    summary = train("digits", run, "--set", "data.dev_fraction=0.25", "--set", "data.dev_split=last",
-                    "--batch-size", "32", "--steps", "6", "--eval-every", "6")
+    summary = train(
+        "digits",
+        run,
+        "--set",
+        "data.dev_fraction=0.25",
+        "--set",
+        "data.dev_split=last",
+        "--batch-size",
+        "32",
+        "--steps",
+        "6",
+        "--eval-every",
+        "6",
+    )
     dev = eval_report(run, "--split", "dev")  # what the run validated on
     assert dev["metrics"]["count"] == summary["dev_images"] and dev["trained_images_scored"] == 0
     assert dev["metrics"]["top1"] == summary["val_top1"]

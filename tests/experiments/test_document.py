@@ -50,14 +50,19 @@ def test_report_joins_every_registered_experiment_and_says_which_are_missing(tmp
     runs, out = tmp_path / "runs", tmp_path / "docs" / "experiments.md"
     runs.mkdir()
     name = "pooling"
-    (runs / f"{name}.md").write_text(f"# {name}: Fig. 9\n\nA table.\n\nPlot: `{name}.png`; every run's numbers: "
-                                     f"`{name}.json`.\n")
+    (runs / f"{name}.md").write_text(
+        f"# {name}: Fig. 9\n\nA table.\n\nPlot: `{name}.png`; every run's numbers: `{name}.json`.\n"
+    )
     (runs / f"{name}.json").write_text("{}")
     (runs / f"{name}.png").write_bytes(b"png")
     (out.parent / "experiments").mkdir(parents=True)
     (out.parent / "experiments" / "posemb.md").write_text("an earlier run's section")
-    registered = {**EXPERIMENTS, "lr-sweep": EXPERIMENTS["pooling"].__class__(
-        **{**EXPERIMENTS["pooling"].__dict__, "name": "lr-sweep", "reproduces": "a sweep"})}
+    registered = {
+        **EXPERIMENTS,
+        "lr-sweep": EXPERIMENTS["pooling"].__class__(
+            **{**EXPERIMENTS["pooling"].__dict__, "name": "lr-sweep", "reproduces": "a sweep"}
+        ),
+    }
     path, absent = write_document(runs, out, registered)
     text = path.read_text()
     assert absent == [n for n in registered if n != name]
@@ -88,20 +93,40 @@ def test_direction_words_follow_the_numbers():
     assert trend([-5.8, -5.0, -2.7]) == "grows" and trend([3, 2, 2]) == "shrinks" and trend([1, 1]) == "ties"
     # data-scaling's rows as docs/experiments.md once had them, where the text said the deficit shrinks
     rows = []
-    for fraction, images, scores in ((0.1, 142, (0.889, 0.947, 0.844)), (0.25, 359, (0.922, 0.972, 0.9)),
-                                     (0.5, 718, (0.956, 0.983, 0.939)), (1.0, 1437, (0.958, 0.994, 0.944))):
-        rows += [{"model": m, "fraction": fraction, "train_images": images, "val_top1": s}
-                 for m, s in zip(("ViT", "BiT", "hybrid"), scores)]
+    for fraction, images, scores in (
+        (0.1, 142, (0.889, 0.947, 0.844)),
+        (0.25, 359, (0.922, 0.972, 0.9)),
+        (0.5, 718, (0.956, 0.983, 0.939)),
+        (1.0, 1437, (0.958, 0.994, 0.944)),
+    ):
+        rows += [
+            {"model": m, "fraction": fraction, "train_images": images, "val_top1": s}
+            for m, s in zip(("ViT", "BiT", "hybrid"), scores)
+        ]
     gap_line = data_scaling.findings(rows)[-1]
     assert "-5.8 at 142, -5.0 at 359, -2.7 at 718, -3.6 at 1437" in gap_line
     assert "moves both ways" in gap_line and "narrows" not in gap_line
 
 
-@pytest.mark.parametrize("module,summary", [
-    (posemb, [{"pos_embed": "none", "added": "n/a", "fewshot_5": 0.95, "fewshot_5_std": 0.0, "val_top1": 0.97,
-               "val_top1_std": 0.0}]),
-    (pretrain_transfer, [{"start": "from scratch", "val_top1": 0.96, "val_top1_std": 0.01}]),
-])
+@pytest.mark.parametrize(
+    "module,summary",
+    [
+        (
+            posemb,
+            [
+                {
+                    "pos_embed": "none",
+                    "added": "n/a",
+                    "fewshot_5": 0.95,
+                    "fewshot_5_std": 0.0,
+                    "val_top1": 0.97,
+                    "val_top1_std": 0.0,
+                }
+            ],
+        ),
+        (pretrain_transfer, [{"start": "from scratch", "val_top1": 0.96, "val_top1_std": 0.01}]),
+    ],
+)
 def test_bar_charts_start_at_zero(module, summary):
     axes = Figure().subplots()
     module.plot(axes, summary)
@@ -115,8 +140,14 @@ def test_smallest_configuration_reproduces_its_recorded_numbers(tmp_path):
     document = json.loads((ASSETS / "data-scaling.json").read_text())
     recorded = next(r for r in document["runs"] if (r["model"], r["fraction"], r["seed"]) == ("ViT", 0.1, 0))
     settings = Settings(out=tmp_path, seeds=(0,))
-    result = train_run(settings, "ViT-0.1-seed0", seed=0, steps=document["budget"]["steps_per_run"],
-                       architecture=vit_config(settings), train_fraction=0.1)
+    result = train_run(
+        settings,
+        "ViT-0.1-seed0",
+        seed=0,
+        steps=document["budget"]["steps_per_run"],
+        architecture=vit_config(settings),
+        train_fraction=0.1,
+    )
     assert result.summary["train_images"] == recorded["train_images"]
     machine = document["machine"]
     if (machine["torch"], machine["cpu_capability"]) == (torch.__version__, torch.backends.cpu.get_cpu_capability()):
@@ -127,14 +158,32 @@ def test_smallest_configuration_reproduces_its_recorded_numbers(tmp_path):
 
 def test_posemb_findings_compare_each_column_with_the_numbers():
     def entry(kind, added, score, std=0.001):
-        return {"pos_embed": posemb.LABELS[kind], "added": added, "seeds": [0, 1], "fewshot_5": score,
-                "fewshot_5_std": std, "val_top1": score, "val_top1_std": std}
-    summary = [entry("none", "n/a", 0.90), entry("learned", "input", 0.95), entry("learned", "every layer", 0.96),
-               entry("learned", "every layer, shared", 0.95), entry("2d", "input", 0.93),
-               entry("2d", "every layer", 0.92, std=0.02), entry("2d", "every layer, shared", 0.94),
-               entry("relative", "attention logits, every layer", 0.89)]
+        return {
+            "pos_embed": posemb.LABELS[kind],
+            "added": added,
+            "seeds": [0, 1],
+            "fewshot_5": score,
+            "fewshot_5_std": std,
+            "val_top1": score,
+            "val_top1_std": std,
+        }
+
+    summary = [
+        entry("none", "n/a", 0.90),
+        entry("learned", "input", 0.95),
+        entry("learned", "every layer", 0.96),
+        entry("learned", "every layer, shared", 0.95),
+        entry("2d", "input", 0.93),
+        entry("2d", "every layer", 0.92, std=0.02),
+        entry("2d", "every layer, shared", 0.94),
+        entry("relative", "attention logits, every layer", 0.89),
+    ]
     lines = posemb.findings(summary)
     assert "relative (1-D attention) does not beat none, unlike Table 8" in lines[0]
-    assert lines[1] == ("5-shot linear, 1-D (learned): input 95.0%, every layer 96.0% (above input), "
-                        "every layer, shared 95.0% (tied with input, within the seeds' spread).")
-    assert "every layer 92.0% (below input, within the seeds' spread), every layer, shared 94.0% (above input)" in lines[2]
+    assert lines[1] == (
+        "5-shot linear, 1-D (learned): input 95.0%, every layer 96.0% (above input), "
+        "every layer, shared 95.0% (tied with input, within the seeds' spread)."
+    )
+    assert (
+        "every layer 92.0% (below input, within the seeds' spread), every layer, shared 94.0% (above input)" in lines[2]
+    )

@@ -38,7 +38,9 @@ def check_report(out, name: str, rows: int, metrics: tuple[str, ...]) -> dict:
     machine = document["machine"]
     assert machine["commit"] and machine["torch"] == torch.__version__
     assert machine["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
-    assert f"Commit `{machine['commit']}`, torch {machine['torch']}, CPU capability {machine['cpu_capability']}" in table
+    assert (
+        f"Commit `{machine['commit']}`, torch {machine['torch']}, CPU capability {machine['cpu_capability']}" in table
+    )
     return document
 
 
@@ -50,8 +52,9 @@ def test_take_fraction_is_class_balanced_nested_and_seeded():
     assert np.bincount(quarter.labels).tolist() == [2, 5, 8, 10]  # round(0.25 n) per class
     assert np.bincount(half.labels).tolist() == [5, 10, 15, 20]
     as_rows = lambda subset: {tuple(row) for row in zip(subset.labels, subset.images[:, 0, 0, 0])}  # noqa: E731
-    tagged = ArrayImages(np.arange(100, dtype=np.uint8)[:, None, None, None].repeat(2, 1).repeat(2, 2).repeat(3, 3),
-                         labels)
+    tagged = ArrayImages(
+        np.arange(100, dtype=np.uint8)[:, None, None, None].repeat(2, 1).repeat(2, 2).repeat(3, 3), labels
+    )
     assert as_rows(take_fraction(tagged, 0.25, 3)) <= as_rows(take_fraction(tagged, 0.5, 3))  # nested
     assert as_rows(take_fraction(tagged, 0.25, 3)) != as_rows(take_fraction(tagged, 0.25, 4))
     assert take_fraction(data, 1.0, 0).labels == data.labels
@@ -61,8 +64,10 @@ def test_take_fraction_is_class_balanced_nested_and_seeded():
 
 def test_compared_models_have_matched_compute():
     settings = Settings()
-    described = {label: describe_model(make(settings)) for label, make in
-                 (("ViT", vit_config), ("BiT", bit_config), ("hybrid", hybrid_config))}
+    described = {
+        label: describe_model(make(settings))
+        for label, make in (("ViT", vit_config), ("BiT", bit_config), ("hybrid", hybrid_config))
+    }
     flops = [d["mflops"] for d in described.values()]
     assert max(flops) / min(flops) < 1.2, described
     assert described["hybrid"]["architecture"].startswith("ResNet units (1, 1, 1)")
@@ -98,7 +103,10 @@ def test_results_summary_averages_over_seeds():
 def test_settings_command_and_bad_values(tmp_path):
     settings = Settings(data="digits", out=tmp_path, budget_steps=50, seeds=(0, 1), fractions=(0.5, 1.0), lrs=(1e-3,))
     command = settings.command(EXPERIMENTS["data-scaling"])
-    assert command == f"vitlab experiment data-scaling --data digits --out {tmp_path} --budget-steps 50 --seeds 0 1 --fractions 0.5 1.0"
+    assert (
+        command
+        == f"vitlab experiment data-scaling --data digits --out {tmp_path} --budget-steps 50 --seeds 0 1 --fractions 0.5 1.0"
+    )
     assert "--fractions" not in settings.command(EXPERIMENTS["pooling"])
     with pytest.raises(ValueError, match="--fractions"):
         Settings(fractions=(0.0, 1.0))
@@ -127,29 +135,47 @@ def test_posemb_end_to_end(tmp_path):
     configs = [(e["pos_embed"], e["added"], e["paper_fewshot_5"]) for e in document["summary"]]
     assert configs == [
         ("none", "n/a", "61.4"),
-        ("1-D (learned)", "input", "64.2"), ("1-D (learned)", "every layer", "64.0"),
+        ("1-D (learned)", "input", "64.2"),
+        ("1-D (learned)", "every layer", "64.0"),
         ("1-D (learned)", "every layer, shared", "64.3"),
-        ("2-D (learned)", "input", "64.0"), ("2-D (learned)", "every layer", "64.0"),
+        ("2-D (learned)", "input", "64.0"),
+        ("2-D (learned)", "every layer", "64.0"),
         ("2-D (learned)", "every layer, shared", "64.0"),
         ("relative (1-D attention)", "attention logits, every layer", "64.0"),
         ("sin-cos (not in Table 8)", "input", ""),
         ("2-D relative bias (not in Table 8)", "attention logits, every layer", ""),
     ]
-    architectures = {name: json.loads((tmp_path / "runs" / name / "config.json").read_text())["architecture"]
-                     for name in ("posemb-learned-every_layer-seed0", "posemb-relative-seed0")}
+    architectures = {
+        name: json.loads((tmp_path / "runs" / name / "config.json").read_text())["architecture"]
+        for name in ("posemb-learned-every_layer-seed0", "posemb-relative-seed0")
+    }
     assert architectures["posemb-learned-every_layer-seed0"]["pos_embed_at"] == "every_layer"
     assert architectures["posemb-relative-seed0"]["pos_embed"] == "relative"
 
 
 @pytest.mark.slow
 def test_pooling_end_to_end_through_the_cli(tmp_path, capsys):
-    argv = ["experiment", "pooling", "--data", "digits", "--out", str(tmp_path), "--budget-steps", "2",
-            "--seeds", "0", "--lrs", "1e-3", "1e-2"]
+    argv = [
+        "experiment",
+        "pooling",
+        "--data",
+        "digits",
+        "--out",
+        str(tmp_path),
+        "--budget-steps",
+        "2",
+        "--seeds",
+        "0",
+        "--lrs",
+        "1e-3",
+        "1e-2",
+    ]
     assert main(argv) == 0
     assert "class token minus GAP" in capsys.readouterr().out
     document = check_report(tmp_path, "pooling", rows=4, metrics=("val_top1",))
     assert {(e["pool"], e["lr"]) for e in document["summary"]} == {
-        (pool, lr) for pool in ("class token", "GAP") for lr in (1e-3, 1e-2)}
+        (pool, lr) for pool in ("class token", "GAP") for lr in (1e-3, 1e-2)
+    }
     # A second invocation finds every run finished in DIR/runs and reports the same numbers.
     first = document["runs"]
     assert main(argv) == 0
@@ -158,8 +184,9 @@ def test_pooling_end_to_end_through_the_cli(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_pretrain_transfer_end_to_end(tmp_path):
-    settings = Settings(out=tmp_path, pretrain_steps=2, fractal_classes=3, fractal_per_class=30, fractal_size=16,
-                        **TINY)
+    settings = Settings(
+        out=tmp_path, pretrain_steps=2, fractal_classes=3, fractal_per_class=30, fractal_size=16, **TINY
+    )
     results, _ = run_experiment("pretrain-transfer", settings)
     document = check_report(tmp_path, "pretrain-transfer", rows=2, metrics=("val_top1",))
     assert [e["start"] for e in document["summary"]] == ["FractalDB pre-trained", "from scratch"]

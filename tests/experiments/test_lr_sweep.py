@@ -13,8 +13,20 @@ from vitlab.experiments import EXPERIMENTS, Settings
 
 @pytest.mark.slow  # five 2-step runs at batch 512: about 30 s
 def test_lr_sweep_picks_on_the_dev_split_and_tests_the_whole_training_set(tmp_path, capsys):
-    argv = ["experiment", "lr-sweep", "--data", "digits", "--out", str(tmp_path), "--row", "pets",
-            "--budget-steps", "2", "--seeds", "0"]
+    argv = [
+        "experiment",
+        "lr-sweep",
+        "--data",
+        "digits",
+        "--out",
+        str(tmp_path),
+        "--row",
+        "pets",
+        "--budget-steps",
+        "2",
+        "--seeds",
+        "0",
+    ]
     assert main(argv) == 0
     document = json.loads((tmp_path / "lr-sweep.json").read_text())
     assert document["grid"] == [0.001, 0.003, 0.01, 0.03] and document["dev_fraction"] == 0.1  # Table 4, B.1.1: Pets

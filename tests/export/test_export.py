@@ -82,7 +82,10 @@ def test_onnx_metadata_carries_class_names_and_preprocessing(exported):
     props = {p.key: p.value for p in onnx.load(str(exported / "m.onnx")).metadata_props}
     assert json.loads(props["class_names"]) == NAMES
     assert json.loads(props["preprocessing"]) == {
-        "mean": [0.4, 0.5, 0.6], "std": [0.2, 0.25, 0.3], "crop_pct": 0.9, "interpolation": "bilinear",
+        "mean": [0.4, 0.5, 0.6],
+        "std": [0.2, 0.25, 0.3],
+        "crop_pct": 0.9,
+        "interpolation": "bilinear",
     }
     assert json.loads(props["image_size"]) == [32, 32] and props["num_classes"] == "5"
     config = OnnxModel(exported / "m.onnx").config
@@ -109,7 +112,9 @@ def test_compare_fails_above_tolerance_and_on_nan():
     with torch.no_grad():
         check = compare(model, lambda x: model(x) + 5e-5, 3, (32, 32), (1, 2), "shifted")
     assert math.isclose(check.max_abs_diff, 5e-5, rel_tol=0.05)
-    with pytest.raises(ExportMismatchError, match=r"shifted: exported model disagrees with PyTorch: max \|logit difference\| 0.001"):
+    with pytest.raises(
+        ExportMismatchError, match=r"shifted: exported model disagrees with PyTorch: max \|logit difference\| 0.001"
+    ):
         compare(model, lambda x: model(x) + 1e-3, 3, (32, 32), (1,), "shifted")
     with pytest.raises(ExportMismatchError, match="nan"):
         compare(model, lambda x: model(x) * float("nan"), 3, (32, 32), (1,), "broken")
@@ -170,11 +175,14 @@ def test_onnx_runtime_refuses_foreign_files(tmp_path):
     (tmp_path / "junk.onnx").write_bytes(b"not a protobuf")
     with pytest.raises(ValueError, match="junk.onnx: not a readable ONNX model"):
         OnnxModel(tmp_path / "junk.onnx")
-    plain = onnx.helper.make_model(onnx.helper.make_graph(
-        [onnx.helper.make_node("Identity", ["images"], ["logits"])], "g",
-        [onnx.helper.make_tensor_value_info("images", onnx.TensorProto.FLOAT, [1, 3])],
-        [onnx.helper.make_tensor_value_info("logits", onnx.TensorProto.FLOAT, [1, 3])],
-    ))
+    plain = onnx.helper.make_model(
+        onnx.helper.make_graph(
+            [onnx.helper.make_node("Identity", ["images"], ["logits"])],
+            "g",
+            [onnx.helper.make_tensor_value_info("images", onnx.TensorProto.FLOAT, [1, 3])],
+            [onnx.helper.make_tensor_value_info("logits", onnx.TensorProto.FLOAT, [1, 3])],
+        )
+    )
     onnx.save(plain, str(tmp_path / "plain.onnx"))
     with pytest.raises(ValueError, match="plain.onnx: not exported by vitlab .its metadata has no vitlab_config"):
         OnnxModel(tmp_path / "plain.onnx")
@@ -224,8 +232,24 @@ def test_zero_head_export_that_changed_the_encoder_fails(tmp_path, monkeypatch):
 # -- the command -------------------------------------------------------------------------------------
 def test_export_command_onnx_at_another_image_size(tmp_path, capsys):
     vitlab.save_pretrained(small_model(), tmp_path / "ckpt")
-    code = main(["export", "--ckpt", str(tmp_path / "ckpt"), "--format", "onnx", "--out", str(tmp_path / "m.onnx"),
-                 "--image-size", "48", "--dynamic-batch", "--speed", "2", "--threads", "1"])
+    code = main(
+        [
+            "export",
+            "--ckpt",
+            str(tmp_path / "ckpt"),
+            "--format",
+            "onnx",
+            "--out",
+            str(tmp_path / "m.onnx"),
+            "--image-size",
+            "48",
+            "--dynamic-batch",
+            "--speed",
+            "2",
+            "--threads",
+            "1",
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0, out
     assert f"wrote {tmp_path / 'm.onnx'} (onnx, input 48x48); max |logit difference|" in out
@@ -240,7 +264,10 @@ def test_export_command_onnx_at_another_image_size(tmp_path, capsys):
     [
         (["--format", "onnx", "--ckpt", "{tmp}/nowhere"], "nowhere: no such file or folder"),
         (["--format", "npz", "--ckpt", "{tmp}/ckpt"], "cannot hold gap_norm='after_pool'"),
-        (["--format", "onnx", "--ckpt", "{tmp}/ckpt", "--no-dynamic-batch", "--batch-size", "0"], "--batch-size must be at least 1"),
+        (
+            ["--format", "onnx", "--ckpt", "{tmp}/ckpt", "--no-dynamic-batch", "--batch-size", "0"],
+            "--batch-size must be at least 1",
+        ),
         (["--format", "export", "--ckpt", "{tmp}/ckpt", "--speed", "4"], "--speed BATCH needs --format onnx"),
     ],
 )

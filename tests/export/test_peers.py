@@ -44,8 +44,10 @@ def timm_from(model, folder) -> torch.nn.Module:
 @pytest.mark.parametrize(
     "options",
     [
-        dict(image_size=32), dict(image_size=48),  # class token at two resolutions
-        dict(pool="gap", gap_norm="after_pool"), dict(pool="gap", gap_norm="before_pool"),  # timm's avg, fc_norm or not
+        dict(image_size=32),
+        dict(image_size=48),  # class token at two resolutions
+        dict(pool="gap", gap_norm="after_pool"),
+        dict(pool="gap", gap_norm="before_pool"),  # timm's avg, fc_norm or not
         dict(act="gelu_tanh", pos_embed="none", qkv_bias=False),
     ],
     ids=["token-32", "token-48", "gap-fc-norm", "gap-norm-first", "tanh-no-pos-no-qkv-bias"],
@@ -67,7 +69,9 @@ def test_timm_folder_has_timms_layout_and_carries_preprocessing(tmp_path):
     model = tiny(preprocessing=pre)
     peer = timm_from(model, tmp_path / "timm")
     document = json.loads((tmp_path / "timm" / "config.json").read_text())
-    assert {"architecture", "num_classes", "num_features", "label_names", "model_args", "pretrained_cfg"} <= set(document)
+    assert {"architecture", "num_classes", "num_features", "label_names", "model_args", "pretrained_cfg"} <= set(
+        document
+    )
     assert timm.is_model(document["architecture"])
     data = timm.data.resolve_data_config(model=peer)
     assert tuple(data["mean"]) == pre["mean"] and tuple(data["std"]) == pre["std"]
@@ -89,7 +93,9 @@ def test_timm_hybrids_go_back_to_timm(tmp_path, architecture):
     with torch.no_grad():
         expected = source(x)
         assert expected.abs().max() > 0.05
-        assert (peer(x) - expected).abs().max().item() < TOLERANCE and (model(x) - expected).abs().max().item() < TOLERANCE
+        assert (peer(x) - expected).abs().max().item() < TOLERANCE and (
+            model(x) - expected
+        ).abs().max().item() < TOLERANCE
 
 
 @pytest.mark.slow
@@ -98,7 +104,9 @@ def test_a_bit_resnet_goes_to_timms_resnetv2_bit_and_transformers_bit(tmp_path):
     with torch.no_grad():  # random weights; GroupNorm scales near 1 keep the activations of order 1
         generator = torch.Generator().manual_seed(0)
         for name, param in model.named_parameters():
-            param.copy_(torch.randn(param.shape, generator=generator) * 0.05 + float("norm" in name and name.endswith("weight")))
+            param.copy_(
+                torch.randn(param.shape, generator=generator) * 0.05 + float("norm" in name and name.endswith("weight"))
+            )
     vitlab.save_pretrained(model.eval(), tmp_path / "timm", format="timm")
     peer = timm.create_model(f"local-dir:{tmp_path / 'timm'}", pretrained=True).eval()
     x = images_for(model)
@@ -117,7 +125,8 @@ def test_a_bit_resnet_goes_to_timms_resnetv2_bit_and_transformers_bit(tmp_path):
 
 # -- transformers ----------------------------------------------------------------------------------
 @pytest.mark.parametrize(
-    "options", [dict(image_size=32), dict(image_size=48, act="gelu_tanh", qkv_bias=False, norm_eps=1e-12)],
+    "options",
+    [dict(image_size=32), dict(image_size=48, act="gelu_tanh", qkv_bias=False, norm_eps=1e-12)],
     ids=["token-32", "token-48-tanh"],
 )
 def test_transformers_loads_the_folder_and_computes_vitlabs_logits(tmp_path, options):
@@ -146,7 +155,9 @@ def test_pipeline_classifies_a_png_offline_as_vitlab_with_the_same_preprocessing
 
     # vitlab on the image as ViTImageProcessor prepares it: the whole image resized to 32x32, no crop.
     image = Image.open(tmp_path / "photo.png").convert("RGB")
-    transform = build_transforms(32, mean=(0.5,) * 3, std=(0.5,) * 3, train=False, interpolation="bicubic", crop_pct=1.0)
+    transform = build_transforms(
+        32, mean=(0.5,) * 3, std=(0.5,) * 3, train=False, interpolation="bicubic", crop_pct=1.0
+    )
     resized = image.resize((32, 32), Image.BICUBIC)
     with torch.no_grad():
         probabilities = model(transform(resized)[None]).softmax(dim=1)[0]

@@ -26,18 +26,37 @@ LAYERS, WIDTH = (2, 1), 32
 def timm_hybrid(num_classes: int = 5, img_size: int = 32, **vit) -> TimmViT:
     """timm's vit_base_r50_s16_224 recipe (_resnetv2 + HybridEmbed) at tiny sizes."""
     backbone = ResNetV2(
-        layers=LAYERS, channels=tuple(4 * WIDTH * 2**i for i in range(len(LAYERS))), stem_chs=WIDTH,
-        num_classes=0, global_pool="", preact=False, stem_type="same", conv_layer=partial(StdConv2dSame, eps=1e-8),
+        layers=LAYERS,
+        channels=tuple(4 * WIDTH * 2**i for i in range(len(LAYERS))),
+        stem_chs=WIDTH,
+        num_classes=0,
+        global_pool="",
+        preact=False,
+        stem_type="same",
+        conv_layer=partial(StdConv2dSame, eps=1e-8),
     )
     return TimmViT(
-        img_size=img_size, patch_size=1, embed_dim=32, depth=2, num_heads=2, mlp_ratio=2.0,
-        num_classes=num_classes, embed_layer=partial(HybridEmbed, backbone=backbone), **vit,
+        img_size=img_size,
+        patch_size=1,
+        embed_dim=32,
+        depth=2,
+        num_heads=2,
+        mlp_ratio=2.0,
+        num_classes=num_classes,
+        embed_layer=partial(HybridEmbed, backbone=backbone),
+        **vit,
     )
 
 
 def tiny_hybrid(**changes) -> ViTConfig:
     fields = dict(
-        image_size=32, patch_size=1, dim=32, depth=2, num_heads=2, mlp_dim=64, num_classes=5,
+        image_size=32,
+        patch_size=1,
+        dim=32,
+        depth=2,
+        num_heads=2,
+        mlp_dim=64,
+        num_classes=5,
         backbone=ResNetConfig(layers=LAYERS, width=WIDTH),
     )
     fields.update(changes)
@@ -65,8 +84,15 @@ def test_official_npz_round_trip_infers_the_architecture(tmp_path):
     path = export_hybrid_npz(model, tmp_path / "R_tiny.npz")
     with np.load(path) as arrays:
         keys = set(arrays.files)
-        assert {"conv_root/kernel", "gn_root/scale", "block1/unit1/conv_proj/kernel", "block1/unit2/gn3/bias",
-                "block2/unit1/gn_proj/scale", "embedding/kernel", "cls"} <= keys
+        assert {
+            "conv_root/kernel",
+            "gn_root/scale",
+            "block1/unit1/conv_proj/kernel",
+            "block1/unit2/gn3/bias",
+            "block2/unit1/gn_proj/scale",
+            "embedding/kernel",
+            "cls",
+        } <= keys
         assert "block1/unit2/conv_proj/kernel" not in keys  # only a stage's first unit projects
         assert arrays["conv_root/kernel"].shape == (7, 7, 3, WIDTH)  # HWIO
         assert arrays["gn_root/scale"].shape == (1, 1, 1, WIDTH)  # as the released files
@@ -136,7 +162,9 @@ def test_r50_b16_has_timm_layout_and_paper_sequence_length():
     with torch.device("meta"):
         reference = timm.create_model("vit_base_r50_s16_224", num_classes=1000)
         model = create_untrained("R50+B/16")
-    expected = {("pos_embed.weight" if k == "pos_embed" else k): tuple(v.shape) for k, v in reference.state_dict().items()}
+    expected = {
+        ("pos_embed.weight" if k == "pos_embed" else k): tuple(v.shape) for k, v in reference.state_dict().items()
+    }
     assert {k: tuple(v.shape) for k, v in model.state_dict().items()} == expected
     config = model.config
     assert config.backbone.layers == (3, 4, 9) and config.backbone.stride == 16 and config.patch_size == 1

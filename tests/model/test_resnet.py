@@ -19,8 +19,12 @@ from vitlab.model.resnet import StdConv2d as VitlabStdConv2d
 def timm_bit(layers, width, groups, num_classes):
     """timm's BiT ResNetV2 (stem_type 'fixed', StdConv2d eps 1e-8) at a tiny width."""
     return ResNetV2(
-        layers=layers, channels=tuple(4 * width * 2**i for i in range(len(layers))), stem_chs=width,
-        num_classes=num_classes, stem_type="fixed", conv_layer=partial(StdConv2d, eps=1e-8),
+        layers=layers,
+        channels=tuple(4 * width * 2**i for i in range(len(layers))),
+        stem_chs=width,
+        num_classes=num_classes,
+        stem_type="fixed",
+        conv_layer=partial(StdConv2d, eps=1e-8),
         norm_layer=partial(GroupNormAct, num_groups=groups),
     )
 
@@ -42,15 +46,24 @@ def test_bit_matches_timm_resnetv2():
     with torch.no_grad():
         expected = reference(images)
         torch.testing.assert_close(model(images), expected, rtol=0, atol=1e-5)
-        torch.testing.assert_close(model.forward_features(images), reference.forward_features(images), rtol=0, atol=1e-5)
+        torch.testing.assert_close(
+            model.forward_features(images), reference.forward_features(images), rtol=0, atol=1e-5
+        )
     assert expected.abs().max() > 1e-2  # random weights everywhere: a real comparison
 
 
 @pytest.mark.parametrize("size", [(32, 32), (37, 29)])  # odd sizes exercise SAME's uneven padding
 def test_hybrid_backbone_matches_timm_same_padding(size):
     reference = ResNetV2(
-        layers=(2, 1), channels=(64, 128), stem_chs=16, num_classes=0, global_pool="", preact=False,
-        stem_type="same", conv_layer=partial(StdConv2dSame, eps=1e-8), norm_layer=partial(GroupNormAct, num_groups=8),
+        layers=(2, 1),
+        channels=(64, 128),
+        stem_chs=16,
+        num_classes=0,
+        global_pool="",
+        preact=False,
+        stem_type="same",
+        conv_layer=partial(StdConv2dSame, eps=1e-8),
+        norm_layer=partial(GroupNormAct, num_groups=8),
     )
     randomise_(reference).eval()
     config = ResNetConfig(layers=(2, 1), width=16, num_groups=8, norm_eps=1e-5, weight_std="timm", weight_std_eps=1e-8)

@@ -37,7 +37,10 @@ def test_attributes_and_data_config_are_timms(tmp_path, pool):
     model, peer = pair(tmp_path, pool=pool, preprocessing=pre)
     for name in ("num_classes", "num_features", "embed_dim", "num_prefix_tokens", "global_pool", "has_class_token"):
         assert getattr(model, name) == getattr(peer, name), name
-    assert model.get_classifier() is model.head and model.get_classifier().weight.shape == peer.get_classifier().weight.shape
+    assert (
+        model.get_classifier() is model.head
+        and model.get_classifier().weight.shape == peer.get_classifier().weight.shape
+    )
     ours, theirs = timm.data.resolve_data_config(model=model), timm.data.resolve_data_config(model=peer)
     assert ours["mean"] == pre["mean"] and ours["crop_pct"] == 0.8 and ours["interpolation"] == "bilinear"
     assert {k: tuple(v) if isinstance(v, list) else v for k, v in theirs.items()} == ours
@@ -49,7 +52,10 @@ def test_forward_intermediates_and_get_intermediate_layers_match_timm(tmp_path):
     x = images()
     with torch.no_grad():
         for kwargs in [
-            dict(), dict(indices=2), dict(indices=[0, -1], norm=True), dict(output_fmt="NLC", return_prefix_tokens=True),
+            dict(),
+            dict(indices=2),
+            dict(indices=[0, -1], norm=True),
+            dict(output_fmt="NLC", return_prefix_tokens=True),
             dict(indices=[1], stop_early=True, intermediates_only=True),
         ]:
             assert close(model.forward_intermediates(x, **kwargs), peer.forward_intermediates(x, **kwargs)), kwargs
@@ -67,8 +73,12 @@ def test_group_matcher_gives_timms_layer_decay_groups(tmp_path):
     def groups(m, rename=lambda n: n):
         named = dict(m.named_parameters())
         ids = {id(p): rename(n) for n, p in named.items()}
-        result = param_groups_layer_decay(m, weight_decay=0.05, no_weight_decay_list=m.no_weight_decay(), layer_decay=0.75)
-        return sorted((round(g["lr_scale"], 6), g["weight_decay"], tuple(sorted(ids[id(p)] for p in g["params"]))) for g in result)
+        result = param_groups_layer_decay(
+            m, weight_decay=0.05, no_weight_decay_list=m.no_weight_decay(), layer_decay=0.75
+        )
+        return sorted(
+            (round(g["lr_scale"], 6), g["weight_decay"], tuple(sorted(ids[id(p)] for p in g["params"]))) for g in result
+        )
 
     ours = groups(model, rename=lambda n: "pos_embed" if n == "pos_embed.weight" else n)
     assert ours == groups(peer) and len(ours) > 4

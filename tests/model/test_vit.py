@@ -97,8 +97,9 @@ def test_options_forward_backward_and_attention_paths_agree(options):
         torch.testing.assert_close(weights.sum(-1), torch.ones(weights.shape[:-1]))
 
 
-@pytest.mark.parametrize("pos_embed", ["learned", "2d", "sincos", "relative_bias", "none", "learned:every_layer",
-                                       "2d:every_layer_shared"])
+@pytest.mark.parametrize(
+    "pos_embed", ["learned", "2d", "sincos", "relative_bias", "none", "learned:every_layer", "2d:every_layer_shared"]
+)
 @pytest.mark.parametrize("pool", ["token", "gap"])
 def test_runtime_resolution_change_equals_resized_model(pos_embed, pool):
     """Running at a new (non-square) size resamples E_pos exactly as set_image_size does."""
@@ -115,6 +116,7 @@ def test_runtime_resolution_change_equals_resized_model(pos_embed, pool):
 
 def test_position_embedding_is_position_specific():
     """Without position information the model is permutation-equivariant over patches; with it, not."""
+
     def patch_shuffled_logits(pos_embed):
         model = randomise_(create_untrained(tiny(pos_embed=pos_embed, pool="gap"))).eval()
         images = torch.randn(1, 3, 16, 16)
@@ -123,6 +125,7 @@ def test_position_embedding_is_position_specific():
         swapped[..., 0:4, 0:4], swapped[..., 12:16, 12:16] = images[..., 12:16, 12:16], images[..., 0:4, 0:4]
         with torch.no_grad():
             return model(images), model(swapped)
+
     same, swapped = patch_shuffled_logits("none")
     torch.testing.assert_close(same, swapped, rtol=1e-5, atol=1e-5)
     for kind in ("learned", "2d", "sincos", "relative", "relative_bias"):
@@ -189,7 +192,8 @@ def test_pos_embed_at_every_layer_and_every_layer_shared(kind):
         torch.testing.assert_close(stem(images), manual_forward(stem, [table, zero, zero]), rtol=1e-5, atol=1e-5)
         assert not torch.allclose(stem(images), shared(images), atol=1e-4)
     assert sum(p.numel() for n, p in per_layer.named_parameters() if n.startswith("layer_pos_embed")) == (
-        3 * sum(p.numel() for n, p in shared.named_parameters() if n.startswith("pos_embed")))
+        3 * sum(p.numel() for n, p in shared.named_parameters() if n.startswith("pos_embed"))
+    )
 
 
 @pytest.mark.fault("bad-config", kinds=4)

@@ -23,8 +23,16 @@ NAMES = ["red", "green", "blue", "cyan", "magenta", "yellow", "black"]
 
 def tiny_model(**options) -> vitlab.VisionTransformer:
     config = ViTConfig(
-        image_size=32, patch_size=8, dim=32, depth=2, num_heads=4, mlp_dim=64, num_classes=len(NAMES),
-        class_names=NAMES, preprocessing=Preprocessing(crop_pct=1.0), **options,
+        image_size=32,
+        patch_size=8,
+        dim=32,
+        depth=2,
+        num_heads=4,
+        mlp_dim=64,
+        num_classes=len(NAMES),
+        class_names=NAMES,
+        preprocessing=Preprocessing(crop_pct=1.0),
+        **options,
     )
     return randomise_(vitlab.create_model(config)).eval()
 
@@ -72,8 +80,11 @@ def test_limits_refuse_large_uploads_and_huge_images_before_decoding():
 @pytest.mark.fault("bad-input")
 def test_a_model_without_head_is_refused():
     with pytest.raises(ValueError, match="no classifier head"):
-        ImageClassifier(vitlab.create_model(ViTConfig(image_size=32, patch_size=8, dim=32, depth=1, num_heads=2,
-                                                      mlp_dim=32, num_classes=0)))
+        ImageClassifier(
+            vitlab.create_model(
+                ViTConfig(image_size=32, patch_size=8, dim=32, depth=1, num_heads=2, mlp_dim=32, num_classes=0)
+            )
+        )
 
 
 @pytest.fixture(scope="module")

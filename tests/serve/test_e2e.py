@@ -52,14 +52,25 @@ def scene() -> bytes:
 def server(tmp_path_factory):
     """`vitlab serve` in its own process on a free loopback port; yields (base URL, checkpoint)."""
     folder = tmp_path_factory.mktemp("serve")
-    config = ViTConfig(image_size=32, patch_size=8, dim=64, depth=2, num_heads=4, mlp_dim=128,
-                       num_classes=len(NAMES), class_names=NAMES, name="Ti-demo")
+    config = ViTConfig(
+        image_size=32,
+        patch_size=8,
+        dim=64,
+        depth=2,
+        num_heads=4,
+        mlp_dim=128,
+        num_classes=len(NAMES),
+        class_names=NAMES,
+        name="Ti-demo",
+    )
     vitlab.save_pretrained(randomise_(vitlab.create_model(config)), folder / "ckpt")
     port = free_port()
     log = (folder / "serve.log").open("w")
     process = subprocess.Popen(
         [sys.executable, "-m", "vitlab", "serve", "--ckpt", str(folder / "ckpt"), "--port", str(port)],
-        cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT,
+        cwd=REPO_ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + START_TIMEOUT_S
@@ -118,7 +129,9 @@ def test_page_in_chromium_shows_top_classes_overlay_and_errors(server, tmp_path)
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:
             page = browser.new_page(viewport={"width": 1200, "height": 900})
-            page.on("request", lambda r: outside.append(r.url) if not r.url.startswith((base, "data:", "blob:")) else None)
+            page.on(
+                "request", lambda r: outside.append(r.url) if not r.url.startswith((base, "data:", "blob:")) else None
+            )
             page.set_default_timeout(UI_TIMEOUT_MS)
             page.goto(base + "/")
             page.set_input_files("#upload input[type=file]", str(image_path))

@@ -36,8 +36,11 @@ def test_a_failed_write_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
     monkeypatch.setattr(ckpt.torch, "save", full_disk)
     with pytest.raises(CheckpointError, match=r"step-00000020\.pt: cannot write \(the disk is full\); the previous"):
         ckpt.save_checkpoint(tmp_path, 20, {"step": 20}, keep=3)
-    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["latest", "step-00000010.pt",
-                                                                           "step-00000010.sha256"]
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == [
+        "latest",
+        "step-00000010.pt",
+        "step-00000010.sha256",
+    ]
     assert ckpt.load_checkpoint(ckpt.latest_checkpoint(tmp_path))["step"] == 10
 
 

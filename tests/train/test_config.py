@@ -127,8 +127,13 @@ def test_fine_tuning_flags_set_their_fields(capsys):
     common = ["finetune", "--ckpt", "B/16", "--data", "digits", "--out", "x", "--steps", "3"]
     flags = ["--layer-decay", "0.65", "--trainable-blocks", "2", "--reprob", "0.25", "--repeats", "3"]
     config = build_config(build_parser().parse_args([*common, *flags]))
-    assert (config.optim.layer_decay, config.model.trainable_blocks, config.augment.reprob,
-            config.augment.repeats) == (0.65, 2, 0.25, 3)
+    assert (config.optim.layer_decay, config.model.trainable_blocks, config.augment.reprob, config.augment.repeats) == (
+        0.65,
+        2,
+        0.25,
+        3,
+    )
     assert build_config(build_parser().parse_args(common)).optim.layer_decay is None  # off by default
     assert one_line_error(capsys, [*common, "--layer-decay", "0"]).endswith(
-        "--layer-decay: optim.layer_decay=0.0: must be in (0, 1] or null")
+        "--layer-decay: optim.layer_decay=0.0: must be in (0, 1] or null"
+    )

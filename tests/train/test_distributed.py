@@ -24,11 +24,43 @@ from vitlab.train import checkpoint as ckpt
 # between one process and two is the order of float sums. (Adam would turn the pure-noise gradient
 # of the attention's key bias, zero in exact arithmetic, into lr-sized steps of either sign.)
 FLAGS = [
-    "train", "--recipe", "demo", "--model", "mu/4", "--image-size", "8", "--data", "digits",
-    "--batch-size", "16", "--steps", "4", "--eval-every", "2", "--ckpt-every-steps", "2", "--keep-ckpts", "5",
-    "--precision", "fp32", "--device", "cpu", "--workers", "0", "--threads", "1", "--lr", "0.1",
-    "--set", "optim.name=sgd", "--set", "schedule.warmup_steps=1",
-    "--set", "augment.crop_scale=[1.0,1.0]", "--set", "augment.crop_ratio=[1.0,1.0]",
+    "train",
+    "--recipe",
+    "demo",
+    "--model",
+    "mu/4",
+    "--image-size",
+    "8",
+    "--data",
+    "digits",
+    "--batch-size",
+    "16",
+    "--steps",
+    "4",
+    "--eval-every",
+    "2",
+    "--ckpt-every-steps",
+    "2",
+    "--keep-ckpts",
+    "5",
+    "--precision",
+    "fp32",
+    "--device",
+    "cpu",
+    "--workers",
+    "0",
+    "--threads",
+    "1",
+    "--lr",
+    "0.1",
+    "--set",
+    "optim.name=sgd",
+    "--set",
+    "schedule.warmup_steps=1",
+    "--set",
+    "augment.crop_scale=[1.0,1.0]",
+    "--set",
+    "augment.crop_ratio=[1.0,1.0]",
 ]
 pytestmark = pytest.mark.slow
 
@@ -119,8 +151,13 @@ def test_sigterm_to_torchrun_checkpoints_every_process_and_resumes_exactly(tmp_p
     vitlab_train(tmp_path / "whole", *longer, processes=2)
 
     stopped = tmp_path / "stopped"
-    process = subprocess.Popen(command_line(stopped, *longer, processes=2), stderr=subprocess.PIPE,
-                               stdout=subprocess.DEVNULL, text=True, env=ENV)
+    process = subprocess.Popen(
+        command_line(stopped, *longer, processes=2),
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        env=ENV,
+    )
     lines = []
     try:
         for line in process.stderr:
@@ -186,7 +223,9 @@ def test_a_killed_worker_is_restarted_by_torchrun_and_resumes_exactly(ddp, tmp_p
     """SIGKILL to one worker mid-run: torchrun (--max-restarts=1) stops the other and starts both again;
     they resume from the latest checkpoint without --resume and end with the uninterrupted weights."""
     out = tmp_path / "killed"
-    process = start([*torchrun(out, "--nnodes=1", "--nproc-per-node=2", "--max-restarts=1"), "--set", "run.log_every=1"])
+    process = start(
+        [*torchrun(out, "--nnodes=1", "--nproc-per-node=2", "--max-restarts=1"), "--set", "run.log_every=1"]
+    )
     lines, killed = [], None
     watchdog = threading.Timer(300, process.kill)  # a hung run fails the test instead of stalling it
     watchdog.start()
@@ -216,8 +255,9 @@ def test_two_nodes_of_one_process_train_as_one_node_of_two_on_loopback_only(ddp,
     """Two torchrun launchers (--nnodes=2, one process each) meet at a c10d rendezvous on 127.0.0.1; no
     process of the run listens on any other address."""
     out, port = tmp_path / "nodes", free_port()
-    launchers = [start(torchrun(out, "--nnodes=2", f"--node-rank={rank}", "--nproc-per-node=1", port=port))
-              for rank in (0, 1)]
+    launchers = [
+        start(torchrun(out, "--nnodes=2", f"--node-rank={rank}", "--nproc-per-node=1", port=port)) for rank in (0, 1)
+    ]
     try:
         with ListenerWatch([launcher.pid for launcher in launchers]) as watch:
             logs = [finish(launcher) for launcher in launchers]

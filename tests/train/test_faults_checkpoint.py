@@ -50,12 +50,18 @@ class FullDisk:
 def test_a_full_disk_is_one_clear_error_and_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
     ckpt.save_checkpoint(tmp_path, 1, state(1), keep=3)
     monkeypatch.setattr(files, "open", lambda path, mode: FullDisk(open(path, mode), room=2000), raising=False)
-    with pytest.raises(CheckpointError, match=r"step-00000002\.pt: cannot write \(the disk is full\); the "
-                                              r"previous checkpoint is kept"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"step-00000002\.pt: cannot write \(the disk is full\); the "
+        r"previous checkpoint is kept",
+    ):
         ckpt.save_checkpoint(tmp_path, 2, state(2), keep=3)
     assert saved_step(tmp_path) == 1
-    assert sorted(p.name for p in (tmp_path / ckpt.FOLDER).iterdir()) == ["latest", "step-00000001.pt",
-                                                                         "step-00000001.sha256"]
+    assert sorted(p.name for p in (tmp_path / ckpt.FOLDER).iterdir()) == [
+        "latest",
+        "step-00000001.pt",
+        "step-00000001.sha256",
+    ]
 
 
 @pytest.mark.fault("disk")
@@ -63,9 +69,14 @@ def test_a_real_full_disk(tmp_path):
     """The same on a 256 KiB tmpfs, where torch.save meets a real ENOSPC (needs root to mount)."""
     disk = tmp_path / "disk"
     disk.mkdir()
-    if shutil.which("mount") is None or subprocess.run(
+    if (
+        shutil.which("mount") is None
+        or subprocess.run(
             ["mount", "-t", "tmpfs", "-o", "size=256k", f"vitlab-test-{uuid.uuid4().hex[:8]}", str(disk)],
-            capture_output=True).returncode != 0:
+            capture_output=True,
+        ).returncode
+        != 0
+    ):
         pytest.skip("cannot mount a small tmpfs here (needs root)")
     try:
         ckpt.save_checkpoint(disk, 1, state(1, size=20_000), keep=3)  # 80 kB
@@ -100,8 +111,13 @@ def test_leftovers_of_killed_writers_are_removed_and_only_the_newest_k_kept(tmp_
     (folder / f".step-00000004.pt{files.PARTIAL}12345").write_bytes(b"half")  # a SIGKILLed writer's file
     (folder / f".step-00000005{files.PARTIAL}folder").mkdir()  # and a sharded one's folder
     ckpt.save_checkpoint(tmp_path, 4, state(4), keep=2)
-    assert sorted(p.name for p in folder.iterdir()) == ["latest", "step-00000003.pt", "step-00000003.sha256",
-                                                     "step-00000004.pt", "step-00000004.sha256"]
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "latest",
+        "step-00000003.pt",
+        "step-00000003.sha256",
+        "step-00000004.pt",
+        "step-00000004.sha256",
+    ]
     assert saved_step(tmp_path) == 4
 
 
@@ -138,7 +154,7 @@ def flip(path, count: int = 4096) -> None:
     """Invert `count` bytes in the middle of a file (its tensor data: it still loads)."""
     data = bytearray(path.read_bytes())
     start = len(data) // 2 - count // 2
-    data[start:start + count] = bytes(b ^ 0xFF for b in data[start:start + count])
+    data[start : start + count] = bytes(b ^ 0xFF for b in data[start : start + count])
     path.write_bytes(bytes(data))
 
 
@@ -167,8 +183,11 @@ def test_a_changed_missing_or_unlisted_file_is_passed_over_for_the_newest_intact
             assert ckpt.newest_valid_checkpoint(out) == expected, name
         said = " ".join(r.getMessage() for r in caplog.records)
         assert culprit in said and f"resuming from {expected}" in said, (name, said)
-    with pytest.raises(CheckpointError, match=r"step-00000002\.pt: SHA-256 [0-9a-f]{16}\.\.\. differs from the "
-                                              r"[0-9a-f]{16}\.\.\. recorded in step-00000002\.sha256"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"step-00000002\.pt: SHA-256 [0-9a-f]{16}\.\.\. differs from the "
+        r"[0-9a-f]{16}\.\.\. recorded in step-00000002\.sha256",
+    ):
         files.verify_checkpoint(tmp_path / "flipped" / ckpt.FOLDER / "step-00000002.pt")
 
 
@@ -186,10 +205,12 @@ def write_sharded(out, step: int):
 def test_every_file_of_a_sharded_checkpoint_is_checksummed(tmp_path):
     older, newest = write_sharded(tmp_path, 10), write_sharded(tmp_path, 20)
     assert (files.checksum_file(newest)).read_text().count("step-00000020/") == 3
-    faults = [(lambda: flip(newest / "__1_0.distcp", 100), r"__1_0\.distcp: SHA-256 .* differs"),
-              (lambda: (newest / "extra").write_bytes(b"x"), r"extra: not listed in step-00000020\.sha256"),
-              (lambda: (newest / ".metadata").unlink(), r"\.metadata: missing"),
-              (lambda: shutil.copytree(older, newest, dirs_exist_ok=True), r"__0_0\.distcp: SHA-256 .* differs")]
+    faults = [
+        (lambda: flip(newest / "__1_0.distcp", 100), r"__1_0\.distcp: SHA-256 .* differs"),
+        (lambda: (newest / "extra").write_bytes(b"x"), r"extra: not listed in step-00000020\.sha256"),
+        (lambda: (newest / ".metadata").unlink(), r"\.metadata: missing"),
+        (lambda: shutil.copytree(older, newest, dirs_exist_ok=True), r"__0_0\.distcp: SHA-256 .* differs"),
+    ]
     for fault, match in faults:
         files.verify_checkpoint(newest)
         fault()
@@ -202,7 +223,8 @@ def test_every_file_of_a_sharded_checkpoint_is_checksummed(tmp_path):
 
 @pytest.mark.fault("checkpoints", kinds=3)
 def test_resume_passes_over_a_flipped_latest_finds_one_without_a_pointer_and_says_when_none_is_left(
-        tmp_path, caplog, capsys):
+    tmp_path, caplog, capsys
+):
     from helpers import TINY_FLAGS, tiny_config
     from vitlab.cli import main
     from vitlab.train import Trainer

@@ -17,8 +17,10 @@ from vitlab.model import ConfigError
 from vitlab.train import Trainer
 from vitlab.train.runlock import HOLDER_FILE
 
-HOLD = ("import sys, time\nfrom vitlab.train.runlock import RunLock\nlock = RunLock(sys.argv[1])\nlock.acquire()\n"
-        "print('held', flush=True)\ntime.sleep(120)\n")
+HOLD = (
+    "import sys, time\nfrom vitlab.train.runlock import RunLock\nlock = RunLock(sys.argv[1])\nlock.acquire()\n"
+    "print('held', flush=True)\ntime.sleep(120)\n"
+)
 
 
 @pytest.mark.slow  # a second Python process that imports torch

@@ -56,18 +56,49 @@ trainer.fit()
 """
 
 
-def train(data: Path, out: Path, stop: int | None = None, extra: tuple[str, ...] = (),
-          script: bool = False) -> tuple[int, str, list[int]]:
+def train(
+    data: Path, out: Path, stop: int | None = None, extra: tuple[str, ...] = (), script: bool = False
+) -> tuple[int, str, list[int]]:
     """Run `vitlab train` (or SCRIPT) in a new process group; send `stop` after step 2. Returns the
     exit status, the log and the processes of its group still alive GONE_SECONDS after the main one ended."""
-    command = [sys.executable, "-m", "vitlab", "train", "--recipe", "small-data", "--model", "mu/4",
-               "--image-size", "8", "--data", str(data), "--batch-size", "8", "--steps", "6", "--eval-every", "3",
-               "--threads", "1", "--workers", "2", "--set", "schedule.warmup_steps=1",
-               "--set", "data.max_bad_fraction=0.1", "--set", "run.log_every=1", "--out", str(out), *extra]
+    command = [
+        sys.executable,
+        "-m",
+        "vitlab",
+        "train",
+        "--recipe",
+        "small-data",
+        "--model",
+        "mu/4",
+        "--image-size",
+        "8",
+        "--data",
+        str(data),
+        "--batch-size",
+        "8",
+        "--steps",
+        "6",
+        "--eval-every",
+        "3",
+        "--threads",
+        "1",
+        "--workers",
+        "2",
+        "--set",
+        "schedule.warmup_steps=1",
+        "--set",
+        "data.max_bad_fraction=0.1",
+        "--set",
+        "run.log_every=1",
+        "--out",
+        str(out),
+        *extra,
+    ]
     if script:
         command = [sys.executable, "-c", SCRIPT, str(data), str(out)]
-    process = subprocess.Popen(command, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
-                               start_new_session=True)
+    process = subprocess.Popen(
+        command, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, start_new_session=True
+    )
     watchdog = threading.Timer(RUN_SECONDS, os.killpg, (process.pid, signal.SIGKILL))
     watchdog.start()
     lines, sent = [], False
@@ -103,8 +134,9 @@ def test_workers_end_with_the_run(tmp_path, how):
         out.mkdir()
         (out / "checkpoints").write_text("a file where the checkpoint folder goes")
     stop = {"SIGTERM": signal.SIGTERM, "SIGINT": signal.SIGINT}.get(how)
-    status, log, left = train(data, out, stop, ("--ckpt-every-steps", "1") if how == "failed" else (),
-                              script=how == "finished, trainer kept")
+    status, log, left = train(
+        data, out, stop, ("--ckpt-every-steps", "1") if how == "failed" else (), script=how == "finished, trainer kept"
+    )
     assert status == {"failed": 1, "SIGTERM": 143, "SIGINT": 130}.get(how, 0), log[-2000:]
     if stop is not None:
         assert f"stopped by {how}" in log, log[-2000:]

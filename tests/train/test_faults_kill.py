@@ -30,8 +30,25 @@ STEPS = 40
 # The tiny small-data run (RandAugment, Mixup/CutMix, drop path: many random streams) with dropout, an
 # EMA, two micro-batches per step, an epoch boundary (1149 training digits: 35 steps of 32 an epoch)
 # and a log line every step, so that the test knows where the run is.
-FLAGS = [*TINY_FLAGS, "--steps", str(STEPS), "--eval-every", "20", "--ckpt-every-steps", "3", "--grad-accum", "2",
-         "--ema", "0.9", "--workers", "2", "--set", "model.dropout=0.1", "--set", "run.log_every=1"]
+FLAGS = [
+    *TINY_FLAGS,
+    "--steps",
+    str(STEPS),
+    "--eval-every",
+    "20",
+    "--ckpt-every-steps",
+    "3",
+    "--grad-accum",
+    "2",
+    "--ema",
+    "0.9",
+    "--workers",
+    "2",
+    "--set",
+    "model.dropout=0.1",
+    "--set",
+    "run.log_every=1",
+]
 CHECKPOINT_STEPS = sorted({*range(3, STEPS + 1, 3), 20, 40})  # --ckpt-every-steps 3, and every evaluation
 STEP_LINE = re.compile(r"step (\d+)/\d+ ")
 
@@ -43,8 +60,14 @@ class Session:
     last_step: int  # the last step the process reported finishing
 
 
-def train(out: Path, *, stop_after: int | None = None, signum: int = signal.SIGKILL,
-          pause_at: int | None = None, timeout: float = 120) -> Session:
+def train(
+    out: Path,
+    *,
+    stop_after: int | None = None,
+    signum: int = signal.SIGKILL,
+    pause_at: int | None = None,
+    timeout: float = 120,
+) -> Session:
     """Run `vitlab train` (resuming when `out` holds a run). After it reports step `stop_after`, or
     once it pauses in the checkpoint write of step `pause_at`, send `signum` to its process group
     (the main process and its data-loader workers, as a machine failure would)."""
@@ -52,8 +75,9 @@ def train(out: Path, *, stop_after: int | None = None, signum: int = signal.SIGK
     if (out / ckpt.FOLDER).is_dir():
         command.append("--resume")
     env = {**os.environ, ckpt.PAUSE_ENV: str(pause_at)} if pause_at else None
-    process = subprocess.Popen(command, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
-                               start_new_session=True, env=env)
+    process = subprocess.Popen(
+        command, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, start_new_session=True, env=env
+    )
     watchdog = threading.Timer(timeout, os.killpg, (process.pid, signal.SIGKILL))
     watchdog.start()
     lines, last_step, sent = [], 0, False
@@ -112,8 +136,10 @@ def test_sigkill_anywhere_then_resume_gives_bitwise_the_same_weights(tmp_path):
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), message
     assert_same_state(final_state(whole), final_state(parts))
     drop = {"images_per_s", "wall_time_s"}
-    rows = [[{k: v for k, v in row.items() if k not in drop} for row in read_metrics(out / "metrics.jsonl")]
-            for out in (whole, parts)]
+    rows = [
+        [{k: v for k, v in row.items() if k not in drop} for row in read_metrics(out / "metrics.jsonl")]
+        for out in (whole, parts)
+    ]
     assert rows[0] == rows[1] and [row["step"] for row in rows[0]] == [20, 40], message
     assert not list((parts / ckpt.FOLDER).glob(f".*{files.PARTIAL}*"))  # leftovers were cleaned up
 

@@ -47,9 +47,13 @@ class Snapshots(Callback):
         self.after: dict[int, dict] = {}
 
     def on_step_end(self, trainer, loss):
-        self.after[trainer.step] = copy.deepcopy({"model": trainer.model.state_dict(),
-                                                  "optimizer": trainer.optimizer.state_dict(),
-                                                  "ema": trainer.ema.state_dict()})
+        self.after[trainer.step] = copy.deepcopy(
+            {
+                "model": trainer.model.state_dict(),
+                "optimizer": trainer.optimizer.state_dict(),
+                "ema": trainer.ema.state_dict(),
+            }
+        )
 
 
 def equal(a: dict, b: dict) -> bool:
@@ -66,8 +70,10 @@ def test_non_finite_steps_are_skipped_counted_and_named(tmp_path, caplog, kind):
         result = trainer.fit()
     what = "loss nan" if kind == "loss" else "gradient norm nan"
     warnings = [r.getMessage() for r in caplog.records if "non-finite" in r.getMessage()]
-    assert warnings == [f"step 3: non-finite {what}; step skipped (1 in a row, 1 in all; 10 in a row stop the run)",
-                        f"step 4: non-finite {what}; step skipped (2 in a row, 2 in all; 10 in a row stop the run)"]
+    assert warnings == [
+        f"step 3: non-finite {what}; step skipped (1 in a row, 1 in all; 10 in a row stop the run)",
+        f"step 4: non-finite {what}; step skipped (2 in a row, 2 in all; 10 in a row stop the run)",
+    ]
     for part in ("model", "ema"):  # the skipped steps changed nothing; the others did
         assert equal(snapshots.after[2][part], snapshots.after[4][part])
         assert not equal(snapshots.after[4][part], snapshots.after[5][part])
@@ -82,8 +88,11 @@ def test_non_finite_steps_are_skipped_counted_and_named(tmp_path, caplog, kind):
 def test_too_many_bad_steps_in_a_row_stop_the_run_and_keep_the_last_good_checkpoint(tmp_path):
     trainer = Trainer(tiny_config(tmp_path, run={"ckpt_every_steps": 2, "keep_ckpts": 1, "max_bad_steps": 3}))
     trainer.network = Poisoned(trainer, set(range(6, 41)), "loss")
-    with pytest.raises(Diverged, match=r"step 8: non-finite loss nan, 3 steps in a row \(run\.max_bad_steps=3\); "
-                                       r"stopped\. Last good checkpoint: .*step-00000004\.pt"):
+    with pytest.raises(
+        Diverged,
+        match=r"step 8: non-finite loss nan, 3 steps in a row \(run\.max_bad_steps=3\); "
+        r"stopped\. Last good checkpoint: .*step-00000004\.pt",
+    ):
         trainer.fit()
     assert ckpt.list_checkpoints(tmp_path) == [ckpt.latest_checkpoint(tmp_path)]  # step 6 was not saved
     good = ckpt.load_checkpoint(ckpt.latest_checkpoint(tmp_path))
@@ -96,6 +105,9 @@ def test_a_diverging_command_line_run_stops_with_one_line(tmp_path, capsys):
     status = main(["train", *TINY_FLAGS, "--out", str(tmp_path), "--lr", "1e30", "--max-bad-steps", "2"])
     err = capsys.readouterr().err
     assert status == 3
-    assert any(line.startswith("vitlab train: step ") and "2 steps in a row (run.max_bad_steps=2); stopped. "
-               "Last good checkpoint: " in line for line in err.splitlines()), err
+    assert any(
+        line.startswith("vitlab train: step ")
+        and "2 steps in a row (run.max_bad_steps=2); stopped. Last good checkpoint: " in line
+        for line in err.splitlines()
+    ), err
     assert "Traceback" not in err

@@ -54,8 +54,9 @@ def corrupt_missing_entry(path: Path) -> str:
     return "does not fit this run \\(it has no entry 'optimizer'\\)"
 
 
-@pytest.mark.parametrize("corrupt", [corrupt_truncated, corrupt_with_code, corrupt_foreign, corrupt_shapes,
-                                     corrupt_missing_entry])
+@pytest.mark.parametrize(
+    "corrupt", [corrupt_truncated, corrupt_with_code, corrupt_foreign, corrupt_shapes, corrupt_missing_entry]
+)
 def test_a_bad_resume_checkpoint_is_one_error_naming_the_file(tmp_path, corrupt):
     Trainer(tiny_config(tmp_path, schedule={"steps": 3})).fit()
     path = ckpt.latest_checkpoint(tmp_path)

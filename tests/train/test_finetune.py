@@ -18,24 +18,31 @@ from vitlab.train import Trainer
 @pytest.fixture
 def pretrained(tmp_path):
     """A pre-trained-like checkpoint: 5 classes at 8 px (a 2x2 grid), with the tanh pre-logits layer."""
-    model = create_untrained("mu/4", image_size=8, num_classes=5, representation_size=16,
-                         class_names=list("abcde"))
+    model = create_untrained("mu/4", image_size=8, num_classes=5, representation_size=16, class_names=list("abcde"))
     randomise_(model)
     model.save_pretrained(tmp_path / "pretrained")
     return model, tmp_path / "pretrained"
 
 
 def finetune_config(out, init, **model):
-    return tiny_config(out, recipe="paper-finetune", model={"init": str(init), **model},
-                       schedule={"steps": 4, "warmup_steps": 2}, run={"eval_every": 4})
+    return tiny_config(
+        out,
+        recipe="paper-finetune",
+        model={"init": str(init), **model},
+        schedule={"steps": 4, "warmup_steps": 2},
+        run={"eval_every": 4},
+    )
 
 
 def test_head_reset_and_resolution_change(tmp_path, pretrained, caplog):
     source, path = pretrained
     with caplog.at_level(logging.INFO, logger="vitlab"):
         trainer = Trainer(finetune_config(tmp_path / "ft", path, image_size=16))
-    assert any("new zero-initialised head: 32 x 10 (10 classes), replacing a representation layer and the "
-               "5-class head" in r.getMessage() for r in caplog.records)
+    assert any(
+        "new zero-initialised head: 32 x 10 (10 classes), replacing a representation layer and the "
+        "5-class head" in r.getMessage()
+        for r in caplog.records
+    )
     model = trainer.model
     assert model.config.num_classes == 10 and model.config.class_names == [str(d) for d in range(10)]
     assert model.config.representation_size is None and isinstance(model.pre_logits, nn.Identity)

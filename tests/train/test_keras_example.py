@@ -26,9 +26,13 @@ def keras_model(**changes):
 def test_dropout_only_where_keras_has_it():
     model = keras_model()
     block = model.blocks[0]
-    assert model.pos_drop.p == 0.0 and block.attn.proj_drop.p == 0.0  # Keras: neither after E_pos nor after MHA's output
+    assert (
+        model.pos_drop.p == 0.0 and block.attn.proj_drop.p == 0.0
+    )  # Keras: neither after E_pos nor after MHA's output
     assert block.attn.attn_dropout == 0.1 and block.mlp.drop1.p == block.mlp.drop2.p == 0.1  # MHA(dropout=.1), mlp()
-    paper = create_untrained("mu/4", image_size=8, num_classes=3, dropout=0.1)  # the paper's placement stays the default
+    paper = create_untrained(
+        "mu/4", image_size=8, num_classes=3, dropout=0.1
+    )  # the paper's placement stays the default
     assert paper.pos_drop.p == 0.1 and paper.blocks[0].attn.proj_drop.p == 0.1
 
 
@@ -77,6 +81,7 @@ def test_augmentation_is_keras_layers_in_keras_order():
     assert isinstance(rotation, RandomRotation) and rotation.factor == pytest.approx(0.02)
     assert isinstance(zoom_layer, RandomZoom) and (zoom_layer.height_factor, zoom_layer.width_factor) == (0.2, 0.2)
     from PIL import Image
+
     assert transform(Image.new("RGB", (32, 32), (10, 200, 30))).shape == (3, 72, 72)
 
 
@@ -109,9 +114,14 @@ def test_a_tiny_keras_example_run_keeps_its_best_epoch_and_reports_the_test_spli
     from helpers import tiny_config
     from vitlab.train import Trainer
 
-    config = tiny_config(tmp_path / "keras", "keras-example", model={"image_size": 12, "head_hidden": [32, 16]},
-                         data={"batch_size": 128}, schedule={"epochs": 2, "steps": None, "warmup_steps": 0},
-                         run={"eval_every": None})
+    config = tiny_config(
+        tmp_path / "keras",
+        "keras-example",
+        model={"image_size": 12, "head_hidden": [32, 16]},
+        data={"batch_size": 128},
+        schedule={"epochs": 2, "steps": None, "warmup_steps": 0},
+        run={"eval_every": None},
+    )
     summary = Trainer(config).fit().summary
     assert summary["dev_images"] == 1437 - int(1437 * 0.9) and summary["test_images"] == 360
     assert summary["best_step"] in (10, 20) and summary["steps"] == 20  # 1293 // 128 = 10 steps an epoch

@@ -28,9 +28,7 @@ def test_repeated_copies_come_in_a_row_under_their_own_seeds():
     # without repeats: the permutation and the seeds of before
     plain = EpochSampler(10, seed=0)
     plain.set_epoch(2)
-    order = torch.randperm(
-        10, generator=torch.Generator().manual_seed(hash_seeds(0, 2))
-    ).tolist()
+    order = torch.randperm(10, generator=torch.Generator().manual_seed(hash_seeds(0, 2))).tolist()
     assert list(plain) == [(2, index, 0) for index in order]
     assert sample_seed(0, 2, 7, 0) == hash_seeds(0, 2, 7)
     assert indices[::3] == order[:4]
@@ -40,12 +38,8 @@ def test_repeated_copies_come_in_a_row_under_their_own_seeds():
 
 def test_copies_of_an_image_go_to_different_processes():
     batches = BatchSampler(EpochSampler(12, seed=0, repeats=3), 6, drop_last=True)
-    per_rank = [
-        list(RankSlices(batches, Processes(rank, 3), strided=True)) for rank in range(3)
-    ]
-    for slices in zip(
-        *per_rank
-    ):  # one micro-batch: each process gets one copy of the same two images
+    per_rank = [list(RankSlices(batches, Processes(rank, 3), strided=True)) for rank in range(3)]
+    for slices in zip(*per_rank):  # one micro-batch: each process gets one copy of the same two images
         assert len({tuple(index for _, index, _ in part) for part in slices}) == 1
         assert [[copy for _, _, copy in part] for part in slices] == [
             [0, 0],
@@ -63,9 +57,7 @@ def test_resumed_run_with_repeated_augmentation_equals_uninterrupted_run(tmp_pat
     whole = Trainer(tiny_config(tmp_path / "whole", **run))
     whole.fit()
     out = tmp_path / "stopped"
-    with pytest.raises(
-        Interrupted
-    ):  # 4 x 32 images: the stop falls inside a group of copies
+    with pytest.raises(Interrupted):  # 4 x 32 images: the stop falls inside a group of copies
         Trainer(tiny_config(out, **run), callbacks=[SignalAt(4, signal.SIGTERM)]).fit()
     config = tiny_config(out, **run)
     config.run.resume = True

@@ -37,9 +37,7 @@ def _pair() -> tuple[torch.nn.Module, torch.nn.Module]:
     return ours, theirs
 
 
-def _timm_groups(
-    model: torch.nn.Module, layer_decay: float
-) -> set[tuple[frozenset[str], float, float]]:
+def _timm_groups(model: torch.nn.Module, layer_decay: float) -> set[tuple[frozenset[str], float, float]]:
     """timm's groups with their parameters named as vitlab names them."""
     names: dict[str, Any] = {name: name for name, _ in model.named_parameters()}
     vitlab_name: dict[str, Any] = rename_keys(names, TIMM_TO_VITLAB)
@@ -62,9 +60,7 @@ def _timm_groups(
     }
 
 
-def _our_groups(
-    model: torch.nn.Module, layer_decay: float
-) -> set[tuple[frozenset[str], float, float]]:
+def _our_groups(model: torch.nn.Module, layer_decay: float) -> set[tuple[frozenset[str], float, float]]:
     return {
         (frozenset(g["param_names"]), g["lr_scale"], g["weight_decay"])
         for g in layer_decay_groups(model, 0.05, layer_decay)
@@ -88,11 +84,7 @@ def test_layer_decay_groups_equal_timms():
     } <= undecayed
     assert "blocks.0.attn.qkv.weight" not in undecayed
     scale = {name: s for names, s, _ in groups for name in names}
-    assert (
-        scale["head.weight"] == 1.0
-        and scale["norm.weight"] == 0.75
-        and scale["pos_embed.weight"] == 0.75**4
-    )
+    assert scale["head.weight"] == 1.0 and scale["norm.weight"] == 0.75 and scale["pos_embed.weight"] == 0.75**4
 
     # frozen parameters leave both sides' groups alike
     freeze_layers(ours, 1)
@@ -103,15 +95,9 @@ def test_layer_decay_groups_equal_timms():
 
 def test_layer_decay_sets_each_groups_learning_rate():
     ours, _ = _pair()
-    optimizer = build_optimizer(
-        ours, OptimSpec(lr=0.01, weight_decay=0.05, layer_decay=0.5)
-    )
-    assert [g["lr"] for g in optimizer.param_groups] == [
-        0.01 * g["lr_scale"] for g in optimizer.param_groups
-    ]
-    assert (
-        optimizer.param_groups[0]["lr"] == 0.01
-    )  # the head's: the rate the trainer logs
+    optimizer = build_optimizer(ours, OptimSpec(lr=0.01, weight_decay=0.05, layer_decay=0.5))
+    assert [g["lr"] for g in optimizer.param_groups] == [0.01 * g["lr_scale"] for g in optimizer.param_groups]
+    assert optimizer.param_groups[0]["lr"] == 0.01  # the head's: the rate the trainer logs
     assert min(g["lr"] for g in optimizer.param_groups) == 0.01 * 0.5 ** (DEPTH + 1)
 
 
@@ -125,47 +111,26 @@ def test_frozen_layers_stay_bitwise_unchanged(tmp_path, caplog):
     with caplog.at_level(logging.INFO, logger="vitlab"):
         trainer = Trainer(config)
     before = state_of(trainer.model)
-    trained = {
-        name for name, param in trainer.model.named_parameters() if param.requires_grad
-    }
+    trained = {name for name, param in trainer.model.named_parameters() if param.requires_grad}
     assert trained == {
-        name
-        for name, _ in trainer.model.named_parameters()
-        if name.startswith(("blocks.1.", "norm.", "head."))
+        name for name, _ in trainer.model.named_parameters() if name.startswith(("blocks.1.", "norm.", "head."))
     }
-    in_optimizer = {
-        id(p) for group in trainer.optimizer.param_groups for p in group["params"]
-    }
-    assert in_optimizer == {
-        id(p) for p in trainer.model.parameters() if p.requires_grad
-    }
+    in_optimizer = {id(p) for group in trainer.optimizer.param_groups for p in group["params"]}
+    assert in_optimizer == {id(p) for p in trainer.model.parameters() if p.requires_grad}
     count = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
-    assert (
-        f"{count} of {sum(p.numel() for p in trainer.model.parameters())} parameters train"
-        in caplog.text
-    )
+    assert f"{count} of {sum(p.numel() for p in trainer.model.parameters())} parameters train" in caplog.text
     trainer.fit()
     after = state_of(trainer.model)
-    frozen = [
-        name for name, _ in trainer.model.named_parameters() if name not in trained
-    ]
+    frozen = [name for name, _ in trainer.model.named_parameters() if name not in trained]
     assert frozen and all(torch.equal(before[name], after[name]) for name in frozen)
     assert all(not torch.equal(before[name], after[name]) for name in trained)
 
 
 @pytest.mark.fault("bad-config", kinds=3)
 def test_bad_freezing_and_layer_decay_name_the_field(tmp_path):
-    with pytest.raises(
-        ConfigError, match=r"model.trainable_blocks=2: the model has 1 blocks"
-    ):
+    with pytest.raises(ConfigError, match=r"model.trainable_blocks=2: the model has 1 blocks"):
         Trainer(tiny_config(tmp_path, model={"trainable_blocks": 2}))
-    with pytest.raises(
-        ConfigError, match=r"optim.layer_decay=1.5: must be in \(0, 1\]"
-    ):
+    with pytest.raises(ConfigError, match=r"optim.layer_decay=1.5: must be in \(0, 1\]"):
         tiny_config(tmp_path, optim={"layer_decay": 1.5}).validate()
-    with pytest.raises(
-        ConfigError, match=r"optim.layer_decay=0.7: needs parameter groups"
-    ):
-        tiny_config(
-            tmp_path, optim={"layer_decay": 0.7, "name": "tfa_adamw"}
-        ).validate()
+    with pytest.raises(ConfigError, match=r"optim.layer_decay=0.7: needs parameter groups"):
+        tiny_config(tmp_path, optim={"layer_decay": 0.7, "name": "tfa_adamw"}).validate()

@@ -53,9 +53,13 @@ def test_vitlab_train_runs_a_recipe_and_stays_a_package(tmp_path):
     import vitlab.train.recipes as recipes
 
     assert "demo" in recipes.RECIPES
-    result = vitlab.train("small-data", model={"variant": "mu/4", "image_size": 8},
-                          data={"source": "digits", "batch_size": 32},
-                          schedule={"steps": 4, "warmup_steps": 1}, run={"out": str(tmp_path), "threads": 1})
+    result = vitlab.train(
+        "small-data",
+        model={"variant": "mu/4", "image_size": 8},
+        data={"source": "digits", "batch_size": 32},
+        schedule={"steps": 4, "warmup_steps": 1},
+        run={"out": str(tmp_path), "threads": 1},
+    )
     assert result.summary["steps"] == 4 and 0.0 <= result.summary["val_top1"] <= 1.0
     assert load(tmp_path).config.patch_size == 4
     with pytest.raises(Exception, match="schedule.stepz"):

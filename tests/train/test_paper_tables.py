@@ -50,14 +50,21 @@ PAPER_TABLE_4 = [
 # B.1.1: "We fine-tune all ViT models using SGD with a momentum of 0.9."
 CAPTION_4 = dict(decay="cosine", batch_size=512, weight_decay=0.0, clip=1.0, resolution=384, momentum=0.9)
 
-DATASETS = {"JFT-300M": "jft", "ImageNet-21k": "imagenet21k", "ImageNet": "imagenet", "CIFAR100": "cifar100",
-            "CIFAR10": "cifar10", "Oxford-IIIT Pets": "pets", "Oxford Flowers-102": "flowers",
-            "VTAB (19 tasks)": "vtab"}
+DATASETS = {
+    "JFT-300M": "jft",
+    "ImageNet-21k": "imagenet21k",
+    "ImageNet": "imagenet",
+    "CIFAR100": "cifar100",
+    "CIFAR10": "cifar10",
+    "Oxford-IIIT Pets": "pets",
+    "Oxford Flowers-102": "flowers",
+    "VTAB (19 tasks)": "vtab",
+}
 ANY_VIT = ("Ti/16", "S/16", "B/16", "B/32", "L/16", "L/32", "H/14", "S/8")  # what "ViT-*" covers, sampled
 
 
 def expand(models: str) -> list[str]:
-    """"ViT-B/{16,32}" -> ["B/16", "B/32"]; "R50x{1,2}" -> ["BiT-R50x1", ...]; "R50+ViT-L/16" -> ["R50+L/16"]."""
+    """ "ViT-B/{16,32}" -> ["B/16", "B/32"]; "R50x{1,2}" -> ["BiT-R50x1", ...]; "R50+ViT-L/16" -> ["R50+L/16"]."""
     if models == "ViT-*":
         return list(ANY_VIT)
     match = re.fullmatch(r"(.*)\{(.*)\}", models)
@@ -86,7 +93,9 @@ def test_pretrain_recipe_is_its_table_3_row(model, dataset, epochs, lr, decay, w
     assert (config.optim.name, config.optim.lr, config.schedule.decay) == ("adamw", lr, decay)
     assert (config.optim.weight_decay, config.optim.betas) == (weight_decay, (0.9, 0.999))
     assert config.model.dropout == (None if model.startswith("BiT-") else dropout)  # a ResNet has no dropout
-    assert config.data.batch_size == CAPTION_3["batch_size"] and config.micro_batch_size * config.optim.grad_accum == 4096
+    assert (
+        config.data.batch_size == CAPTION_3["batch_size"] and config.micro_batch_size * config.optim.grad_accum == 4096
+    )
     assert config.schedule.warmup_steps == CAPTION_3["warmup_steps"] and config.schedule.warmup_epochs == 0
     assert config.optim.grad_clip == (CAPTION_3["clip"] if dataset in CAPTION_3["clipped_on"] else None)
     assert config.model.image_size == CAPTION_3["resolution"]
@@ -106,14 +115,17 @@ def test_pretrain_recipe_takes_the_model_from_the_cli_and_defaults_to_b16():
 
 
 @pytest.mark.fault("bad-config", kinds=1)  # per case
-@pytest.mark.parametrize("name, choices, words", [
-    ("paper-pretrain:imagenet21k:H/14", {}, ["'H/14'", "'imagenet21k'"]),
-    ("paper-pretrain:imagenet:BiT-R50x1", {}, ["BiT-R50x1"]),
-    ("paper-pretrain:imagenet21k:R50+B/16", {}, ["'R50+B/16'", "'imagenet21k'"]),
-    ("paper-pretrain:jft300m", {}, ["'jft300m'"]),
-    ("paper-pretrain:jft:L/16", {"epochs": 10}, ["7/14", "10"]),
-    ("paper-finetune:pets", {"lr": 0.1}, ["0.1", "0.001, 0.003, 0.01, 0.03"]),
-])
+@pytest.mark.parametrize(
+    "name, choices, words",
+    [
+        ("paper-pretrain:imagenet21k:H/14", {}, ["'H/14'", "'imagenet21k'"]),
+        ("paper-pretrain:imagenet:BiT-R50x1", {}, ["BiT-R50x1"]),
+        ("paper-pretrain:imagenet21k:R50+B/16", {}, ["'R50+B/16'", "'imagenet21k'"]),
+        ("paper-pretrain:jft300m", {}, ["'jft300m'"]),
+        ("paper-pretrain:jft:L/16", {"epochs": 10}, ["7/14", "10"]),
+        ("paper-finetune:pets", {"lr": 0.1}, ["0.1", "0.001, 0.003, 0.01, 0.03"]),
+    ],
+)
 def test_pairs_without_a_row_are_refused_in_one_line(name, choices, words):
     with pytest.raises(ConfigError) as error:
         get_recipe(name, **choices)
@@ -142,8 +154,7 @@ def test_finetune_recipe_is_its_table_4_row(dataset, steps, grid):
     assert config.model.image_size == CAPTION_4["resolution"]
 
 
-@pytest.mark.parametrize("recipe", [f"paper-finetune:{name}" for name in TABLE_4]
-                         + ["small-data", "demo"])
+@pytest.mark.parametrize("recipe", [f"paper-finetune:{name}" for name in TABLE_4] + ["small-data", "demo"])
 def test_every_schedule_reaches_its_decay(recipe, caplog):
     """Warm-up well under the run (at most a fifth of it), and the rate at the last step far below the peak."""
     config = get_recipe(recipe)

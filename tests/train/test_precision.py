@@ -33,8 +33,9 @@ class LogitsDtype(Callback):
 
 def test_bf16_autocast_on_request(tmp_path):
     seen = LogitsDtype()
-    result = Trainer(tiny_config(tmp_path, schedule={"steps": 4}, run={"precision": "bf16", "eval_every": 4}),
-                     callbacks=[seen]).fit()
+    result = Trainer(
+        tiny_config(tmp_path, schedule={"steps": 4}, run={"precision": "bf16", "eval_every": 4}), callbacks=[seen]
+    ).fit()
     assert seen.dtypes == {torch.bfloat16}
     assert result.summary["precision"] == "bf16" and result.model.head.weight.dtype == torch.float32
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]

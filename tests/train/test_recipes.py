@@ -40,21 +40,51 @@ def cosine(progress: float) -> float:
     "recipe, optimiser, hyper, weight_decay, steps, expected",
     [
         # Table 3 JFT row: 7 epochs (700 steps here, warm-up 10k > 700: the run stays in warm-up).
-        ("paper-pretrain", torch.optim.AdamW, {"betas": (0.9, 0.999)}, 0.1,
-         [0, 499, 699], [8e-4 / 10_000, 8e-4 * 500 / 10_000, 8e-4 * 700 / 10_000]),
+        (
+            "paper-pretrain",
+            torch.optim.AdamW,
+            {"betas": (0.9, 0.999)},
+            0.1,
+            [0, 499, 699],
+            [8e-4 / 10_000, 8e-4 * 500 / 10_000, 8e-4 * 700 / 10_000],
+        ),
         # Table 3 ImageNet row: 300 epochs = 30k steps, 10k warm-up, cosine.
-        ("paper-pretrain:imagenet", torch.optim.AdamW, {"betas": (0.9, 0.999)}, 0.3,
-         [9_999, 20_000, 29_999], [3e-3, 3e-3 * cosine(0.5), 3e-3 * cosine(19_999 / 20_000)]),
+        (
+            "paper-pretrain:imagenet",
+            torch.optim.AdamW,
+            {"betas": (0.9, 0.999)},
+            0.3,
+            [9_999, 20_000, 29_999],
+            [3e-3, 3e-3 * cosine(0.5), 3e-3 * cosine(19_999 / 20_000)],
+        ),
         # Table 4 CIFAR-10: 10k steps, 500 warm-up, cosine, SGD momentum 0.9, no decay.
-        ("paper-finetune", torch.optim.SGD, {"momentum": 0.9}, 0.0,
-         [0, 499, 5_250, 10_000], [0.03 / 500, 0.03, 0.015, 0.0]),
+        (
+            "paper-finetune",
+            torch.optim.SGD,
+            {"momentum": 0.9},
+            0.0,
+            [0, 499, 5_250, 10_000],
+            [0.03 / 500, 0.03, 0.015, 0.0],
+        ),
         # Pets: 500 steps, BiT-HyperRule's 100 warm-up steps, then cosine to the end.
-        ("paper-finetune:pets", torch.optim.SGD, {"momentum": 0.9}, 0.0,
-         [0, 99, 300, 499], [0.03 / 100, 0.03, 0.03 * cosine(200 / 400), 0.03 * cosine(399 / 400)]),
+        (
+            "paper-finetune:pets",
+            torch.optim.SGD,
+            {"momentum": 0.9},
+            0.0,
+            [0, 99, 300, 499],
+            [0.03 / 100, 0.03, 0.03 * cosine(200 / 400), 0.03 * cosine(399 / 400)],
+        ),
         ("paper-finetune:vtab", torch.optim.SGD, {"momentum": 0.9}, 0.0, [499, 1_500], [0.01, 0.005]),
         # small-data: 5 warm-up epochs (500 steps), cosine over 200 epochs (20k steps).
-        ("small-data", torch.optim.AdamW, {"betas": (0.9, 0.999)}, 0.05,
-         [0, 499, 10_250, 20_000], [1e-3 / 500, 1e-3, 5e-4, 0.0]),
+        (
+            "small-data",
+            torch.optim.AdamW,
+            {"betas": (0.9, 0.999)},
+            0.05,
+            [0, 499, 10_250, 20_000],
+            [1e-3 / 500, 1e-3, 5e-4, 0.0],
+        ),
         # keras-example: tfa's AdamW (every variable decayed), constant 1e-3, no warm-up.
         ("keras-example", TfaAdamW, {"betas": (0.9, 0.999), "eps": 1e-7}, 1e-4, [0, 5_000, 9_999], [1e-3] * 3),
         # demo: 100 warm-up steps, cosine to step 1200.
@@ -106,8 +136,12 @@ def test_no_weight_decay_on_norms_biases_tokens_and_position_embeddings():
     assert free_names == model.no_weight_decay()
     assert {"cls_token", "pos_embed.weight", "norm.weight", "blocks.0.attn.qkv.bias"} <= free_names
     assert {names[id(p)] for p in decayed["params"]} == {
-        "patch_embed.proj.weight", "blocks.0.attn.qkv.weight", "blocks.0.attn.proj.weight",
-        "blocks.0.mlp.fc1.weight", "blocks.0.mlp.fc2.weight", "head.weight",
+        "patch_embed.proj.weight",
+        "blocks.0.attn.qkv.weight",
+        "blocks.0.attn.proj.weight",
+        "blocks.0.mlp.fc1.weight",
+        "blocks.0.mlp.fc2.weight",
+        "head.weight",
     }
 
 
@@ -148,8 +182,11 @@ def test_mlp_out_act_survives_save_and_load(tmp_path):
 
 # Every recipe of the registry, shrunk by one rule: a tiny model (mu/4 at 16 px), batch 4 with no gradient
 # accumulation, on the digits scikit-learn ships. Its optimiser, schedule and augmentation stay the recipe's.
-SHRINK = {"model": {"variant": "mu/4", "image_size": 16}, "data": {"source": "digits", "batch_size": 4},
-          "optim": {"grad_accum": 1}}
+SHRINK = {
+    "model": {"variant": "mu/4", "image_size": 16},
+    "data": {"source": "digits", "batch_size": 4},
+    "optim": {"grad_accum": 1},
+}
 OPTIMISERS = {"adamw": torch.optim.AdamW, "sgd": torch.optim.SGD, "tfa_adamw": TfaAdamW}
 
 
@@ -171,8 +208,9 @@ def test_every_recipe_builds_and_takes_two_steps(name, tmp_path):
         assert trainer.config.optim == dataclasses.replace(recipe.optim, grad_accum=1)
         assert (trainer.config.schedule, trainer.config.augment) == (recipe.schedule, recipe.augment)
         assert trainer.model.config.image_size == (16, 16) and trainer.config.micro_batch_size == 4
-        reference = build_schedule(build_optimizer(tiny_model(), recipe.optim), recipe.schedule,
-                                   trainer.steps_per_epoch).lr_lambdas[0]
+        reference = build_schedule(
+            build_optimizer(tiny_model(), recipe.optim), recipe.schedule, trainer.steps_per_epoch
+        ).lr_lambdas[0]
         before = state_of(trainer.model)
         batches = iter(trainer.train_loader)
         losses = [trainer.train_step([next(batches)]) for _ in range(2)]

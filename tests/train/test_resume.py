@@ -16,8 +16,12 @@ from vitlab.train.outputs import read_metrics
 
 # 1437 digits / batch 64 = 22 steps an epoch: 30 steps cross an epoch boundary. EMA, Mixup/CutMix,
 # RandAugment and stochastic depth all draw random numbers that a resumed run must reproduce.
-RUN = {"data": {"batch_size": 64}, "schedule": {"steps": 30}, "optim": {"ema_decay": 0.9},
-       "model": {"drop_path": 0.1, "dropout": 0.1}}
+RUN = {
+    "data": {"batch_size": 64},
+    "schedule": {"steps": 30},
+    "optim": {"ema_decay": 0.9},
+    "model": {"drop_path": 0.1, "dropout": 0.1},
+}
 
 
 def comparable(rows):
@@ -47,7 +51,9 @@ def test_resumed_run_equals_uninterrupted_run(tmp_path):
     assert_bitwise_equal(state_of(whole_trainer.model), state_of(resumed.model))
     assert_bitwise_equal(state_of(whole.model), state_of(result.model))  # the EMA weights, which are saved
     assert_bitwise_equal(whole_trainer.optimizer.state_dict()["state"][0], resumed.optimizer.state_dict()["state"][0])
-    assert comparable(read_metrics(out / "metrics.jsonl")) == comparable(read_metrics(tmp_path / "whole" / "metrics.jsonl"))
+    assert comparable(read_metrics(out / "metrics.jsonl")) == comparable(
+        read_metrics(tmp_path / "whole" / "metrics.jsonl")
+    )
     assert result.summary["steps"] == 30 and result.summary["val_top1"] == whole.summary["val_top1"]
 
 
@@ -72,8 +78,10 @@ def test_resuming_a_finished_run_rewrites_its_outputs(tmp_path):
 
 def test_workers_do_not_change_the_numbers(tmp_path):
     """Each sample's augmentation is seeded by (seed, epoch, index), not by a worker's generator."""
-    results = [Trainer(tiny_config(tmp_path / str(workers), schedule={"steps": 6}, data={"workers": workers})).fit()
-               for workers in (0, 2)]
+    results = [
+        Trainer(tiny_config(tmp_path / str(workers), schedule={"steps": 6}, data={"workers": workers})).fit()
+        for workers in (0, 2)
+    ]
     assert_bitwise_equal(state_of(results[0].model), state_of(results[1].model))
 
 
@@ -83,9 +91,13 @@ def test_gradient_accumulation_matches_the_full_batch(tmp_path):
     key bias's, up to full-size steps)."""
     runs = {}
     for accum in (1, 2):
-        config = tiny_config(tmp_path / str(accum), recipe="demo", schedule={"steps": 5}, optim={"grad_accum": accum, "name": "sgd", "lr": 0.05},
-                             model={"variant": "mu/4", "image_size": 8, "dim": None, "depth": None,
-                                    "num_heads": None, "mlp_dim": None})
+        config = tiny_config(
+            tmp_path / str(accum),
+            recipe="demo",
+            schedule={"steps": 5},
+            optim={"grad_accum": accum, "name": "sgd", "lr": 0.05},
+            model={"variant": "mu/4", "image_size": 8, "dim": None, "depth": None, "num_heads": None, "mlp_dim": None},
+        )
         runs[accum] = Trainer(config).fit().model
     for name, tensor in runs[1].state_dict().items():
         torch.testing.assert_close(runs[2].state_dict()[name], tensor, rtol=1e-4, atol=1e-5, msg=name)

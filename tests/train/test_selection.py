@@ -60,8 +60,13 @@ def test_best_weights_keep_the_first_strictly_best():
 
 
 def test_a_run_validates_on_the_dev_split_keeps_the_best_and_reports_the_test_split(tmp_path):
-    config = tiny_config(tmp_path / "run", "demo", data={"dev_fraction": 0.1, "dev_split": "last"},
-                         run={"keep_best": True, "eval_every": 5}, schedule={"steps": 20, "warmup_steps": 5})
+    config = tiny_config(
+        tmp_path / "run",
+        "demo",
+        data={"dev_fraction": 0.1, "dev_split": "last"},
+        run={"keep_best": True, "eval_every": 5},
+        schedule={"steps": 20, "warmup_steps": 5},
+    )
     trainer = Trainer(config)
     train_total = 1437  # digits: 1797 images, 360 of them its fixed validation split
     assert len(trainer.val_loader.dataset) == train_total - int(np.floor(train_total * 0.9))

@@ -66,8 +66,11 @@ def test_overrides_may_not_contradict_the_weights(tmp_path):
 
 
 def timm_tiny(**options):
-    return random_eval(timm_vit.VisionTransformer(img_size=32, patch_size=8, embed_dim=64, depth=2, num_heads=4,
-                                                  num_classes=3, **options))
+    return random_eval(
+        timm_vit.VisionTransformer(
+            img_size=32, patch_size=8, embed_dim=64, depth=2, num_heads=4, num_classes=3, **options
+        )
+    )
 
 
 def test_training_checkpoint_wrappers_are_unwrapped(tmp_path):
@@ -93,8 +96,9 @@ def test_timm_models_vitlab_cannot_express_are_refused_with_their_keys(tmp_path)
 @pytest.mark.fault("bad-checkpoint", kinds=2)
 def test_hf_folders_without_weights_or_with_other_activations(tmp_path):
     transformers = pytest.importorskip("transformers")
-    config = transformers.ViTConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
-                                    image_size=16, patch_size=8)
+    config = transformers.ViTConfig(
+        hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, image_size=16, patch_size=8
+    )
     config.save_pretrained(tmp_path / "empty")
     with pytest.raises(CheckpointError, match=r"empty: an HF folder needs model\.safetensors"):
         vitlab.load(tmp_path / "empty")

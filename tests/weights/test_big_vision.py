@@ -26,10 +26,13 @@ def random_params(pool: str, seed: int = 0) -> dict[str, np.ndarray]:
     grid = IMAGE[0] // PATCH * (IMAGE[1] // PATCH)
     head_dim = WIDTH // HEADS
     params = {
-        "embedding/kernel": r(PATCH, PATCH, 3, WIDTH), "embedding/bias": r(WIDTH),
+        "embedding/kernel": r(PATCH, PATCH, 3, WIDTH),
+        "embedding/bias": r(WIDTH),
         "pos_embedding": r(1, grid, WIDTH),  # over the patches only, in both poolings
-        "Transformer/encoder_norm/scale": 1 + r(WIDTH), "Transformer/encoder_norm/bias": r(WIDTH),
-        "head/kernel": r(WIDTH, CLASSES), "head/bias": r(CLASSES),
+        "Transformer/encoder_norm/scale": 1 + r(WIDTH),
+        "Transformer/encoder_norm/bias": r(WIDTH),
+        "head/kernel": r(WIDTH, CLASSES),
+        "head/bias": r(CLASSES),
     }
     if pool == "tok":
         params["cls"] = r(1, 1, WIDTH)
@@ -77,8 +80,10 @@ def reference_logits(params: dict[str, np.ndarray], images_nhwc: np.ndarray, poo
     for layer in range(DEPTH):
         b = f"Transformer/encoderblock_{layer}/"
         y = layer_norm(x, p[f"{b}{norm1}/scale"], p[f"{b}{norm1}/bias"])
-        q, k, v = (np.einsum("nld,dhk->nlhk", y, p[f"{b}{attn}/{part}/kernel"]) + p[f"{b}{attn}/{part}/bias"]
-                   for part in ("query", "key", "value"))
+        q, k, v = (
+            np.einsum("nld,dhk->nlhk", y, p[f"{b}{attn}/{part}/kernel"]) + p[f"{b}{attn}/{part}/bias"]
+            for part in ("query", "key", "value")
+        )
         logits = np.einsum("nqhk,nshk->nhqs", q, k) / np.sqrt(q.shape[-1])
         weights = np.exp(logits - logits.max(-1, keepdims=True))
         weights /= weights.sum(-1, keepdims=True)
@@ -103,7 +108,11 @@ def test_big_vision_checkpoint_gives_its_logits(tmp_path, pool, layout):
     model = vitlab.load(path, image_size=IMAGE)  # a non-square grid: the flat table does not record it
     config = model.config
     assert (config.pool, config.depth, config.num_heads, config.image_size) == (
-        "token" if pool == "tok" else "gap", DEPTH, HEADS, IMAGE)
+        "token" if pool == "tok" else "gap",
+        DEPTH,
+        HEADS,
+        IMAGE,
+    )
     images_nhwc = np.random.default_rng(1).standard_normal((2, *IMAGE, 3)).astype(np.float32)
     expected = reference_logits(params, images_nhwc, pool)
     with torch.no_grad():
@@ -125,8 +134,9 @@ def test_square_checkpoint_needs_no_image_size(tmp_path, pool):
     images_nhwc = np.random.default_rng(3).standard_normal((2, 32, 32, 3)).astype(np.float32)
     with torch.no_grad():
         logits = model(torch.from_numpy(images_nhwc.transpose(0, 3, 1, 2).copy()))
-    torch.testing.assert_close(logits.double(), torch.from_numpy(reference_logits(params, images_nhwc, pool)),
-                               **TOLERANCE)
+    torch.testing.assert_close(
+        logits.double(), torch.from_numpy(reference_logits(params, images_nhwc, pool)), **TOLERANCE
+    )
 
 
 @pytest.mark.parametrize("pool", ["tok", "gap"])

@@ -49,7 +49,9 @@ def mirror_file(root: Path, url: str) -> Path:
 def _tiny_weights() -> tuple[torch.nn.Module, torch.Tensor, torch.Tensor]:
     """A random model of TINY's exact shape (Ti/16, 224 px, 1000 classes), an input and its logits."""
     entry = find(TINY)
-    model = randomise_(vitlab.create_model(entry.model, num_classes=entry.num_classes, act="gelu_tanh"), std=0.05).eval()
+    model = randomise_(
+        vitlab.create_model(entry.model, num_classes=entry.num_classes, act="gelu_tanh"), std=0.05
+    ).eval()
     images = torch.randn(1, 3, 224, 224, generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         logits = model(images)
@@ -210,8 +212,16 @@ def _entry(first_sha: str | None, second_sha: str | None) -> Pretrained:
     """A two-source entry for Ti/16; the first source is missing from the mirror, the second is there."""
     base = find(TINY)
     return Pretrained(
-        model=base.model, tag="test", image_size=base.image_size, num_classes=base.num_classes, dataset="", paper="",
-        downloads=(Download("https://example.invalid/gone.npz", first_sha), Download("https://example.invalid/w.npz", second_sha)),
+        model=base.model,
+        tag="test",
+        image_size=base.image_size,
+        num_classes=base.num_classes,
+        dataset="",
+        paper="",
+        downloads=(
+            Download("https://example.invalid/gone.npz", first_sha),
+            Download("https://example.invalid/w.npz", second_sha),
+        ),
     )
 
 
@@ -221,7 +231,9 @@ def test_http_mirror_falls_back_to_the_second_source_and_checks_its_sha256(http_
     digest = hashlib.sha256(target.read_bytes()).hexdigest()
     checked = []
 
-    path = fetch(_entry(None, digest[:8]), check=lambda file: checked.append(file.read_bytes()))  # a prefix, as in timm's names
+    path = fetch(
+        _entry(None, digest[:8]), check=lambda file: checked.append(file.read_bytes())
+    )  # a prefix, as in timm's names
     assert path.read_bytes() == target.read_bytes() and checked == [target.read_bytes()]  # checked before it was kept
     assert path.with_name("w.npz.sha256").read_text().strip() == digest
 
@@ -229,7 +241,9 @@ def test_http_mirror_falls_back_to_the_second_source_and_checks_its_sha256(http_
 def test_wrong_checksum_is_refused_and_nothing_is_kept(http_mirror):
     model, _, _ = _tiny_weights()
     vitlab.export_npz(model, http_mirror / "example.invalid" / "w.npz")
-    with pytest.raises(CheckpointError, match=r"gone\.npz \(File not found\); .*w\.npz has sha256 [0-9a-f]+\.\.\., expected deadbeef"):
+    with pytest.raises(
+        CheckpointError, match=r"gone\.npz \(File not found\); .*w\.npz has sha256 [0-9a-f]+\.\.\., expected deadbeef"
+    ):
         fetch(_entry(None, "deadbeef"), check=lambda path: None)
     assert not cache_path("https://example.invalid/w.npz").exists()
     assert not list(cache_path("https://example.invalid/w.npz").parent.glob("*partial*"))
@@ -292,7 +306,9 @@ def test_orig_in21k_is_a_feature_extractor_of_pre_logits_and_says_it_has_no_clas
     # A Ti/16 stand-in of the B/16 file's layout: tanh pre-logits layer and an all-zero 21843-way head.
     entry = dataclasses.replace(find("B/16:orig-in21k"), model="Ti/16")
     monkeypatch.setitem(CATALOGUE, "Ti/16:orig-in21k", entry)
-    source = randomise_(vitlab.create_model("Ti/16", num_classes=21843, representation_size=192, act="gelu_tanh"), std=0.05)
+    source = randomise_(
+        vitlab.create_model("Ti/16", num_classes=21843, representation_size=192, act="gelu_tanh"), std=0.05
+    )
     torch.nn.init.zeros_(source.head.weight)
     torch.nn.init.zeros_(source.head.bias)
     target = mirror_file(mirror, entry.downloads[0].url)

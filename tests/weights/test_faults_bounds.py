@@ -25,8 +25,9 @@ from vitlab.model.budget import memory_needed, parameter_count
 from vitlab.weights import CheckpointError
 from vitlab.weights.folder import FORMAT_VERSION
 
-TINY = ViTConfig(image_size=16, patch_size=8, dim=32, depth=1, num_heads=2, mlp_dim=64, num_classes=3,
-                 class_names=["a", "b", "c"])
+TINY = ViTConfig(
+    image_size=16, patch_size=8, dim=32, depth=1, num_heads=2, mlp_dim=64, num_classes=3, class_names=["a", "b", "c"]
+)
 FAST = 5.0  # seconds: a refusal reads headers only; an attempted allocation takes far longer or dies
 
 
@@ -63,14 +64,27 @@ def architecture(**fields):
 
 
 # -- sizes: counted from the config, checked before building ---------------------------------------------
-@pytest.mark.parametrize("name", [*list_models("all"), "Ti/16:2d", "Ti/16:relative", "Ti/16:relative_bias",
-                                  "Ti/16:learned@every_layer", "Ti/16:2d@every_layer", "Ti/16:2d@every_layer_shared",
-                                  "Ti/4:flatten"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        *list_models("all"),
+        "Ti/16:2d",
+        "Ti/16:relative",
+        "Ti/16:relative_bias",
+        "Ti/16:learned@every_layer",
+        "Ti/16:2d@every_layer",
+        "Ti/16:2d@every_layer_shared",
+        "Ti/4:flatten",
+    ],
+)
 def test_the_parameter_count_is_the_models_own(name):
     variant, _, pos = name.partition(":")
     pos, _, where = pos.partition("@")
-    options = {"pos_embed": pos, "pos_embed_at": where or "input"} if pos in ("learned", "2d", "relative",
-                                                                             "relative_bias") else {}
+    options = (
+        {"pos_embed": pos, "pos_embed_at": where or "input"}
+        if pos in ("learned", "2d", "relative", "relative_bias")
+        else {}
+    )
     if pos == "flatten":
         options = {"pool": "flatten", "image_size": 32, "head_hidden": (64, 32)}
     with torch.device("meta"):
@@ -84,13 +98,17 @@ def test_activations_grow_with_the_batch_and_training():
 
 
 @pytest.mark.fault("allocation")  # one kind per parameter
-@pytest.mark.parametrize("edit", [
-    architecture(depth=1_000_000),  # the issue's ~1 KB config.json
-    architecture(dim=2**20, num_heads=1),
-    architecture(mlp_dim=2**34),
-    architecture(image_size=[2**16, 2**16]),  # 67M tokens: activations, not parameters
-    lambda d: d.update(class_names=None) or architecture(num_classes=2**33)(d),
-], ids=["depth", "dim", "mlp", "image-size", "classes"])
+@pytest.mark.parametrize(
+    "edit",
+    [
+        architecture(depth=1_000_000),  # the issue's ~1 KB config.json
+        architecture(dim=2**20, num_heads=1),
+        architecture(mlp_dim=2**34),
+        architecture(image_size=[2**16, 2**16]),  # 67M tokens: activations, not parameters
+        lambda d: d.update(class_names=None) or architecture(num_classes=2**33)(d),
+    ],
+    ids=["depth", "dim", "mlp", "image-size", "classes"],
+)
 def test_configs_asking_for_too_much_memory_are_refused_before_building(folder, tmp_path, edit):
     message = refused(edited(folder, tmp_path / "big", edit), "config.json: the model needs about")
     assert "of memory available" in message and "--memory-limit" in message
@@ -101,9 +119,15 @@ def test_zero_element_tensors_are_checked_before_anything_is_built(folder, tmp_p
     state = create_untrained(TINY).state_dict()
     zero = {**state, "pos_embed.weight": torch.zeros(10**8, 0)}
     inside = edited(folder, tmp_path / "zero", weights=lambda p: save_file(zero, str(p)))
-    refused(inside, "model.safetensors: checkpoint does not fit the model; shape mismatches: pos_embed.weight (100000000, 0)")
+    refused(
+        inside,
+        "model.safetensors: checkpoint does not fit the model; shape mismatches: pos_embed.weight (100000000, 0)",
+    )
     # A timm file whose E_pos claims 10^8 positions: 19 billion parameters inferred, refused unbuilt.
-    timm_keys = {**{k: v for k, v in state.items() if k != "pos_embed.weight"}, "pos_embed": torch.zeros(1, 10**8 + 1, 0)}
+    timm_keys = {
+        **{k: v for k, v in state.items() if k != "pos_embed.weight"},
+        "pos_embed": torch.zeros(1, 10**8 + 1, 0),
+    }
     save_file(timm_keys, str(tmp_path / "timm.safetensors"))
     assert (tmp_path / "timm.safetensors").stat().st_size < 100_000
     refused(tmp_path / "timm.safetensors", "timm.safetensors: the model needs about", num_heads=TINY.num_heads)
@@ -117,7 +141,9 @@ def test_the_limit_is_a_keyword_and_a_flag(folder, tmp_path, capsys):
     assert vitlab.load(folder, memory_limit=2**30).config.depth == 1
     Image = pytest.importorskip("PIL.Image")
     Image.new("RGB", (16, 16), (9, 99, 199)).save(tmp_path / "x.png")
-    line = one_line_error(capsys, ["predict", "--ckpt", str(folder), str(tmp_path / "x.png"), "--batch-size", "10000000"])
+    line = one_line_error(
+        capsys, ["predict", "--ckpt", str(folder), str(tmp_path / "x.png"), "--batch-size", "10000000"]
+    )
     assert "inference on a batch of 10000000" in line and "of memory available" in line
     line = one_line_error(capsys, ["predict", "--ckpt", str(folder), str(tmp_path / "x.png"), "--memory-limit", "1e-6"])
     assert "(memory_limit)" in line
@@ -137,12 +163,20 @@ def test_an_npz_that_unpacks_beyond_the_limit_is_refused_unread(tmp_path):
     assert bomb.stat().st_size < 1_000_000
     refused(bomb, "bomb.npz: its arrays unpack to 0.0625 GiB, above the memory limit", memory_limit=2**24)
     scanned = tmp_path / "scanned.npz"  # big_vision's stacked layers: depth from a zero-element array
-    arrays = {key: np.zeros(shape, np.float32) for key, shape in [
-        ("embedding/kernel", (4, 4, 3, 8)), ("embedding/bias", (8,)), ("cls", (1, 1, 8)),
-        ("pos_embedding", (1, 5, 8)), ("Transformer/encoderblock/LayerNorm_0/scale", (10**8, 0)),
-        ("Transformer/encoderblock/MultiHeadDotProductAttention_0/query/kernel", (0, 8, 2, 4)),
-        ("Transformer/encoderblock/MlpBlock_0/Dense_0/kernel", (0, 8, 16)),
-        ("Transformer/encoder_norm/scale", (8,)), ("Transformer/encoder_norm/bias", (8,))]}
+    arrays = {
+        key: np.zeros(shape, np.float32)
+        for key, shape in [
+            ("embedding/kernel", (4, 4, 3, 8)),
+            ("embedding/bias", (8,)),
+            ("cls", (1, 1, 8)),
+            ("pos_embedding", (1, 5, 8)),
+            ("Transformer/encoderblock/LayerNorm_0/scale", (10**8, 0)),
+            ("Transformer/encoderblock/MultiHeadDotProductAttention_0/query/kernel", (0, 8, 2, 4)),
+            ("Transformer/encoderblock/MlpBlock_0/Dense_0/kernel", (0, 8, 16)),
+            ("Transformer/encoder_norm/scale", (8,)),
+            ("Transformer/encoder_norm/bias", (8,)),
+        ]
+    }
     np.savez(scanned, **arrays)
     refused(scanned, "scanned.npz: the model needs about")
 
@@ -171,8 +205,11 @@ def test_yaml_aliases_deep_nesting_and_folders_are_one_line(tmp_path, capsys):
     lines += [f"{chr(98 + i)}: &{chr(98 + i)} [{','.join(['*' + chr(97 + i)] * 9)}]" for i in range(8)]
     (tmp_path / "bomb.yaml").write_text("\n".join(lines) + "\n")
     (tmp_path / "deep.yaml").write_text("[" * 50_000 + "]" * 50_000)
-    for name, expected in [("bomb.yaml", "YAML aliases (*a) are not allowed"), ("deep.yaml", "nested too deeply"),
-                           ("", "is a folder")]:
+    for name, expected in [
+        ("bomb.yaml", "YAML aliases (*a) are not allowed"),
+        ("deep.yaml", "nested too deeply"),
+        ("", "is a folder"),
+    ]:
         line = one_line_error(capsys, ["train", "--out", str(tmp_path / "run"), "--config", str(tmp_path / name)])
         assert expected in line, line
 
@@ -187,17 +224,25 @@ BAD_FIELDS = {
     "names-string": (lambda d: d.update(class_names="abc"), "class_names: expected a list of strings or null"),
     "names-numbers": (lambda d: d.update(class_names=[1, 2, 3]), "class_names: expected a list of strings"),
     "names-count": (lambda d: d.update(class_names=["a", "b"]), "class_names lists 2 names for num_classes=3"),
-    "preprocessing-list": (lambda d: d.update(preprocessing=[0.5, 0.5]), "'preprocessing' must be a JSON object, got list"),
+    "preprocessing-list": (
+        lambda d: d.update(preprocessing=[0.5, 0.5]),
+        "'preprocessing' must be a JSON object, got list",
+    ),
     "mean-string": (lambda d: d["preprocessing"].update(mean="abc"), "preprocessing.mean: expected a list of 3"),
     "preprocessing-key": (lambda d: d["preprocessing"].update(gamma=2.2), "preprocessing: unknown keys gamma"),
     "head-dim-negative": (architecture(head_dim=-4), "head_dim must be positive or null, got -4"),
     "head-dim-zero": (architecture(head_dim=0), "head_dim must be positive or null, got 0"),
     "qkv-bias-yes": (architecture(qkv_bias="yes"), "qkv_bias: expected true/false, got str 'yes'"),
-    "antialias-int": (lambda d: d["numerics"].update(pos_resample_antialias=1), "pos_resample_antialias: expected true/false"),
+    "antialias-int": (
+        lambda d: d["numerics"].update(pos_resample_antialias=1),
+        "pos_resample_antialias: expected true/false",
+    ),
     "section-list": (lambda d: d.update(architecture=[1]), "'architecture' must be a JSON object, got list"),
     "name-list": (lambda d: d.update(name=["x"]), "name: expected a string"),
-    "section-missing": (lambda d: d.pop("architecture"),
-                        f"format_version {FORMAT_VERSION} holds a 'architecture' object; it is missing"),
+    "section-missing": (
+        lambda d: d.pop("architecture"),
+        f"format_version {FORMAT_VERSION} holds a 'architecture' object; it is missing",
+    ),
 }
 
 
@@ -213,8 +258,10 @@ def test_bad_weight_files_name_the_file_and_the_real_problem(folder, tmp_path):
     corrupt = edited(folder, tmp_path / "corrupt", weights=lambda p: p.write_bytes(b"\x08" * 64))
     refused(corrupt, "corrupt/model.safetensors: not a readable safetensors file")
     nan = {k: torch.full_like(v, float("nan")) for k, v in create_untrained(TINY).state_dict().items()}
-    refused(edited(folder, tmp_path / "nan", weights=lambda p: save_file(nan, str(p))),
-            "non-finite weights (NaN or infinity) in 20 tensors: blocks.0.attn.proj.bias")
+    refused(
+        edited(folder, tmp_path / "nan", weights=lambda p: save_file(nan, str(p))),
+        "non-finite weights (NaN or infinity) in 20 tensors: blocks.0.attn.proj.bias",
+    )
     (tmp_path / "text.npz").write_text("not a zip at all")
     assert "pickled" not in refused(tmp_path / "text.npz", "text.npz: not a readable .npz (not a zip archive)")
     with zipfile.ZipFile(tmp_path / "empty.npz", "w"):
@@ -227,13 +274,17 @@ def test_outputs_of_the_wrong_kind_or_read_only_are_one_line(folder, tmp_path, c
     (tmp_path / "file").write_text("x")
     line = one_line_error(capsys, ["train", "--data", "digits", "--steps", "1", "--out", str(tmp_path / "file")])
     assert "--out" in line and "is a file, not a folder" in line
-    line = one_line_error(capsys, ["train", "--data", "digits", "--steps", "1", "--out", str(tmp_path / "file" / "run")])
+    line = one_line_error(
+        capsys, ["train", "--data", "digits", "--steps", "1", "--out", str(tmp_path / "file" / "run")]
+    )
     assert "cannot write there" in line
     line = one_line_error(capsys, ["eval", "--ckpt", str(folder), "--data", "digits", "--out", str(tmp_path)])
     assert "is a folder, not a file" in line
-    line = one_line_error(capsys, ["eval", "--ckpt", str(folder), "--data", "digits",
-                                   "--out", str(tmp_path / "file" / "eval.json")])
+    line = one_line_error(
+        capsys, ["eval", "--ckpt", str(folder), "--data", "digits", "--out", str(tmp_path / "file" / "eval.json")]
+    )
     assert "its folder" in line and "is a file, not a folder" in line
+
     # A read-only folder: the probe file fails as the kernel makes it fail (these tests may run as root,
     # for whom permission bits do not hold).
     def read_only(*args, **kwargs):
@@ -251,6 +302,22 @@ def test_a_dataset_of_one_class_is_refused(tmp_path, capsys):
     (tmp_path / "data" / "only").mkdir(parents=True)
     for index in range(4):
         Image.new("RGB", (8, 8), (index * 50, 10, 10)).save(tmp_path / "data" / "only" / f"{index}.png")
-    line = one_line_error(capsys, ["train", "--data", str(tmp_path / "data"), "--model", "mu/4", "--image-size", "8",
-                                   "--steps", "1", "--batch-size", "2", "--out", str(tmp_path / "run")])
+    line = one_line_error(
+        capsys,
+        [
+            "train",
+            "--data",
+            str(tmp_path / "data"),
+            "--model",
+            "mu/4",
+            "--image-size",
+            "8",
+            "--steps",
+            "1",
+            "--batch-size",
+            "2",
+            "--out",
+            str(tmp_path / "run"),
+        ],
+    )
     assert "1 class (only); classification needs at least 2" in line

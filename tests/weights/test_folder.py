@@ -45,8 +45,11 @@ def images(height: int = 32, width: int = 32, batch: int = 2) -> torch.Tensor:
     ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()) or "default",
 )
 def test_round_trip_gives_identical_logits_and_config(tmp_path, options):
-    config = ViTConfig(**{**TINY, **options}, class_names=list("abcde"),
-                       preprocessing=Preprocessing(mean=(0.4, 0.5, 0.6), std=(0.2, 0.3, 0.4), crop_pct=0.9))
+    config = ViTConfig(
+        **{**TINY, **options},
+        class_names=list("abcde"),
+        preprocessing=Preprocessing(mean=(0.4, 0.5, 0.6), std=(0.2, 0.3, 0.4), crop_pct=0.9),
+    )
     model = randomise(create_untrained(config))
     vitlab.save_pretrained(model, tmp_path / "ckpt", note="hello")
     loaded = vitlab.load(tmp_path / "ckpt")
@@ -62,8 +65,11 @@ def test_config_json_is_versioned_and_grouped(tmp_path):
     assert document["format"] == "vitlab" and document["format_version"] == FORMAT_VERSION
     assert document["architecture"]["dim"] == 32 and document["architecture"]["image_size"] == [32, 32]
     assert document["numerics"] == {
-        "act": "gelu_tanh", "norm_eps": 1e-6, "gap_norm": "after_pool",
-        "pos_resample": "bicubic", "pos_resample_antialias": True,
+        "act": "gelu_tanh",
+        "norm_eps": 1e-6,
+        "gap_norm": "after_pool",
+        "pos_resample": "bicubic",
+        "pos_resample_antialias": True,
     }
     assert document["preprocessing"]["mean"] == [0.5, 0.5, 0.5]
     assert document["class_names"] == list("abcde")
@@ -96,7 +102,9 @@ def test_a_missing_field_is_refused_by_name_never_filled_with_a_default(tmp_path
     vit = create_untrained(ViTConfig(**TINY, act="gelu_tanh"))
     vit.save_pretrained(tmp_path / "vit")
     resnet = dict(layers=(1,), width=8, num_groups=8, stem="small")
-    vitlab.save_pretrained(create_untrained(BiTConfig(resnet=bit_resnet_config(**resnet), num_classes=3)), tmp_path / "bit")
+    vitlab.save_pretrained(
+        create_untrained(BiTConfig(resnet=bit_resnet_config(**resnet), num_classes=3)), tmp_path / "bit"
+    )
     hybrid = create_untrained(ViTConfig(**{**TINY, "patch_size": 2}, backbone=ResNetConfig(**resnet)))
     vitlab.save_pretrained(hybrid, tmp_path / "hybrid")
     cases = [
@@ -114,7 +122,9 @@ def test_a_missing_field_is_refused_by_name_never_filled_with_a_default(tmp_path
         for step in path[:-1]:
             part = part[step]
         del part[path[-1]]
-        with pytest.raises(CheckpointError, match=rf"config\.json: format_version {FORMAT_VERSION} holds {re.escape(named)}"):
+        with pytest.raises(
+            CheckpointError, match=rf"config\.json: format_version {FORMAT_VERSION} holds {re.escape(named)}"
+        ):
             read_config_document(document, tmp_path / "case")
     flat = version_1_document(vit.config)
     del flat["gap_norm"]
@@ -138,9 +148,15 @@ def test_relative_of_versions_1_and_2_loads_as_relative_bias(tmp_path, version):
     document["architecture"]["pos_embed"] = "relative"
     document["format_version"] = 2
     if version == 1:
-        flat = {k: v for section in ("architecture", "numerics", "regularisation") for k, v in document[section].items()}
-        document = {"format": "vitlab", "format_version": 1, **flat,
-                    **{k: document[k] for k in ("preprocessing", "class_names", "name")}}
+        flat = {
+            k: v for section in ("architecture", "numerics", "regularisation") for k, v in document[section].items()
+        }
+        document = {
+            "format": "vitlab",
+            "format_version": 1,
+            **flat,
+            **{k: document[k] for k in ("preprocessing", "class_names", "name")},
+        }
     (tmp_path / "config.json").write_text(json.dumps(document))
     loaded = vitlab.load(tmp_path)
     assert loaded.config.pos_embed == "relative_bias" and loaded.config.pos_embed_at == "input"

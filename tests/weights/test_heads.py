@@ -103,8 +103,10 @@ def test_shapes_shared_by_several_head_counts_ask_for_num_heads(tmp_path):
         convert_timm(large, "large", {"image_size": 512, "num_heads": 16})
     chosen, _ = convert_timm(large, "large", {"image_size": 512, "num_heads": 16, "act": "gelu_tanh"})
     assert chosen.act == "gelu_tanh"
-    tiny = save_state_dict(random_eval(timm_vit.VisionTransformer(img_size=32, patch_size=8, embed_dim=64, depth=2,
-                                                                  num_heads=4)), tmp_path / "tiny.pth")
+    tiny = save_state_dict(
+        random_eval(timm_vit.VisionTransformer(img_size=32, patch_size=8, embed_dim=64, depth=2, num_heads=4)),
+        tmp_path / "tiny.pth",
+    )
     with pytest.raises(CheckpointError, match=r"tiny\.pth: .* no timm architecture has their signature .*num_heads="):
         vitlab.load(tiny)
 

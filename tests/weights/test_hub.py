@@ -22,8 +22,17 @@ from vitlab.weights import CheckpointError
 TINY = dict(image_size=32, patch_size=8, dim=32, depth=2, num_heads=4, mlp_dim=64, num_classes=3)
 REVISION = "0123456789abcdef0123456789abcdef01234567"
 SUMMARY = {  # what the trainer passes as save_pretrained(model, out, training=summary)
-    "val_top1": 0.9375, "val_top5": 1.0, "val_loss": 0.21, "steps": 400, "epochs": 5.0, "wall_time_s": 61.2,
-    "recipe": "digits-ti", "data": "digits", "device": "cpu", "precision": "fp32", "ema": False,
+    "val_top1": 0.9375,
+    "val_top5": 1.0,
+    "val_loss": 0.21,
+    "steps": 400,
+    "epochs": 5.0,
+    "wall_time_s": 61.2,
+    "recipe": "digits-ti",
+    "data": "digits",
+    "device": "cpu",
+    "precision": "fp32",
+    "ema": False,
 }
 
 
@@ -68,7 +77,10 @@ def test_model_card_without_training_has_no_results_section(tmp_path):
     assert card.data.eval_results is None and card.data.license is None
     assert "## Training" not in card.text and "## Results" not in card.text
     assert "3 classes, unnamed." in card.text
-    assert "| resize shorter side | 32 px (bilinear) |" in card.text and "| tokens | 4 x 4 patches + 1 class token |" in card.text
+    assert (
+        "| resize shorter side | 32 px (bilinear) |" in card.text
+        and "| tokens | 4 x 4 patches + 1 class token |" in card.text
+    )
 
 
 # -- hf:// -----------------------------------------------------------------------------------------------
@@ -109,17 +121,31 @@ def test_hf_reference_loads_a_saved_folder_from_the_hub_cache(tmp_path, offline_
 
 def test_hf_reference_reads_a_timm_repository_with_its_preprocessing(tmp_path, offline_hub):
     timm = pytest.importorskip("timm")
-    reference = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=32, patch_size=8, depth=2,
-                                  num_classes=4).eval()
+    reference = timm.create_model(
+        "vit_tiny_patch16_224", pretrained=False, img_size=32, patch_size=8, depth=2, num_classes=4
+    ).eval()
     randomise_(reference)
     save_file(reference.state_dict(), str(tmp_path / "model.safetensors"))
-    (tmp_path / "config.json").write_text(json.dumps({
-        "architecture": "vit_tiny_patch16_224", "num_classes": 4,
-        "pretrained_cfg": {"mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225], "crop_pct": 0.875,
-                           "interpolation": "bicubic", "input_size": [3, 32, 32]},
-    }))
-    hub_cache(offline_hub, "timm/vit_tiny_test", {"config.json": tmp_path / "config.json",
-                                                  "model.safetensors": tmp_path / "model.safetensors"})
+    (tmp_path / "config.json").write_text(
+        json.dumps(
+            {
+                "architecture": "vit_tiny_patch16_224",
+                "num_classes": 4,
+                "pretrained_cfg": {
+                    "mean": [0.485, 0.456, 0.406],
+                    "std": [0.229, 0.224, 0.225],
+                    "crop_pct": 0.875,
+                    "interpolation": "bicubic",
+                    "input_size": [3, 32, 32],
+                },
+            }
+        )
+    )
+    hub_cache(
+        offline_hub,
+        "timm/vit_tiny_test",
+        {"config.json": tmp_path / "config.json", "model.safetensors": tmp_path / "model.safetensors"},
+    )
     loaded = vitlab.load("hf://timm/vit_tiny_test")
     assert loaded.config.preprocessing == Preprocessing((0.485, 0.456, 0.406), (0.229, 0.224, 0.225), 0.875, "bicubic")
     with torch.no_grad():
@@ -142,13 +168,29 @@ def test_bad_hf_references_say_why(offline_hub, reference, message):
 @pytest.mark.slow
 def test_hub_environment_variables_reach_the_command_line(tmp_path):
     """A fresh process with only HF_HUB_OFFLINE / HF_HUB_CACHE set exports a model from the Hub cache."""
-    folder = vitlab.save_pretrained(tiny_model(act="gelu_tanh", gap_norm="before_pool", pool="gap"), tmp_path / "upload")
+    folder = vitlab.save_pretrained(
+        tiny_model(act="gelu_tanh", gap_norm="before_pool", pool="gap"), tmp_path / "upload"
+    )
     hub_cache(tmp_path / "hub", "vitlab-test/shapes", {p.name: p for p in folder.iterdir()})
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path / "hub")}
     result = subprocess.run(
-        [sys.executable, "-m", "vitlab", "export", "--ckpt", "hf://vitlab-test/shapes", "--format", "npz",
-         "--out", str(tmp_path / "shapes.npz")],
-        env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "vitlab",
+            "export",
+            "--ckpt",
+            "hf://vitlab-test/shapes",
+            "--format",
+            "npz",
+            "--out",
+            str(tmp_path / "shapes.npz"),
+        ],
+        env=env,
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr
     assert "wrote" in result.stdout and (tmp_path / "shapes.npz").is_file()

@@ -70,7 +70,9 @@ def test_current_flax_module_numbering_loads_the_same(tmp_path):
 
 def test_big_vision_layout_loads_the_same(tmp_path):
     """big_vision: params/ prefix, top-level pos_embedding, layers stacked on a leading axis."""
-    arrays = dict(np.load(renumbered(VIT_JAX_FIXTURE / "vit_ti16_token.params.npz", RELEASED, CURRENT, tmp_path / "c.npz")))
+    arrays = dict(
+        np.load(renumbered(VIT_JAX_FIXTURE / "vit_ti16_token.params.npz", RELEASED, CURRENT, tmp_path / "c.npz"))
+    )
     stacked: dict[str, list[np.ndarray]] = {}
     flat = {}
     for key, value in arrays.items():
@@ -110,8 +112,19 @@ def test_export_npz_round_trip_is_exact(tmp_path, options):
     assert ("cls" in arrays.files) == (model.config.pool == "token")
     assert ("pre_logits/kernel" in arrays.files) == bool(model.config.representation_size)
     loaded = vitlab.load(path)
-    for field in ("pool", "representation_size", "num_heads", "attn_head_dim", "qkv_bias", "num_classes",
-                  "in_channels", "patch_size", "image_size", "depth", "mlp_dim"):
+    for field in (
+        "pool",
+        "representation_size",
+        "num_heads",
+        "attn_head_dim",
+        "qkv_bias",
+        "num_classes",
+        "in_channels",
+        "patch_size",
+        "image_size",
+        "depth",
+        "mlp_dim",
+    ):
         assert getattr(loaded.config, field) == getattr(model.config, field), field
     assert model.config.pool == "token" or loaded.config.gap_norm == "before_pool"
     x = images(channels=model.config.in_channels)
@@ -137,8 +150,16 @@ def test_timm_npz_loader_gives_the_same_logits(tmp_path):
         model = random_eval(create_untrained(ViTConfig(**{**TINY, "pool": pool, "gap_norm": "before_pool"})))
         path = vitlab.export_npz(model, tmp_path / f"{pool}.npz")
         peer = timm_vit.VisionTransformer(
-            img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=4, mlp_ratio=2.0, num_classes=6,
-            act_layer="gelu_tanh", class_token=pool == "token", global_pool="token" if pool == "token" else "avg",
+            img_size=32,
+            patch_size=8,
+            embed_dim=32,
+            depth=2,
+            num_heads=4,
+            mlp_ratio=2.0,
+            num_classes=6,
+            act_layer="gelu_tanh",
+            class_token=pool == "token",
+            global_pool="token" if pool == "token" else "avg",
             fc_norm=False,
         ).eval()
         timm_vit._load_weights(peer, str(path))

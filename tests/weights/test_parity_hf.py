@@ -18,8 +18,14 @@ PATCHES = (8, 16, 32)
 
 
 def hf_config(image_size=(32, 32), patch_size=8, **options):
-    fields = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
-                  image_size=list(image_size), patch_size=patch_size)
+    fields = dict(
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=128,
+        image_size=list(image_size),
+        patch_size=patch_size,
+    )
     return transformers.ViTConfig(**{**fields, **options})
 
 
@@ -56,8 +62,12 @@ def test_vit_model_features_and_pooler(tmp_path, pooler):
 
 @pytest.mark.parametrize(
     "options",
-    [dict(hidden_act="gelu_new"), dict(hidden_act="gelu_pytorch_tanh", layer_norm_eps=1e-6), dict(qkv_bias=False),
-     dict(num_channels=1)],
+    [
+        dict(hidden_act="gelu_new"),
+        dict(hidden_act="gelu_pytorch_tanh", layer_norm_eps=1e-6),
+        dict(qkv_bias=False),
+        dict(num_channels=1),
+    ],
     ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()),
 )
 def test_config_numerics_are_followed(tmp_path, options):
@@ -70,11 +80,13 @@ def test_config_numerics_are_followed(tmp_path, options):
 
 def test_class_names_and_preprocessing_come_from_the_folder(tmp_path):
     labels = {0: "cat", 1: "dog", 2: "fish"}
-    peer = transformers.ViTForImageClassification(hf_config(id2label=labels, label2id={v: k for k, v in labels.items()}))
+    peer = transformers.ViTForImageClassification(
+        hf_config(id2label=labels, label2id={v: k for k, v in labels.items()})
+    )
     directory = saved(peer, tmp_path / "hf")
-    (directory / "preprocessor_config.json").write_text(json.dumps(
-        {"image_mean": [0.485, 0.456, 0.406], "image_std": [0.229, 0.224, 0.225], "resample": 3}
-    ))
+    (directory / "preprocessor_config.json").write_text(
+        json.dumps({"image_mean": [0.485, 0.456, 0.406], "image_std": [0.229, 0.224, 0.225], "resample": 3})
+    )
     config = vitlab.load(directory).config
     assert config.class_names == ["cat", "dog", "fish"] and config.num_classes == 3
     assert config.preprocessing.mean == (0.485, 0.456, 0.406) and config.preprocessing.interpolation == "bicubic"

@@ -43,8 +43,11 @@ def test_timm_logits(tmp_path, pool, size, patch):
     x = images(*image_size)
     with torch.no_grad():
         torch.testing.assert_close(model(x), peer(x), **TOLERANCE)
-        torch.testing.assert_close(model.forward_head(model.forward_features(x), pre_logits=True),
-                                   peer.forward_head(peer.forward_features(x), pre_logits=True), **TOLERANCE)
+        torch.testing.assert_close(
+            model.forward_head(model.forward_features(x), pre_logits=True),
+            peer.forward_head(peer.forward_features(x), pre_logits=True),
+            **TOLERANCE,
+        )
 
 
 @pytest.mark.parametrize(
@@ -56,8 +59,9 @@ def test_timm_options(tmp_path, options):
     options = {"num_classes": 7, **options}
     channels = options.pop("in_chans", 3)
     peer = random_eval(
-        timm_vit.VisionTransformer(img_size=32, patch_size=8, embed_dim=64, depth=2, num_heads=4, in_chans=channels,
-                                   **options)
+        timm_vit.VisionTransformer(
+            img_size=32, patch_size=8, embed_dim=64, depth=2, num_heads=4, in_chans=channels, **options
+        )
     )
     model = vitlab.load(save_state_dict(peer, tmp_path / "timm.pth"), num_heads=4)
     x = images(32, channels=channels)
@@ -83,8 +87,9 @@ def test_resampling_at_load_matches_timm(tmp_path, mode):
 def test_run_time_resampling_matches_timm_dynamic_size(tmp_path):
     """Images of another size at run time: timm's dynamic_img_size resamples bicubic as vitlab does."""
     peer = random_eval(
-        timm_vit.VisionTransformer(img_size=32, patch_size=8, embed_dim=64, depth=2, num_heads=4, num_classes=7,
-                                   dynamic_img_size=True)
+        timm_vit.VisionTransformer(
+            img_size=32, patch_size=8, embed_dim=64, depth=2, num_heads=4, num_classes=7, dynamic_img_size=True
+        )
     )
     model = vitlab.load(save_state_dict(peer, tmp_path / "timm.safetensors"), num_heads=4)
     x = images(48, 40)

@@ -32,8 +32,11 @@ def test_resnetv2_50x1_bit_file_gives_timms_logits(tmp_path):
     with torch.no_grad():
         expected = peer(x)
         torch.testing.assert_close(model(x), expected, **TOLERANCE)
-        torch.testing.assert_close(model.forward_head(model.forward_features(x), pre_logits=True),
-                                   peer.forward_head(peer.forward_features(x), pre_logits=True), **TOLERANCE)
+        torch.testing.assert_close(
+            model.forward_head(model.forward_features(x), pre_logits=True),
+            peer.forward_head(peer.forward_features(x), pre_logits=True),
+            **TOLERANCE,
+        )
     assert expected.abs().max() > 1e-2
 
 

@@ -12,8 +12,17 @@ from vitlab.weights import CheckpointError
 
 
 def torchvision_model(image_size=32, patch_size=8, hidden_dim=64, num_heads=4, **options):
-    return random_eval(TorchvisionViT(image_size=image_size, patch_size=patch_size, num_layers=2, num_heads=num_heads,
-                                      hidden_dim=hidden_dim, mlp_dim=128, **{"num_classes": 7, **options}))
+    return random_eval(
+        TorchvisionViT(
+            image_size=image_size,
+            patch_size=patch_size,
+            num_layers=2,
+            num_heads=num_heads,
+            hidden_dim=hidden_dim,
+            mlp_dim=128,
+            **{"num_classes": 7, **options},
+        )
+    )
 
 
 @pytest.mark.parametrize("patch", [8, 16, 32])
@@ -50,8 +59,12 @@ def test_head_count_comes_from_torchvision_architectures_or_num_heads(tmp_path):
     wrong = vitlab.load(path, num_heads=4)
     with torch.no_grad():
         assert (wrong(x) - peer(x)).abs().max() > 1e-3
-    assert vitlab.load(save_state_dict(torchvision_model(hidden_dim=96, num_heads=3), tmp_path / "w.pth"),
-                       num_heads=3).config.attn_head_dim == 32
+    assert (
+        vitlab.load(
+            save_state_dict(torchvision_model(hidden_dim=96, num_heads=3), tmp_path / "w.pth"), num_heads=3
+        ).config.attn_head_dim
+        == 32
+    )
 
 
 @pytest.mark.parametrize("new_size", [48, 64])

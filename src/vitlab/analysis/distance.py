@@ -36,9 +36,7 @@ def attention_distance(
     for weights in attentions:
         patches = weights[:, :, num_prefix_tokens:, num_prefix_tokens:].double()  # (B, heads, N, N)
         if patches.shape[-1] != distances.shape[0]:
-            raise ValueError(
-                f"attention over {patches.shape[-1]} patches does not match a {grid[0]}x{grid[1]} grid"
-            )
+            raise ValueError(f"attention over {patches.shape[-1]} patches does not match a {grid[0]}x{grid[1]} grid")
         patches = patches / patches.sum(dim=-1, keepdim=True).clamp_min(1e-12)
         per_query = (patches * distances.to(patches.device)).sum(dim=-1)  # (B, heads, N)
         per_layer.append(per_query.mean(dim=-1))

@@ -57,27 +57,40 @@ def explanation_figures(
     size = (int(pictures.shape[1]), int(pictures.shape[2]))
     if "flow" in chosen:
         logits, maps = flow_map(model, images)
-        figures.append(ReportFigure(
-            "Attention Flow (Abnar & Zuidema 2020)",
-            plot_attention_maps(pictures.numpy(), upsample_map(maps.cpu(), size).numpy(), out / "attention_flow.png",
-                                "Attention Flow to the output token", captions(logits.cpu())),
-            "Maximum flow from the classifier's token to each input patch through the graph of all "
-            "layers' attention (averaged over heads, identity added, rows renormalised), upsampled.",
-        ))
+        figures.append(
+            ReportFigure(
+                "Attention Flow (Abnar & Zuidema 2020)",
+                plot_attention_maps(
+                    pictures.numpy(),
+                    upsample_map(maps.cpu(), size).numpy(),
+                    out / "attention_flow.png",
+                    "Attention Flow to the output token",
+                    captions(logits.cpu()),
+                ),
+                "Maximum flow from the classifier's token to each input patch through the graph of all "
+                "layers' attention (averaged over heads, identity added, rows renormalised), upsampled.",
+            )
+        )
         numbers["attention_flow"] = {"grid": list(maps.shape[1:]), "maps": maps.cpu()}
     if "relevance" in chosen:
         relevance = class_relevance(model, images)
-        figures.append(ReportFigure(
-            "Class relevance (Chefer et al. 2021)",
-            plot_attention_maps(pictures.numpy(), upsample_map(relevance.maps.cpu(), size).numpy(),
-                                out / "class_relevance.png", "Relevance for the predicted class",
-                                captions(relevance.logits.cpu())),
-            "Attention weighted by the gradient of the predicted class's logit, negative parts cut, "
-            "averaged over heads and accumulated over the layers (R = R + A_bar R).",
-        ))
+        figures.append(
+            ReportFigure(
+                "Class relevance (Chefer et al. 2021)",
+                plot_attention_maps(
+                    pictures.numpy(),
+                    upsample_map(relevance.maps.cpu(), size).numpy(),
+                    out / "class_relevance.png",
+                    "Relevance for the predicted class",
+                    captions(relevance.logits.cpu()),
+                ),
+                "Attention weighted by the gradient of the predicted class's logit, negative parts cut, "
+                "averaged over heads and accumulated over the layers (R = R + A_bar R).",
+            )
+        )
         numbers["class_relevance"] = {
-            "grid": list(relevance.maps.shape[1:]), "classes": relevance.target.tolist(),
+            "grid": list(relevance.maps.shape[1:]),
+            "classes": relevance.target.tolist(),
             "maps": relevance.maps.cpu(),
         }
     return figures, numbers
-

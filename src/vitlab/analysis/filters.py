@@ -36,8 +36,11 @@ def pixel_filters(model: nn.Module) -> PixelFilters:
     embed = getattr(model, "patch_embed", None)
     backbone = getattr(embed, "backbone", None)
     if backbone is not None:
-        return PixelFilters(backbone.stem.conv.standardised_weight(), "root convolution",
-                            "the hybrid's ResNet root convolution (its E is a 1x1 projection of feature channels)")
+        return PixelFilters(
+            backbone.stem.conv.standardised_weight(),
+            "root convolution",
+            "the hybrid's ResNet root convolution (its E is a 1x1 projection of feature channels)",
+        )
     proj = getattr(embed, "proj", None)
     if isinstance(proj, nn.Conv2d):
         return PixelFilters(proj.weight, "patch embedding", "the patch embedding E")

@@ -25,9 +25,7 @@ def _save(figure: Figure, path: str | Path) -> Path:
 def tile_mosaic(tiles: np.ndarray, gap: int = 1, fill: float = np.nan) -> np.ndarray:
     """(R, C, h, w[, 3]) tiles -> one (R*(h+gap)-gap, C*(w+gap)-gap[, 3]) image with `fill` between."""
     rows, cols, height, width = tiles.shape[:4]
-    out = np.full(
-        (rows * (height + gap) - gap, cols * (width + gap) - gap) + tiles.shape[4:], fill, dtype=np.float64
-    )
+    out = np.full((rows * (height + gap) - gap, cols * (width + gap) - gap) + tiles.shape[4:], fill, dtype=np.float64)
     for r in range(rows):
         for c in range(cols):
             top, left = r * (height + gap), c * (width + gap)

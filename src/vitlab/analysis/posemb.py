@@ -18,8 +18,10 @@ def position_embedding_table(model: VisionTransformer) -> tuple[torch.Tensor, tu
     config = model.config
     kind = config.pos_embed
     if getattr(config, "pos_embed_at", "input") == "every_layer":
-        raise ValueError("position-embedding similarity reads one E_pos; pos_embed_at='every_layer' has one "
-                         f"per layer ({config.depth}); pick a layer's table from model.layer_pos_embed")
+        raise ValueError(
+            "position-embedding similarity reads one E_pos; pos_embed_at='every_layer' has one "
+            f"per layer ({config.depth}); pick a layer's table from model.layer_pos_embed"
+        )
     if kind == "none" or model.pos_embed is None:
         detail = {
             "relative": "its relative position embeddings live in the attention layers, one per 1-D offset",

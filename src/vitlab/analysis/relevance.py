@@ -61,9 +61,7 @@ def resolve_targets(logits: torch.Tensor, target: int | Sequence[int] | None) ->
     return chosen.to(logits.device)
 
 
-def class_relevance(
-    model: nn.Module, images: torch.Tensor, target: int | Sequence[int] | None = None
-) -> RelevanceMaps:
+def class_relevance(model: nn.Module, images: torch.Tensor, target: int | Sequence[int] | None = None) -> RelevanceMaps:
     """Run `images` (B, C, H, W), normalised, once with gradients; the relevance map of `target`.
 
     Call `model.eval()` first: in training mode dropout (and a hybrid's batch statistics) would
@@ -72,8 +70,10 @@ def class_relevance(
     vit = require_attention(model)
     config = vit.config
     if config.num_classes < 2:
-        raise ValueError(f"{config.name or type(vit).__name__}: class relevance needs a classifier; "
-                         f"this model outputs {config.num_classes or 'no'} class scores")
+        raise ValueError(
+            f"{config.name or type(vit).__name__}: class relevance needs a classifier; "
+            f"this model outputs {config.num_classes or 'no'} class scores"
+        )
     # The images take part in the graph so that the attention has a gradient even when every
     # parameter is frozen.
     inputs = images.detach().requires_grad_(True)

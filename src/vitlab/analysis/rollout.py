@@ -90,7 +90,10 @@ def attention_rollout(
     rollout: torch.Tensor | None = None
     for weights in attentions:
         layer = layer_attention(
-            weights, add_residual, head_fusion=head_fusion, discard_ratio=discard_ratio,
+            weights,
+            add_residual,
+            head_fusion=head_fusion,
+            discard_ratio=discard_ratio,
             protected_token=protected_token,
         )
         rollout = layer if rollout is None else layer @ rollout  # token mixing of layer l after l-1
@@ -98,9 +101,7 @@ def attention_rollout(
     return rollout
 
 
-def output_token_map(
-    matrix: torch.Tensor, grid: tuple[int, int], num_prefix_tokens: int
-) -> torch.Tensor:
+def output_token_map(matrix: torch.Tensor, grid: tuple[int, int], num_prefix_tokens: int) -> torch.Tensor:
     """(B, T, T) token-to-token weights -> (B, h, w): what the classifier's input attends to.
 
     With a class token that is its row; a GAP model has none, so the rows of the patches it
@@ -152,9 +153,7 @@ def require_attention(model: nn.Module) -> VisionTransformer:
 
 
 @torch.no_grad()
-def attention_maps(
-    model: nn.Module, images: torch.Tensor, layer: int = -1, head: int | None = None
-) -> AttentionMaps:
+def attention_maps(model: nn.Module, images: torch.Tensor, layer: int = -1, head: int | None = None) -> AttentionMaps:
     """Run `images` (B, C, H, W), already normalised, once and derive rollout and raw maps.
 
     Any size the model accepts works: the patch grid is read off the input, not the config.

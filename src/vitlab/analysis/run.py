@@ -39,7 +39,7 @@ NEED_ATTENTION = ("rollout", "distance", "posemb", *EXPLANATIONS)  # a ResNet ha
 
 
 def parse_what(what: str | Iterable[str]) -> tuple[str, ...]:
-    """"all", "rollout,distance" or a list -> the analyses to run, in the order of ANALYSES.
+    """ "all", "rollout,distance" or a list -> the analyses to run, in the order of ANALYSES.
 
     "all" is ANALYSES; the EXPLANATIONS (flow, relevance) run only when named, as in "all,flow".
     """
@@ -47,9 +47,7 @@ def parse_what(what: str | Iterable[str]) -> tuple[str, ...]:
     known = (*ANALYSES, *EXPLANATIONS)
     unknown = sorted(set(names) - set(known) - {"all"})
     if unknown or not names:
-        raise ValueError(
-            f"unknown analysis {', '.join(unknown) or '(none)'}; choose all or some of {', '.join(known)}"
-        )
+        raise ValueError(f"unknown analysis {', '.join(unknown) or '(none)'}; choose all or some of {', '.join(known)}")
     if "all" in names:
         names = [*ANALYSES, *names]
     return tuple(a for a in known if a in names)
@@ -83,8 +81,9 @@ def analyze(
         if (named or set(chosen) & set(EXPLANATIONS)) and transformer_only:
             require_attention(model)  # asked for by name: refused in one line
         if transformer_only:
-            result.notes.append(f"{', '.join(transformer_only)} skipped: a ResNet has no attention "
-                                f"and no position embedding")
+            result.notes.append(
+                f"{', '.join(transformer_only)} skipped: a ResNet has no attention and no position embedding"
+            )
         chosen = tuple(name for name in chosen if name not in NEED_ATTENTION)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -109,20 +108,30 @@ def analyze(
     result.json_path = out / "analysis.json"
     result.json_path.write_text(json.dumps(result.numbers, indent=1))
     title = f"vitlab analysis of {config.name or type(model).__name__} ({_model_words(config)})"
-    result.html_path = write_report(out / "report.html", title, result.figures, result.numbers, result.notes,
-                                    result.tables)
+    result.html_path = write_report(
+        out / "report.html", title, result.figures, result.numbers, result.notes, result.tables
+    )
     return result
 
 
 def _model_numbers(config: ViTConfig | BiTConfig) -> dict[str, Any]:
     if isinstance(config, BiTConfig):
-        return {"name": config.name, "family": "bit", "layers": list(config.resnet.layers),
-                "width": config.resnet.width}
+        return {
+            "name": config.name,
+            "family": "bit",
+            "layers": list(config.resnet.layers),
+            "width": config.resnet.width,
+        }
     backbone = config.backbone
     return {
-        "name": config.name, "family": "hybrid" if backbone is not None else "vit", "pool": config.pool,
-        "pos_embed": config.pos_embed, "patch_size": config.patch_size,
-        "effective_patch_size": config.effective_patch_size, "depth": config.depth, "num_heads": config.num_heads,
+        "name": config.name,
+        "family": "hybrid" if backbone is not None else "vit",
+        "pool": config.pool,
+        "pos_embed": config.pos_embed,
+        "patch_size": config.patch_size,
+        "effective_patch_size": config.effective_patch_size,
+        "depth": config.depth,
+        "num_heads": config.num_heads,
     }
 
 
@@ -130,6 +139,8 @@ def _model_words(config: ViTConfig | BiTConfig) -> str:
     if isinstance(config, BiTConfig):
         return f"ResNet, {config.resnet.depth} layers"
     if config.backbone is not None:
-        return (f"hybrid: ResNet stride {config.backbone.stride} x P={config.patch_size}, "
-                f"{config.effective_patch_size} px per token, {config.depth} layers")
+        return (
+            f"hybrid: ResNet stride {config.backbone.stride} x P={config.patch_size}, "
+            f"{config.effective_patch_size} px per token, {config.depth} layers"
+        )
     return f"P={config.patch_size}, {config.depth} layers"

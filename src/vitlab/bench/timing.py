@@ -22,9 +22,7 @@ def time_once(step: Callable[[], object], device: torch.device) -> float:
     return time.perf_counter() - start
 
 
-def interleaved(
-    steps: dict[str, Callable[[], object]], rounds: int, device: torch.device
-) -> dict[str, list[float]]:
+def interleaved(steps: dict[str, Callable[[], object]], rounds: int, device: torch.device) -> dict[str, list[float]]:
     """Seconds per call of each step, `rounds` times each; round r starts at contender r mod n."""
     names = list(steps)
     seconds: dict[str, list[float]] = {name: [] for name in names}

@@ -17,8 +17,19 @@ from typing import Any
 
 # Modules of vitlab.cli, each registering one or more subcommands.
 COMMAND_MODULES = [
-    "models", "analyze", "evaluate_fewshot", "data", "bench", "export", "serve", "weights", "train", "predict", "demo",
-    "evaluate", "experiment",
+    "models",
+    "analyze",
+    "evaluate_fewshot",
+    "data",
+    "bench",
+    "export",
+    "serve",
+    "weights",
+    "train",
+    "predict",
+    "demo",
+    "evaluate",
+    "experiment",
 ]
 
 
@@ -38,9 +49,14 @@ def add_checkpoint_argument(parser: argparse.ArgumentParser) -> None:
 DEVICE_HELP = "where to run the model (default: auto)"
 
 
-def add_runtime_arguments(parser: argparse.ArgumentParser, *, default: str | None = "auto",
-                          device_help: str | None = None, precision_help: str | None = None,
-                          precision: bool = True) -> None:
+def add_runtime_arguments(
+    parser: argparse.ArgumentParser,
+    *,
+    default: str | None = "auto",
+    device_help: str | None = None,
+    precision_help: str | None = None,
+    precision: bool = True,
+) -> None:
     """--device and --precision, their choices the one list of each (vitlab.model.runtime)."""
     from vitlab.model.runtime import DEVICES, PRECISIONS
 
@@ -56,8 +72,12 @@ def preview(names: list[str], count: int = 5) -> str:
 
 
 def add_memory_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--memory-limit", type=float, metavar="GIB",
-                        help="largest model + batch accepted, in GiB (default: half the memory available)")
+    parser.add_argument(
+        "--memory-limit",
+        type=float,
+        metavar="GIB",
+        help="largest model + batch accepted, in GiB (default: half the memory available)",
+    )
 
 
 def memory_limit(args: argparse.Namespace) -> int | None:
@@ -122,9 +142,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vitlab", description="The Vision Transformer, end to end.")
     parser.add_argument("--version", action="version", version=f"vitlab {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging and full tracebacks")
-    parser.add_argument("--no-progress", action="store_true",
-                        help="no progress bars for eval, predict, fewshot, analyze and export (shown only on a "
-                             "terminal anyway)")
+    parser.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress bars for eval, predict, fewshot, analyze and export (shown only on a terminal anyway)",
+    )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(f"vitlab.cli.{name}").register(subparsers)
@@ -148,9 +170,7 @@ def user_errors() -> tuple[type[BaseException], ...]:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO, format="%(message)s", stream=sys.stderr
-    )
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(message)s", stream=sys.stderr)
     from vitlab.progress import disable_progress
 
     disable_progress(args.no_progress)  # each call as its flags say (tests and scripts call main repeatedly)

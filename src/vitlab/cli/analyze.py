@@ -31,32 +31,53 @@ EXAMPLES = (  # the end of --help
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "analyze", **with_examples(*EXAMPLES),
+        "analyze",
+        **with_examples(*EXAMPLES),
         help="attention rollout, mean attention distance, position-embedding similarity, embedding filters",
         description="Write the paper's Fig. 6/7 analyses of a checkpoint: PNGs, analysis.json and report.html.",
     )
     add_checkpoint_argument(parser)
-    parser.add_argument("--images", nargs="+", metavar="IMG_OR_DIR",
-                        help="image files or folders (default: the validation split of --data or of the run)")
-    parser.add_argument("--data", metavar="SRC",
-                        help="analyse the validation split of this data source (default: a run folder's own "
-                             "data, else the first 128 validation images of digits)")
+    parser.add_argument(
+        "--images",
+        nargs="+",
+        metavar="IMG_OR_DIR",
+        help="image files or folders (default: the validation split of --data or of the run)",
+    )
+    parser.add_argument(
+        "--data",
+        metavar="SRC",
+        help="analyse the validation split of this data source (default: a run folder's own "
+        "data, else the first 128 validation images of digits)",
+    )
     parser.add_argument("--batch-size", type=int, default=32, metavar="N", help="images per batch (default: 32)")
     parser.add_argument("--workers", type=int, default=0, help="data-loader worker processes (default: 0)")
     parser.add_argument("--out", required=True, help="output folder")
-    parser.add_argument("--what", default="all",
-                        help="all, or a comma-separated subset of rollout,distance,posemb,filters; flow (Attention Flow) "
-                             "and relevance (class relevance) run only when named, e.g. all,flow (default: all)")
-    parser.add_argument("--layer", type=int, default=-1,
-                        help="layer of the raw attention map, 0-based; -1 is the last (default)")
-    parser.add_argument("--head", type=int, default=None,
-                        help="head of the raw attention map, 0-based (default: mean over heads)")
-    parser.add_argument("--image-size", type=int, default=None,
-                        help="analyse at this resolution (E_pos resampled; default: the model's own)")
+    parser.add_argument(
+        "--what",
+        default="all",
+        help="all, or a comma-separated subset of rollout,distance,posemb,filters; flow (Attention Flow) "
+        "and relevance (class relevance) run only when named, e.g. all,flow (default: all)",
+    )
+    parser.add_argument(
+        "--layer", type=int, default=-1, help="layer of the raw attention map, 0-based; -1 is the last (default)"
+    )
+    parser.add_argument(
+        "--head", type=int, default=None, help="head of the raw attention map, 0-based (default: mean over heads)"
+    )
+    parser.add_argument(
+        "--image-size",
+        type=int,
+        default=None,
+        help="analyse at this resolution (E_pos resampled; default: the model's own)",
+    )
     parser.add_argument("--show", type=int, default=6, help="images drawn with their maps (default: 6)")
-    parser.add_argument("--max-images", type=int, default=None,
-                        help=f"images read at most, all used for the attention distance (default: all of a "
-                             f"dataset's validation split; {DEFAULT_IMAGES} of digits or --images)")
+    parser.add_argument(
+        "--max-images",
+        type=int,
+        default=None,
+        help=f"images read at most, all used for the attention distance (default: all of a "
+        f"dataset's validation split; {DEFAULT_IMAGES} of digits or --images)",
+    )
     add_runtime_arguments(parser, device_help=DEVICE_HELP, precision=False)
     parser.set_defaults(func=run)
 
@@ -97,13 +118,22 @@ def dataset_batches(args: argparse.Namespace, transform, model_names: list[str] 
     base = run or TrainConfig()  # the split a new run would make, for --data without a run
     if run is not None:
         logger.info("analysing the validation split of %s as %s splits it", source, run_file)
-    splits = load_datasets(source, transform, transform, val_fraction=base.data.val_fraction, seed=base.run.seed,
-                           train_fraction=base.data.train_fraction, dev_fraction=base.data.dev_fraction,
-                           dev_split=base.data.dev_split, max_bad_fraction=base.data.max_bad_fraction,
-                           check_splits=("val",))
+    splits = load_datasets(
+        source,
+        transform,
+        transform,
+        val_fraction=base.data.val_fraction,
+        seed=base.run.seed,
+        train_fraction=base.data.train_fraction,
+        dev_fraction=base.data.dev_fraction,
+        dev_split=base.data.dev_split,
+        max_bad_fraction=base.data.max_bad_fraction,
+        check_splits=("val",),
+    )
     if model_names is not None and list(model_names) != list(splits.class_names):
-        raise ValueError(f"{args.ckpt} was trained on classes {preview(model_names)}, but {source} has "
-                         f"{preview(splits.class_names)}")
+        raise ValueError(
+            f"{args.ckpt} was trained on classes {preview(model_names)}, but {source} has {preview(splits.class_names)}"
+        )
     val: torch.utils.data.Dataset = splits.val
     if args.max_images is not None and args.max_images < len(splits.val):
         val = torch.utils.data.Subset(splits.val, range(args.max_images))
@@ -118,8 +148,10 @@ def run(args: argparse.Namespace) -> int:
 
     what = parse_what(args.what)  # a bad --what fails before the model is loaded
     if args.show < 1 or (args.max_images is not None and args.max_images < 1) or args.batch_size < 1:
-        raise ValueError(f"--show, --max-images and --batch-size must be positive, got {args.show}, "
-                         f"{args.max_images} and {args.batch_size}")
+        raise ValueError(
+            f"--show, --max-images and --batch-size must be positive, got {args.show}, "
+            f"{args.max_images} and {args.batch_size}"
+        )
     if args.images and args.data:
         raise ValueError("--images and --data: give one of them")
     device = resolve_device(args.device)
@@ -133,8 +165,17 @@ def run(args: argparse.Namespace) -> int:
     else:
         loader, class_names = dataset
         shown = torch.stack([loader.dataset[i][0] for i in range(min(args.show, len(loader.dataset)))])
-        result = analyze(model, shown, args.out, what=what, layer=args.layer, head=args.head, show=args.show,
-                         dataset=loader, class_names=class_names)
+        result = analyze(
+            model,
+            shown,
+            args.out,
+            what=what,
+            layer=args.layer,
+            head=args.head,
+            show=args.show,
+            dataset=loader,
+            class_names=class_names,
+        )
     for note in result.notes:
         logger.warning(note)
     for figure in result.figures:

@@ -19,7 +19,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     from vitlab.bench.presets import PRESETS
 
     parser = subparsers.add_parser(
-        "bench", **with_examples(*EXAMPLES),
+        "bench",
+        **with_examples(*EXAMPLES),
         help="throughput, memory and MFU of vitlab and its peers on the same cases",
         description="Each case is VARIANT:TASK:DTYPE[:BATCH[:IMPL,IMPL...]], e.g. Ti/16:infer:bf16 or "
         "B/16:train:bf16:8:vitlab,timm; TASK is infer or train, DTYPE fp32 or bf16.",

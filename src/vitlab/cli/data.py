@@ -17,7 +17,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("data", help="make data sets", **with_examples(*EXAMPLES[:1]))
     commands = parser.add_subparsers(dest="data_command", metavar="DATASET", required=True)
     fractaldb = commands.add_parser(
-        "fractaldb", **with_examples(*EXAMPLES),
+        "fractaldb",
+        **with_examples(*EXAMPLES),
         help="FractalDB: iterated-function-system fractal categories (Kataoka et al. 2020)",
         description="Search IFS fractal categories (filling rate >= 0.2) and render instances of each.",
     )
@@ -27,11 +28,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     fractaldb.add_argument("--out", required=True, help="output folder (created; must be empty)")
     fractaldb.add_argument("--seed", type=int, default=0, help="the same seed gives the same images (default 0)")
     fractaldb.add_argument(
-        "--format", choices=("folder", "wds"), default="folder",
+        "--format",
+        choices=("folder", "wds"),
+        default="folder",
         help="folder: an ImageFolder of PNGs; wds: WebDataset shards (default folder)",
     )
     fractaldb.add_argument(
-        "--workers", type=int, default=min(os.cpu_count() or 1, 8),
+        "--workers",
+        type=int,
+        default=min(os.cpu_count() or 1, 8),
         help="processes; the output does not depend on it (default: the CPU count, at most 8)",
     )
     fractaldb.set_defaults(func=run_fractaldb)

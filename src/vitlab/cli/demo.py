@@ -17,10 +17,12 @@ EXAMPLES = (  # the end of --help
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     demo = subparsers.add_parser(
-        "demo", **with_examples(*EXAMPLES),
+        "demo",
+        **with_examples(*EXAMPLES),
         help="train a small ViT on the built-in digits, evaluate it, predict a few images",
         description="Runs `vitlab train --recipe demo`, `vitlab eval` and `vitlab predict` on a few digits "
-                    "saved as PNG, printing each command first.")
+        "saved as PNG, printing each command first.",
+    )
     demo.add_argument("--out", default="runs/demo", metavar="DIR", help="model folder (default runs/demo)")
     demo.add_argument("--samples", type=int, default=6, help="validation digits to save and predict")
     demo.set_defaults(func=run_demo)

@@ -78,36 +78,66 @@ SETTING_FLAGS = {
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "eval", help="top-1 / top-5 accuracy of a checkpoint on a dataset", **with_examples(*EXAMPLES),
+        "eval",
+        help="top-1 / top-5 accuracy of a checkpoint on a dataset",
+        **with_examples(*EXAMPLES),
         description="Score a checkpoint on a split of a data source. For a run folder, the split, bad-image "
-                    "limit, device, precision and batch size are the run's (from its run.yaml) unless a flag changes "
-                    f"them; the JSON report goes to the folder's {EVAL_FILE} or --out.")
+        "limit, device, precision and batch size are the run's (from its run.yaml) unless a flag changes "
+        f"them; the JSON report goes to the folder's {EVAL_FILE} or --out.",
+    )
     add_checkpoint_argument(parser)
     parser.add_argument("--data", metavar="SRC", help="data source, e.g. digits or an ImageFolder (default: the run's)")
     parser.add_argument("--out", metavar="FILE", help=f"JSON report (default: CKPT/{EVAL_FILE} for a model folder)")
-    parser.add_argument("--split", choices=SPLITS, default="val",
-                        help="val (default: the source's validation split), dev (the run's data.dev_fraction split "
-                             "of the training images), train (what the run trained on), or all of them")
+    parser.add_argument(
+        "--split",
+        choices=SPLITS,
+        default="val",
+        help="val (default: the source's validation split), dev (the run's data.dev_fraction split "
+        "of the training images), train (what the run trained on), or all of them",
+    )
     parser.add_argument("--image-size", type=int, help="evaluate at this resolution (E_pos resampled)")
     from vitlab.export.runtime import RUNTIMES
 
-    parser.add_argument("--runtime", choices=RUNTIMES, default="torch",
-                        help="onnx: --ckpt is a file from `vitlab export --format onnx` (fp32 or --quantize int8), "
-                             "run by onnxruntime on the CPU; compare both files' top-1 for int8's accuracy cost")
+    parser.add_argument(
+        "--runtime",
+        choices=RUNTIMES,
+        default="torch",
+        help="onnx: --ckpt is a file from `vitlab export --format onnx` (fp32 or --quantize int8), "
+        "run by onnxruntime on the CPU; compare both files' top-1 for int8's accuracy cost",
+    )
     parser.add_argument("--batch-size", type=int, metavar="N", help="default: the run's evaluation batch, else 64")
-    add_runtime_arguments(parser, default=None, device_help="default: the run's, else auto",
-                          precision_help="default: the run's, else auto")
+    add_runtime_arguments(
+        parser,
+        default=None,
+        device_help="default: the run's, else auto",
+        precision_help="default: the run's, else auto",
+    )
     parser.add_argument("--workers", type=int, default=0, help="data-loader worker processes")
     parser.add_argument("--seed", type=int, help="seed of the held-out split (default: the run's)")
-    parser.add_argument("--val-fraction", type=float, metavar="X",
-                        help="held out as val when the source has no validation split (default: the run's)")
-    parser.add_argument("--train-fraction", type=float, metavar="X",
-                        help="the class-balanced share of the training split the run used (default: the run's)")
-    parser.add_argument("--max-bad-fraction", type=float, metavar="X",
-                        help="unreadable images tolerated in the scored split (default: the run's)")
-    parser.add_argument("--real-labels", metavar="REAL_JSON",
-                        help="also score ImageNet-ReaL: real.json of google-research/reassessed-imagenet, one label "
-                             "list per scored image in sorted file-name order")
+    parser.add_argument(
+        "--val-fraction",
+        type=float,
+        metavar="X",
+        help="held out as val when the source has no validation split (default: the run's)",
+    )
+    parser.add_argument(
+        "--train-fraction",
+        type=float,
+        metavar="X",
+        help="the class-balanced share of the training split the run used (default: the run's)",
+    )
+    parser.add_argument(
+        "--max-bad-fraction",
+        type=float,
+        metavar="X",
+        help="unreadable images tolerated in the scored split (default: the run's)",
+    )
+    parser.add_argument(
+        "--real-labels",
+        metavar="REAL_JSON",
+        help="also score ImageNet-ReaL: real.json of google-research/reassessed-imagenet, one label "
+        "list per scored image in sorted file-name order",
+    )
     parser.set_defaults(func=run_eval)
 
 
@@ -168,8 +198,10 @@ def run_eval(args: argparse.Namespace) -> int:
     if args.split == "dev" and not settings.dev_fraction:
         raise UserError(f"--split dev: {args.ckpt} was not trained with a dev split (data.dev_fraction)")
     if args.runtime == "onnx" and (args.image_size or settings.device not in ("auto", "cpu")):
-        raise UserError(f"--runtime onnx runs {args.ckpt} at its exported size on the CPU: drop --image-size and "
-                        f"--device {settings.device}")
+        raise UserError(
+            f"--runtime onnx runs {args.ckpt} at its exported size on the CPU: drop --image-size and "
+            f"--device {settings.device}"
+        )
     device = resolve_device("cpu" if args.runtime == "onnx" else settings.device)
     precision = resolve_precision(settings.precision, device)
     out = Path(args.out) if args.out else (Path(args.ckpt) / EVAL_FILE if Path(args.ckpt).is_dir() else None)
@@ -187,32 +219,60 @@ def run_eval(args: argparse.Namespace) -> int:
     model = model.to(device).eval()
     transform = eval_transform(model.config)
     if settings.dev_fraction and args.split == "val":
-        log.info("the run validated on a dev split of %g of its training images (its summary's val_top1; "
-                 "--split dev); --split val scores the source's validation split, the run's test split "
-                 "(its summary's test_top1)", settings.dev_fraction)
+        log.info(
+            "the run validated on a dev split of %g of its training images (its summary's val_top1; "
+            "--split dev); --split val scores the source's validation split, the run's test split "
+            "(its summary's test_top1)",
+            settings.dev_fraction,
+        )
     check_splits = ("train", "dev", "val") if args.split == "all" else (args.split,)
     assert settings.data is not None  # resolve_settings refuses a run without one
-    splits = load_datasets(settings.data, transform, transform, val_fraction=settings.val_fraction,
-                           seed=settings.seed, train_fraction=settings.train_fraction,
-                           dev_fraction=settings.dev_fraction, dev_split=settings.dev_split,
-                           max_bad_fraction=settings.max_bad_fraction, check_splits=check_splits)
+    splits = load_datasets(
+        settings.data,
+        transform,
+        transform,
+        val_fraction=settings.val_fraction,
+        seed=settings.seed,
+        train_fraction=settings.train_fraction,
+        dev_fraction=settings.dev_fraction,
+        dev_split=settings.dev_split,
+        max_bad_fraction=settings.max_bad_fraction,
+        check_splits=check_splits,
+    )
     names = model.config.class_names
     if names is not None and list(names) != list(splits.class_names):
-        raise ValueError(f"{args.ckpt} was trained on classes {preview(names)}, but {settings.data} has "
-                         f"{preview(splits.class_names)}")
+        raise ValueError(
+            f"{args.ckpt} was trained on classes {preview(names)}, but {settings.data} has "
+            f"{preview(splits.class_names)}"
+        )
     if splits.held_out and run is None:
-        log.info("%s has no run.yaml: %s's validation images held out with seed %d, val_fraction %g "
-                 "(pass the training run's --seed and --val-fraction)", args.ckpt, settings.data, settings.seed,
-                 settings.val_fraction)
-    parts = ([part for part in (splits.train, splits.dev, splits.val) if part is not None] if args.split == "all"
-             else [getattr(splits, args.split)])
+        log.info(
+            "%s has no run.yaml: %s's validation images held out with seed %d, val_fraction %g "
+            "(pass the training run's --seed and --val-fraction)",
+            args.ckpt,
+            settings.data,
+            settings.seed,
+            settings.val_fraction,
+        )
+    parts = (
+        [part for part in (splits.train, splits.dev, splits.val) if part is not None]
+        if args.split == "all"
+        else [getattr(splits, args.split)]
+    )
     trained = trained_in_run(run, run_file, settings, splits)
     scored_keys = [key for part in parts for key in part.sample_keys()]
     overlap = None if trained is None else sum(key in trained for key in scored_keys)
     if overlap:
-        log.warning("%d of the %d scored images were in the run's training set (%s: seed %d, val_fraction %g, "
-                    "train_fraction %g); this is not a validation accuracy", overlap, len(scored_keys), run_file,
-                    run.run.seed, run.data.val_fraction, run.data.train_fraction)
+        log.warning(
+            "%d of the %d scored images were in the run's training set (%s: seed %d, val_fraction %g, "
+            "train_fraction %g); this is not a validation accuracy",
+            overlap,
+            len(scored_keys),
+            run_file,
+            run.run.seed,
+            run.data.val_fraction,
+            run.data.train_fraction,
+        )
 
     label_sets = None
     if real is not None:  # refused before the evaluation, not after it
@@ -223,10 +283,19 @@ def run_eval(args: argparse.Namespace) -> int:
     dataset = parts[0] if len(parts) == 1 else torch.utils.data.ConcatDataset(parts)
     loader = eval_loader(dataset, settings.batch_size, args.workers, pin_memory=device.type == "cuda")
     predictions = PredictionLog()
-    result = evaluate(model, progress(loader, "eval", total=len(loader)), device=device,
-                      autocast=precision.autocast, on_batch=predictions)
-    details = write_details(predictions, output_names(model.config, splits.class_names),
-                            out.parent if out is not None else None, real=label_sets)
+    result = evaluate(
+        model,
+        progress(loader, "eval", total=len(loader)),
+        device=device,
+        autocast=precision.autocast,
+        on_batch=predictions,
+    )
+    details = write_details(
+        predictions,
+        output_names(model.config, splits.class_names),
+        out.parent if out is not None else None,
+        real=label_sets,
+    )
     report = {
         "ckpt": str(args.ckpt),
         "data": settings.data,
@@ -236,12 +305,18 @@ def run_eval(args: argparse.Namespace) -> int:
         "metrics": {**result.to_dict(), "ece": details.pop("ece")},
         **details,
         "trained_images_scored": overlap,  # null: no run.yaml to tell
-        "settings": {**dataclasses.asdict(settings), "precision": precision.name, "device": device.type,
-                     "from": str(run_file) if run_file else None},
+        "settings": {
+            **dataclasses.asdict(settings),
+            "precision": precision.name,
+            "device": device.type,
+            "from": str(run_file) if run_file else None,
+        },
     }
     real_words = f"  ReaL top-1 {details['real']['top1']:.4f}" if "real" in details else ""
-    print(f"{result.describe()}{real_words}  ECE {report['metrics']['ece']:.4f}  ({result.count} images, "
-          f"{settings.data} {args.split})")
+    print(
+        f"{result.describe()}{real_words}  ECE {report['metrics']['ece']:.4f}  ({result.count} images, "
+        f"{settings.data} {args.split})"
+    )
     if out is None:
         print("report not written: --ckpt is not a model folder; pass --out FILE")
         return 0
@@ -268,15 +343,30 @@ def trained_in_run(run, run_file: Path | None, settings: EvalSettings, splits) -
     if run is None:
         return None
     same = (settings.data, settings.seed, settings.val_fraction, settings.train_fraction) == (
-        run.data.source, run.run.seed, run.data.val_fraction, run.data.train_fraction)  # dev: always the run's
+        run.data.source,
+        run.run.seed,
+        run.data.val_fraction,
+        run.data.train_fraction,
+    )  # dev: always the run's
     if same:
         return set(splits.train.sample_keys())
     try:  # listed only, nothing decoded
-        train = load_datasets(run.data.source, None, None, val_fraction=run.data.val_fraction, seed=run.run.seed,
-                              train_fraction=run.data.train_fraction, dev_fraction=run.data.dev_fraction,
-                              dev_split=run.data.dev_split, check_splits=()).train
+        train = load_datasets(
+            run.data.source,
+            None,
+            None,
+            val_fraction=run.data.val_fraction,
+            seed=run.run.seed,
+            train_fraction=run.data.train_fraction,
+            dev_fraction=run.data.dev_fraction,
+            dev_split=run.data.dev_split,
+            check_splits=(),
+        ).train
     except (OSError, ValueError) as error:
-        log.warning("cannot list the run's training data %s (%s); the scored images are not checked against it",
-                    run.data.source, error)
+        log.warning(
+            "cannot list the run's training data %s (%s); the scored images are not checked against it",
+            run.data.source,
+            error,
+        )
         return None
     return set(train.sample_keys())

@@ -29,18 +29,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     from vitlab.evaluate.fewshot import L2_REG, NUM_SEEDS, SHOTS
 
     parser = subparsers.add_parser(
-        "fewshot", **with_examples(*EXAMPLES),
+        "fewshot",
+        **with_examples(*EXAMPLES),
         help="few-shot linear evaluation (closed-form least squares) and a linear probe",
         description="Fit linear classifiers on the frozen pre-logits features of the training split with "
         "k examples per class (and on all of them), and report top-1 on the validation split.",
     )
     add_checkpoint_argument(parser)
     parser.add_argument("--data", required=True, help="data source: digits, an ImageFolder root, CIFAR, shards")
-    parser.add_argument("--shots", type=parse_shots, default=list(SHOTS),
-                        help=f"examples per class (default: {','.join(map(str, SHOTS))})")
+    parser.add_argument(
+        "--shots",
+        type=parse_shots,
+        default=list(SHOTS),
+        help=f"examples per class (default: {','.join(map(str, SHOTS))})",
+    )
     parser.add_argument("--l2", type=float, default=L2_REG, help=f"ridge penalty (default: 2^10 = {L2_REG:g})")
-    parser.add_argument("--seeds", type=int, default=NUM_SEEDS,
-                        help=f"random draws averaged per shot count (default: {NUM_SEEDS})")
+    parser.add_argument(
+        "--seeds", type=int, default=NUM_SEEDS, help=f"random draws averaged per shot count (default: {NUM_SEEDS})"
+    )
     parser.add_argument("--no-probe", action="store_true", help="skip the linear probe on all training features")
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--workers", type=int, default=0, help="data-loading processes (default: 0)")
@@ -63,14 +69,23 @@ def run(args: argparse.Namespace) -> int:
     transform = eval_transform(model.config)
     splits = load_datasets(args.data, transform, transform)
     result = evaluate_representation(
-        model, splits.train, splits.val, shots=args.shots, l2=args.l2, seeds=args.seeds,
-        probe=not args.no_probe, batch_size=args.batch_size, num_workers=args.workers,
+        model,
+        splits.train,
+        splits.val,
+        shots=args.shots,
+        l2=args.l2,
+        seeds=args.seeds,
+        probe=not args.no_probe,
+        batch_size=args.batch_size,
+        num_workers=args.workers,
         num_classes=splits.num_classes,
     )
     result.update(ckpt=str(args.ckpt), data=args.data, train_images=len(splits.train), test_images=len(splits.val))
     fewshot = result["fewshot"]
-    print(f"few-shot linear, {result['feature_dim']}-d pre-logits features, l2 {fewshot['l2']:g}, "
-          f"{fewshot['seeds']} seeds, {result['test_images']} test images:")
+    print(
+        f"few-shot linear, {result['feature_dim']}-d pre-logits features, l2 {fewshot['l2']:g}, "
+        f"{fewshot['seeds']} seeds, {result['test_images']} test images:"
+    )
     for shots, score in fewshot["shots"].items():
         print(f"  {shots:>3}-shot  {100 * score['mean']:6.2f}%  (std {100 * score['std']:.2f})")
     if "linear_probe" in result:

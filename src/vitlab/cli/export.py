@@ -18,34 +18,42 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     from vitlab.export.validate import FP32_TOLERANCE
 
     parser = subparsers.add_parser(
-        "export", **with_examples(*EXAMPLES),
+        "export",
+        **with_examples(*EXAMPLES),
         help="export a checkpoint to ONNX, torch.export (.pt2), vit_jax .npz, or a timm / transformers folder",
         description="Export a checkpoint and check the written file against the PyTorch model on sample "
         "inputs (onnxruntime for ONNX); prints the largest logit difference and fails above the tolerance.",
     )
     add_checkpoint_argument(parser)
     parser.add_argument(
-        "--format", required=True, choices=FORMATS,
+        "--format",
+        required=True,
+        choices=FORMATS,
         help="onnx, export (torch.export .pt2), npz, timm (a folder for timm.create_model('local-dir:DIR')) "
         "or hf (a folder for transformers' from_pretrained and pipeline)",
     )
     parser.add_argument("--out", required=True, help="file to write (a folder for timm and hf)")
     parser.add_argument(
-        "--dynamic-batch", action=argparse.BooleanOptionalAction, default=True,
+        "--dynamic-batch",
+        action=argparse.BooleanOptionalAction,
+        default=True,
         help="symbolic batch axis (default); --no-dynamic-batch fixes it to --batch-size",
     )
     parser.add_argument("--batch-size", type=int, default=1, help="the fixed batch size with --no-dynamic-batch")
     parser.add_argument("--image-size", type=int, help="export at this resolution (E_pos resampled)")
     parser.add_argument("--tolerance", type=float, default=FP32_TOLERANCE, help="max |logit difference| accepted")
     parser.add_argument(
-        "--quantize", choices=QUANTIZATIONS,
+        "--quantize",
+        choices=QUANTIZATIONS,
         help="onnx only: also write OUT's int8 copy (vit.onnx -> vit.int8.onnx, onnxruntime's dynamic quantization "
         f"of the linear layers), checked within {INT8_TOLERANCE:g} x the largest PyTorch logit",
     )
     parser.add_argument(
         "--speed", type=int, metavar="BATCH", help="onnx only: also time PyTorch and onnxruntime on CPU at this batch"
     )
-    parser.add_argument("--threads", type=int, help="with --speed: intra-op threads of both runtimes (default: torch's)")
+    parser.add_argument(
+        "--threads", type=int, help="with --speed: intra-op threads of both runtimes (default: torch's)"
+    )
     parser.set_defaults(func=run)
 
 
@@ -65,7 +73,9 @@ def run(args: argparse.Namespace) -> int:
         plan = TracePlan(args.dynamic_batch, args.batch_size)
         path, check = export_model(model, args.format, args.out, plan, args.tolerance)
     except ModuleNotFoundError as error:  # onnx, onnxscript, onnxruntime are an optional extra
-        raise UserError(f"--format {args.format} needs the {error.name} package: pip install 'vitlab[export]'") from None
+        raise UserError(
+            f"--format {args.format} needs the {error.name} package: pip install 'vitlab[export]'"
+        ) from None
     height, width = model.config.image_size
     print(f"wrote {path} ({args.format}, input {height}x{width}); {check}")
     if args.quantize is not None:

@@ -14,8 +14,9 @@ EXAMPLES = (  # the end of --help
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("models", help="list the registered models (ViT, hybrid, BiT, Axial-ViT)",
-                                   **with_examples(*EXAMPLES))
+    parser = subparsers.add_parser(
+        "models", help="list the registered models (ViT, hybrid, BiT, Axial-ViT)", **with_examples(*EXAMPLES)
+    )
     # The registry's families (tests/cli/test_names.py checks them), written out: the registry imports torch.
     parser.add_argument(
         "--family", choices=("vit", "hybrid", "bit", "axial", "all"), default="all", help="which family to list"

@@ -20,8 +20,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     predict.add_argument("images", nargs="+", metavar="IMAGE_OR_DIR", help="image files or folders of them")
     predict.add_argument("--topk", type=int, default=5, metavar="K", help="classes shown per image (default 5)")
     predict.add_argument("--json", action="store_true", help="print JSON instead of text")
-    predict.add_argument("--runtime", choices=("torch", "onnx"), default="torch",
-                         help="onnx: --ckpt is a file from `vitlab export --format onnx`, run by onnxruntime")
+    predict.add_argument(
+        "--runtime",
+        choices=("torch", "onnx"),
+        default="torch",
+        help="onnx: --ckpt is a file from `vitlab export --format onnx`, run by onnxruntime",
+    )
     predict.add_argument("--batch-size", type=int, default=64, metavar="N")
     add_runtime_arguments(predict)
     predict.set_defaults(func=run_predict)
@@ -65,14 +69,20 @@ def run_predict(args: argparse.Namespace) -> int:
         predictions = predict_images(OnnxModel(args.ckpt), images, topk=args.topk, batch_size=args.batch_size)
     else:
         model, _, precision = _load_for_inference(args)
-        predictions = predict_images(model, images, topk=args.topk, batch_size=args.batch_size,
-                                     autocast=precision.autocast)
+        predictions = predict_images(
+            model, images, topk=args.topk, batch_size=args.batch_size, autocast=precision.autocast
+        )
     if args.json:
-        print(json.dumps([{"path": str(path), "top": [{"label": label, "prob": prob} for label, prob in p.top]}
-                          for path, p in zip(readable, predictions)], indent=2))
+        print(
+            json.dumps(
+                [
+                    {"path": str(path), "top": [{"label": label, "prob": prob} for label, prob in p.top]}
+                    for path, p in zip(readable, predictions)
+                ],
+                indent=2,
+            )
+        )
     else:
         for path, prediction in zip(readable, predictions):
             print(f"{path}: " + ", ".join(f"{label} ({prob:.3f})" for label, prob in prediction.top))
     return 0 if len(readable) == len(files) else 1
-
-

@@ -15,7 +15,8 @@ EXAMPLES = (  # the end of --help
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "serve", **with_examples(*EXAMPLES),
+        "serve",
+        **with_examples(*EXAMPLES),
         help="web page (upload -> top-5 + attention rollout) and POST /predict JSON endpoint",
         description="Serve a checkpoint: a Gradio page at / and POST /predict (image bytes in, "
         '{"top": [{"label", "prob"}, ...]} out). Binds to 127.0.0.1 unless --host says otherwise.',

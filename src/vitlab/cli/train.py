@@ -52,11 +52,13 @@ FLAG_KEYS = {
     "repeats": "augment.repeats",
 }
 # What a run keeps and logs besides the last model (vitlab.train.best, vitlab.train.run_logs).
-FLAG_KEYS.update({
-    "keep_best_by": "run.keep_best_by",
-    "early_stop_patience": "run.early_stop_patience",
-    "tensorboard": "run.tensorboard",
-})
+FLAG_KEYS.update(
+    {
+        "keep_best_by": "run.keep_best_by",
+        "early_stop_patience": "run.early_stop_patience",
+        "tensorboard": "run.tensorboard",
+    }
+)
 SIGNAL_EXIT = {"SIGINT": 130, "SIGTERM": 143}
 TRAIN_EXAMPLES = (  # the end of --help
     "vitlab train --data digits --out runs/digits --steps 500",
@@ -78,8 +80,10 @@ def recipe_defaults() -> str:
     for name in RECIPES:
         c = get_recipe(name)
         length = f"{c.schedule.steps} steps" if c.schedule.steps else f"{c.schedule.epochs} epochs"
-        lines.append(f"  {name}: {c.model.variant}, {c.optim.name} lr {c.optim.lr:g}, batch {c.data.batch_size}, "
-                     f"{length}, {c.schedule.decay} decay, weight decay {c.optim.weight_decay:g}")
+        lines.append(
+            f"  {name}: {c.model.variant}, {c.optim.name} lr {c.optim.lr:g}, batch {c.data.batch_size}, "
+            f"{length}, {c.schedule.decay} decay, weight decay {c.optim.weight_decay:g}"
+        )
     heading = "recipe defaults (of paper-pretrain and paper-finetune, the default row; NAME:DATASET picks another):"
     return "\n".join([heading, *lines])
 
@@ -90,19 +94,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     recipes = ", ".join(RECIPES)
     defaults = recipe_defaults()
     train = subparsers.add_parser(
-        "train", help="train a ViT from scratch", **with_examples(*TRAIN_EXAMPLES, before=defaults),
+        "train",
+        help="train a ViT from scratch",
+        **with_examples(*TRAIN_EXAMPLES, before=defaults),
         description=f"Train a ViT from scratch and write a loadable model folder to --out. Recipes: {recipes} "
-                    "(default small-data).")
+        "(default small-data).",
+    )
     train.add_argument("--model", metavar="VARIANT", help="variant such as Ti/16 or B/16 (default: the recipe's)")
     _add_training_flags(train)
     train.set_defaults(func=run_train, default_recipe="small-data")
 
     finetune = subparsers.add_parser(
-        "finetune", help="fine-tune a checkpoint on new data (paper Sec. 3.2)",
+        "finetune",
+        help="fine-tune a checkpoint on new data (paper Sec. 3.2)",
         **with_examples(*FINETUNE_EXAMPLES, before=defaults),
         description="Load CKPT, replace its head by a zero-initialised one for the new classes, resample the "
-                    f"position embeddings if --image-size differs, and train. Recipes: {recipes} "
-                    "(default paper-finetune).")
+        f"position embeddings if --image-size differs, and train. Recipes: {recipes} "
+        "(default paper-finetune).",
+    )
     # --ckpt as every command that reads a model spells it; --init, its earlier name, still works.
     finetune.add_argument("--ckpt", "--init", dest="ckpt", metavar="CKPT", required=True, help=CKPT_HELP)
     _add_training_flags(finetune)
@@ -110,13 +119,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _add_training_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--data", metavar="SRC",
-                        help="digits | [imagefolder:]DIR | cifar10:DIR | cifar100:DIR | [wds:]SHARDS")
+    parser.add_argument(
+        "--data", metavar="SRC", help="digits | [imagefolder:]DIR | cifar10:DIR | cifar100:DIR | [wds:]SHARDS"
+    )
     parser.add_argument("--out", metavar="DIR", help="output folder: model, metrics, plot, checkpoints")
     parser.add_argument("--recipe", metavar="NAME", help="recipe, optionally NAME:DATASET (paper-finetune:pets)")
     parser.add_argument("--config", metavar="FILE", help="YAML file of config sections (e.g. a run.yaml)")
-    parser.add_argument("--set", dest="assignments", action="append", default=[], metavar="KEY=VALUE",
-                        help="change one field, e.g. --set optim.weight_decay=0.05 (repeatable)")
+    parser.add_argument(
+        "--set",
+        dest="assignments",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="change one field, e.g. --set optim.weight_decay=0.05 (repeatable)",
+    )
     parser.add_argument("--image-size", type=int, metavar="N")
     length = parser.add_mutually_exclusive_group()
     length.add_argument("--epochs", type=int, metavar="N")
@@ -126,47 +142,92 @@ def _add_training_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lr", type=float, metavar="X", help="peak learning rate")
     parser.add_argument("--seed", type=int, metavar="N")
     parser.add_argument("--resume", action="store_true", default=None, help="continue from DIR/checkpoints/latest")
-    add_runtime_arguments(parser, default=None,
-                          precision_help="auto: bf16 on GPUs with bf16, fp16 on other GPUs, fp32 on CPU")
+    add_runtime_arguments(
+        parser, default=None, precision_help="auto: bf16 on GPUs with bf16, fp16 on other GPUs, fp32 on CPU"
+    )
     parser.add_argument("--workers", type=int, metavar="N", help="data-loader worker processes")
     parser.add_argument("--threads", type=int, metavar="N", help="CPU threads for torch")
     parser.add_argument("--eval-every", type=int, metavar="STEPS", help="default: every epoch")
     parser.add_argument("--ckpt-every-steps", type=int, metavar="N")
     parser.add_argument("--ckpt-every-minutes", type=float, metavar="M")
     parser.add_argument("--keep-ckpts", type=int, metavar="K", help="checkpoints kept (newest)")
-    parser.add_argument("--max-bad-steps", type=int, metavar="N",
-                        help="stop after N steps in a row with a non-finite loss or gradient (each is skipped)")
-    parser.add_argument("--ema", type=float, nargs="?", const=0.9999, metavar="DECAY",
-                        help="average the weights (Polyak/EMA; default decay 0.9999)")
+    parser.add_argument(
+        "--max-bad-steps",
+        type=int,
+        metavar="N",
+        help="stop after N steps in a row with a non-finite loss or gradient (each is skipped)",
+    )
+    parser.add_argument(
+        "--ema",
+        type=float,
+        nargs="?",
+        const=0.9999,
+        metavar="DECAY",
+        help="average the weights (Polyak/EMA; default decay 0.9999)",
+    )
     parser.add_argument("--compile", action="store_true", default=None, help="torch.compile the model")
-    parser.add_argument("--grad-checkpointing", "--grad-ckpt", dest="grad_checkpointing", action="store_true",
-                        default=None, help="gradient checkpointing (recompute activations in the backward pass)")
+    parser.add_argument(
+        "--grad-checkpointing",
+        "--grad-ckpt",
+        dest="grad_checkpointing",
+        action="store_true",
+        default=None,
+        help="gradient checkpointing (recompute activations in the backward pass)",
+    )
     add_memory_argument(parser)
-    parser.add_argument("--data-parallel", choices=typing.get_args(DataParallel),
-                        help="under torchrun: ddp copies the model to every process, fsdp shards it (default ddp)")
+    parser.add_argument(
+        "--data-parallel",
+        choices=typing.get_args(DataParallel),
+        help="under torchrun: ddp copies the model to every process, fsdp shards it (default ddp)",
+    )
     parser.add_argument("--download", action="store_true", default=None, help="fetch CIFAR-10/100 if missing")
-    parser.add_argument("--layer-decay", type=float, metavar="X",
-                        help="layer-wise learning-rate decay (BEiT/MAE fine-tuning): of n layers, layer l "
-                             "trains at lr * X^(n-1-l)")
-    parser.add_argument("--trainable-blocks", type=int, metavar="K",
-                        help="train only the last K blocks and the head, freeze the rest; 0: the head alone (for "
-                             "a logistic-regression probe on fixed features see vitlab fewshot)")
+    parser.add_argument(
+        "--layer-decay",
+        type=float,
+        metavar="X",
+        help="layer-wise learning-rate decay (BEiT/MAE fine-tuning): of n layers, layer l trains at lr * X^(n-1-l)",
+    )
+    parser.add_argument(
+        "--trainable-blocks",
+        type=int,
+        metavar="K",
+        help="train only the last K blocks and the head, freeze the rest; 0: the head alone (for "
+        "a logistic-regression probe on fixed features see vitlab fewshot)",
+    )
     parser.add_argument("--reprob", type=float, metavar="P", help="random erasing probability (timm's, pixel mode)")
-    parser.add_argument("--repeats", type=int, metavar="N",
-                        help="repeated augmentation (DeiT): each image N times in a row, differently augmented")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        metavar="N",
+        help="repeated augmentation (DeiT): each image N times in a row, differently augmented",
+    )
     _add_outputs_flags(parser)
 
 
 def _add_outputs_flags(parser: argparse.ArgumentParser) -> None:
     """What a run keeps and logs besides the last model, and --print-config."""
-    parser.add_argument("--keep-best-by", choices=typing.get_args(BestMetric),
-                        help="also keep the best model by this metric in DIR/best/ (val_loss: lowest)")
-    parser.add_argument("--early-stop-patience", type=int, metavar="N",
-                        help="stop after N evaluations without a better --keep-best-by metric (default val_top1)")
-    parser.add_argument("--tensorboard", action="store_true", default=None,
-                        help="write TensorBoard event files to DIR/tensorboard (metrics.csv is always written)")
-    parser.add_argument("--print-config", action="store_true",
-                        help="print the resolved config (as DIR/run.yaml would hold it) and exit without training")
+    parser.add_argument(
+        "--keep-best-by",
+        choices=typing.get_args(BestMetric),
+        help="also keep the best model by this metric in DIR/best/ (val_loss: lowest)",
+    )
+    parser.add_argument(
+        "--early-stop-patience",
+        type=int,
+        metavar="N",
+        help="stop after N evaluations without a better --keep-best-by metric (default val_top1)",
+    )
+    parser.add_argument(
+        "--tensorboard",
+        action="store_true",
+        default=None,
+        help="write TensorBoard event files to DIR/tensorboard (metrics.csv is always written)",
+    )
+    parser.add_argument(
+        "--print-config",
+        action="store_true",
+        help="print the resolved config (as DIR/run.yaml would hold it) and exit without training",
+    )
 
 
 # -- train / finetune --------------------------------------------------------------------------------
@@ -183,8 +244,12 @@ def build_config(args: argparse.Namespace):
     config = get_recipe(recipe, **({"model": args.model} if pick_model else {}))
     apply_mapping(config, document, str(args.config))
     # Where each key was last set, so that an out-of-range value names its file or flag.
-    origins = {f"{section}.{name}": str(args.config) for section, values in document.items()
-               if isinstance(values, dict) for name in values}
+    origins = {
+        f"{section}.{name}": str(args.config)
+        for section, values in document.items()
+        if isinstance(values, dict)
+        for name in values
+    }
     for flag, key in FLAG_KEYS.items():
         value = getattr(args, flag, None)
         if value is not None:
@@ -214,8 +279,11 @@ def run_train(args: argparse.Namespace) -> int:
     try:
         result = trainer.fit()
     except Interrupted as stop:
-        print(f"vitlab {args.command}: stopped by {stop.signal_name} at step {stop.step}; checkpoint "
-              f"{stop.checkpoint}; run the same command with --resume to continue", file=sys.stderr)
+        print(
+            f"vitlab {args.command}: stopped by {stop.signal_name} at step {stop.step}; checkpoint "
+            f"{stop.checkpoint}; run the same command with --resume to continue",
+            file=sys.stderr,
+        )
         return SIGNAL_EXIT.get(stop.signal_name, 1)
     except Diverged as error:
         print(f"vitlab {args.command}: {error}", file=sys.stderr)
@@ -224,8 +292,9 @@ def run_train(args: argparse.Namespace) -> int:
     if not trainer.processes.is_main:  # under torchrun, process 0 reports
         return 0
     top5 = describe_top5(summary["val_top5"], len(trainer.class_names))
-    print(f"val top-1 {summary['val_top1']:.4f}  {top5}  after {summary['steps']} steps "
-          f"in {summary['wall_time_s']:.0f} s")
+    print(
+        f"val top-1 {summary['val_top1']:.4f}  {top5}  after {summary['steps']} steps in {summary['wall_time_s']:.0f} s"
+    )
     print(f"model folder: {result.out}  (vitlab.load({str(result.out)!r}))")
     print(f"training curve: {result.out / 'training_curve.png'}")
     return 0

@@ -17,8 +17,11 @@ FETCH_EXAMPLES = (  # the end of --help
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("weights", help="the pretrained-weights catalogue (MODEL:TAG names)",
-                                   **with_examples(*LIST_EXAMPLES[:1], *FETCH_EXAMPLES[:1]))
+    parser = subparsers.add_parser(
+        "weights",
+        help="the pretrained-weights catalogue (MODEL:TAG names)",
+        **with_examples(*LIST_EXAMPLES[:1], *FETCH_EXAMPLES[:1]),
+    )
     commands = parser.add_subparsers(dest="weights_command", metavar="ACTION", required=True)
 
     listing = commands.add_parser("list", help="list catalogue entries", **with_examples(*LIST_EXAMPLES))
@@ -26,8 +29,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     listing.add_argument("--urls", action="store_true", help="also print each entry's sources and checksums")
     listing.set_defaults(func=run_list)
 
-    fetch = commands.add_parser("fetch", help="download entries into the cache and verify them",
-                                **with_examples(*FETCH_EXAMPLES))
+    fetch = commands.add_parser(
+        "fetch", help="download entries into the cache and verify them", **with_examples(*FETCH_EXAMPLES)
+    )
     fetch.add_argument("names", nargs="+", metavar="MODEL:TAG")
     fetch.set_defaults(func=run_fetch)
 
@@ -61,11 +65,15 @@ def run_list(args: argparse.Namespace) -> int:
                 if hub_id:
                     print(f"    {label}: hf://{hub_id}")
     print(f"cache: {cache_dir()}")
-    print("tofu: no published checksum, the first download's sha256 is recorded; +alt: a second source, "
-          "timm's conversion, whose name carries its sha256 prefix (see --urls)")
+    print(
+        "tofu: no published checksum, the first download's sha256 is recorded; +alt: a second source, "
+        "timm's conversion, whose name carries its sha256 prefix (see --urls)"
+    )
     if any(entry.zeroed_head for entry in entries):
-        print("feature: a feature extractor, the release's ImageNet-21k head is zeroed; it outputs the "
-              "pre-logits (tanh) representation, no classes")
+        print(
+            "feature: a feature extractor, the release's ImageNet-21k head is zeroed; it outputs the "
+            "pre-logits (tanh) representation, no classes"
+        )
     return 0
 
 

@@ -36,8 +36,14 @@ class CifarLayout:
 
 
 LAYOUTS = {
-    "cifar10": CifarLayout("cifar-10-batches-py", tuple(f"data_batch_{i}" for i in range(1, 6)),
-                           "test_batch", "batches.meta", "labels", "label_names"),
+    "cifar10": CifarLayout(
+        "cifar-10-batches-py",
+        tuple(f"data_batch_{i}" for i in range(1, 6)),
+        "test_batch",
+        "batches.meta",
+        "labels",
+        "label_names",
+    ),
     "cifar100": CifarLayout("cifar-100-python", ("train",), "test", "meta", "fine_labels", "fine_label_names"),
 }
 
@@ -89,8 +95,10 @@ def read_batch(path: Path, label_key: str) -> tuple[np.ndarray, np.ndarray]:
     data = np.asarray(batch["data"])
     labels = np.asarray(batch[label_key], dtype=np.int64)
     if data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != 3 * 32 * 32 or len(data) != len(labels):
-        raise ValueError(f"CIFAR file {str(path)!r} has data {data.dtype} {data.shape} for {len(labels)} "
-                         f"labels; expected uint8 (N, 3072)")
+        raise ValueError(
+            f"CIFAR file {str(path)!r} has data {data.dtype} {data.shape} for {len(labels)} "
+            f"labels; expected uint8 (N, 3072)"
+        )
     return data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1), labels  # planes -> (N, H, W, C)
 
 
@@ -104,8 +112,9 @@ def find_cifar_folder(path: Path) -> tuple[str, Path] | None:
     return None
 
 
-def load_cifar_splits(kind: str, location: str, train_transform: Transform, eval_transform: Transform,
-                      *, download: bool = False) -> DataSplits:
+def load_cifar_splits(
+    kind: str, location: str, train_transform: Transform, eval_transform: Transform, *, download: bool = False
+) -> DataSplits:
     layout = LAYOUTS[kind]
     root = Path(location).expanduser() if location else Path(".")
     if download:
@@ -115,26 +124,40 @@ def load_cifar_splits(kind: str, location: str, train_transform: Transform, eval
             (datasets.CIFAR10 if kind == "cifar10" else datasets.CIFAR100)(str(root), download=True)
         except (OSError, RuntimeError) as error:  # offline: URLError; a damaged archive: RuntimeError
             reason = getattr(error, "reason", None) or error
-            raise ValueError(f"--download: cannot fetch {kind} into {str(root)!r} ({reason}); copy the "
-                             f"{layout.folder} folder there instead") from None
+            raise ValueError(
+                f"--download: cannot fetch {kind} into {str(root)!r} ({reason}); copy the "
+                f"{layout.folder} folder there instead"
+            ) from None
     folder = root if (root / layout.meta).is_file() else root / layout.folder
     if not folder.is_dir():
-        raise FileNotFoundError(f"no {kind} python folder ({layout.folder}) in {str(root)!r}; "
-                                f"pass --download to fetch it")
+        raise FileNotFoundError(
+            f"no {kind} python folder ({layout.folder}) in {str(root)!r}; pass --download to fetch it"
+        )
     train = [read_batch(folder / name, layout.label_key) for name in layout.train]
     test_images, test_labels = read_batch(folder / layout.test, layout.label_key)
     class_names = [str(_text(name)) for name in read_pickle(folder / layout.meta).get(layout.names_key, [])]
     labels = np.concatenate([labels for _, labels in train + [(None, test_labels)]])
     if not class_names or labels.min() < 0 or labels.max() >= len(class_names):
-        raise ValueError(f"CIFAR meta file {str(folder / layout.meta)!r} lists {len(class_names)} "
-                         f"class names for labels {labels.min()}..{labels.max()}")
+        raise ValueError(
+            f"CIFAR meta file {str(folder / layout.meta)!r} lists {len(class_names)} "
+            f"class names for labels {labels.min()}..{labels.max()}"
+        )
     # Keys name each image by batch file and row, so that datasets drawn from one copy compare.
-    train_keys = [f"{name}:{row}" for name, (_, batch_labels) in zip(layout.train, train)
-                  for row in range(len(batch_labels))]
+    train_keys = [
+        f"{name}:{row}" for name, (_, batch_labels) in zip(layout.train, train) for row in range(len(batch_labels))
+    ]
     return DataSplits(
-        train=ArrayImages(np.concatenate([images for images, _ in train]),
-                          np.concatenate([labels for _, labels in train]), train_transform, train_keys),
-        val=ArrayImages(np.ascontiguousarray(test_images), test_labels, eval_transform,
-                        [f"{layout.test}:{row}" for row in range(len(test_labels))]),
+        train=ArrayImages(
+            np.concatenate([images for images, _ in train]),
+            np.concatenate([labels for _, labels in train]),
+            train_transform,
+            train_keys,
+        ),
+        val=ArrayImages(
+            np.ascontiguousarray(test_images),
+            test_labels,
+            eval_transform,
+            [f"{layout.test}:{row}" for row in range(len(test_labels))],
+        ),
         class_names=class_names,
     )

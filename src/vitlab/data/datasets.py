@@ -53,8 +53,13 @@ class ArrayImages(LabelledImages):
     one source can be compared image by image (see `sample_keys`).
     """
 
-    def __init__(self, images: np.ndarray, labels: Sequence[int] | np.ndarray, transform: Transform = None,
-                 keys: Sequence[str] | None = None) -> None:
+    def __init__(
+        self,
+        images: np.ndarray,
+        labels: Sequence[int] | np.ndarray,
+        transform: Transform = None,
+        keys: Sequence[str] | None = None,
+    ) -> None:
         if images.ndim != 4 or images.shape[-1] != 3 or images.dtype != np.uint8:
             raise ValueError(f"expected uint8 images of shape (N, H, W, 3), got {images.dtype} {images.shape}")
         if len(images) != len(labels):
@@ -76,8 +81,7 @@ class ArrayImages(LabelledImages):
 
     def subset(self, indices: Indices, transform: Transform) -> ArrayImages:
         rows = np.asarray(indices, dtype=np.int64)
-        return ArrayImages(self.images[rows], [self.labels[i] for i in rows], transform,
-                           [self.keys[i] for i in rows])
+        return ArrayImages(self.images[rows], [self.labels[i] for i in rows], transform, [self.keys[i] for i in rows])
 
 
 class EncodedImages(LabelledImages):
@@ -88,8 +92,15 @@ class EncodedImages(LabelledImages):
     one, named once per process in the log, and too many failures stop the run.
     """
 
-    def __init__(self, sources: Sequence[Any], labels: Sequence[int], transform: Transform = None,
-                 *, max_bad_fraction: float = 0.01, description: str = "dataset") -> None:
+    def __init__(
+        self,
+        sources: Sequence[Any],
+        labels: Sequence[int],
+        transform: Transform = None,
+        *,
+        max_bad_fraction: float = 0.01,
+        description: str = "dataset",
+    ) -> None:
         if len(sources) != len(labels):
             raise ValueError(f"{len(sources)} images but {len(labels)} labels")
         self.sources = list(sources)
@@ -137,7 +148,8 @@ class EncodedImages(LabelledImages):
         if len(self._failed) > self.max_bad_fraction * len(self.sources):
             raise TooManyBadImagesError(
                 f"{len(self._failed)} of {len(self.sources)} images in {self.description} cannot be "
-                f"decoded (limit {self.max_bad_fraction:.0%}), e.g. {error}")
+                f"decoded (limit {self.max_bad_fraction:.0%}), e.g. {error}"
+            )
 
     def subset(self, indices: Indices, transform: Transform) -> EncodedImages:
         clone = object.__new__(type(self))

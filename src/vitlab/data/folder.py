@@ -32,8 +32,9 @@ def find_classes(directory: Path) -> list[str]:
         raise FileNotFoundError(f"image folder {str(directory)!r} does not exist")
     classes = sorted(e.name for e in os.scandir(directory) if e.is_dir() and not e.name.startswith("."))
     if not classes:
-        raise ValueError(f"image folder {str(directory)!r} has no class sub-folders; expected "
-                         f"{directory}/<class name>/<image files>")
+        raise ValueError(
+            f"image folder {str(directory)!r} has no class sub-folders; expected {directory}/<class name>/<image files>"
+        )
     return classes
 
 
@@ -43,8 +44,9 @@ def list_images(directory: Path, class_names: list[str]) -> tuple[list[str], lis
     present = find_classes(directory)
     unknown = sorted(set(present) - set(class_to_idx))
     if unknown:
-        raise ValueError(f"class folder {str(directory / unknown[0])!r} has no counterpart in the "
-                         f"training classes {class_names}")
+        raise ValueError(
+            f"class folder {str(directory / unknown[0])!r} has no counterpart in the training classes {class_names}"
+        )
     samples = list_class_files(directory, {c: class_to_idx[c] for c in present})
     _require_images(directory, present, Counter(label for _, label in samples), class_names, "image files")
     return [path for path, _ in samples], [label for _, label in samples]
@@ -63,15 +65,21 @@ def list_class_files(directory: Path, class_to_idx: dict[str, int]) -> list[tupl
             if real in owner:
                 first_class, first = owner[real]
                 if first_class != name:
-                    raise ValueError(f"{path!r} and {first!r} are the same file {real!r}, in the class folders "
-                                     f"{name!r} and {first_class!r}; an image belongs to one class")
+                    raise ValueError(
+                        f"{path!r} and {first!r} are the same file {real!r}, in the class folders "
+                        f"{name!r} and {first_class!r}; an image belongs to one class"
+                    )
                 skipped.append(path)
                 continue
             owner[real] = (name, path)
             samples.append((path, class_to_idx[name]))
     if skipped:
-        logger.warning("%s: %d files and folders reached a second time through a link are listed once, e.g. %s",
-                       directory, len(skipped), skipped[0])
+        logger.warning(
+            "%s: %d files and folders reached a second time through a link are listed once, e.g. %s",
+            directory,
+            len(skipped),
+            skipped[0],
+        )
     return samples
 
 
@@ -93,8 +101,12 @@ def _walk_files(top: str, skipped: list[str]) -> list[str]:
                 keep.append(folder)
         folders[:] = keep
         found.append((root, names))
-    return [os.path.join(root, name) for root, names in sorted(found) for name in sorted(names)
-            if is_image_file(os.path.join(root, name))]
+    return [
+        os.path.join(root, name)
+        for root, names in sorted(found)
+        for name in sorted(names)
+        if is_image_file(os.path.join(root, name))
+    ]
 
 
 def _folder_key(folder: str) -> tuple[int, int] | None:
@@ -106,16 +118,22 @@ def _folder_key(folder: str) -> tuple[int, int] | None:
     return info.st_dev, info.st_ino
 
 
-def _require_images(directory: Path, present: list[str], counts: Counter, class_names: list[str],
-                    what: str) -> None:
+def _require_images(directory: Path, present: list[str], counts: Counter, class_names: list[str], what: str) -> None:
     for name in present:
         if counts[class_names.index(name)] == 0:
             raise ValueError(f"class folder {str(directory / name)!r} has no {what}")
 
 
-def load_folder_splits(location: str, train_transform: Transform, eval_transform: Transform, *,
-                       plan: SplitPlan, max_bad_fraction: float, check: str,
-                       check_splits: Collection[str]) -> DataSplits:
+def load_folder_splits(
+    location: str,
+    train_transform: Transform,
+    eval_transform: Transform,
+    *,
+    plan: SplitPlan,
+    max_bad_fraction: float,
+    check: str,
+    check_splits: Collection[str],
+) -> DataSplits:
     root = Path(location).expanduser()
     if not root.is_dir():
         raise FileNotFoundError(f"image folder {location!r} does not exist")
@@ -124,12 +142,20 @@ def load_folder_splits(location: str, train_transform: Transform, eval_transform
     class_names = find_classes(train_dir)
 
     def listed(where: Path) -> EncodedImages:
-        return EncodedImages(*list_images(where, class_names), max_bad_fraction=max_bad_fraction,
-                             description=str(where))
+        return EncodedImages(
+            *list_images(where, class_names), max_bad_fraction=max_bad_fraction, description=str(where)
+        )
 
-    splits = finish_splits(listed(train_dir), listed(val_dir) if val_dir is not None else None, class_names,
-                           train_transform=train_transform, eval_transform=eval_transform, plan=plan,
-                           check=check, check_splits=check_splits)
+    splits = finish_splits(
+        listed(train_dir),
+        listed(val_dir) if val_dir is not None else None,
+        class_names,
+        train_transform=train_transform,
+        eval_transform=eval_transform,
+        plan=plan,
+        check=check,
+        check_splits=check_splits,
+    )
     # A class whose every checked file is unreadable is an error, not a class that silently vanishes
     # (judged on a whole listing: a folder's train and dev splits, or all of a split folder).
     from_train = ["train"] + (["dev"] if splits.dev is not None else []) + (["val"] if splits.held_out else [])

@@ -149,9 +149,7 @@ def search_batch(seed: int, batch_index: int, batch: int = 256) -> list[FractalC
     ]
 
 
-def search_categories(
-    num_classes: int, seed: int, workers: int = 1, mapper: Callable = map
-) -> list[FractalCategory]:
+def search_categories(num_classes: int, seed: int, workers: int = 1, mapper: Callable = map) -> list[FractalCategory]:
     """Draw batches of random systems until num_classes reach the filling rate. Batches are seeded
     by their index and taken in order, so the result depends on the seed only; `mapper` (a process
     pool's map) searches `workers` batches at a time."""
@@ -264,7 +262,12 @@ def generate_fractaldb(spec: FractalDBSpec, out: str | Path, format: Format = "f
     (out / "fractaldb.json").write_text(json.dumps(document, indent=1) + "\n")
     logger.info(
         "fractaldb: %d classes x %d images of %d px in %.1f s -> %s (%s)",
-        spec.classes, spec.per_class, spec.size, time.perf_counter() - start, out, format,
+        spec.classes,
+        spec.per_class,
+        spec.size,
+        time.perf_counter() - start,
+        out,
+        format,
     )
     return document
 

@@ -31,8 +31,22 @@ Image.MAX_IMAGE_PIXELS = MAX_IMAGE_PIXELS
 MAX_ASPECT_RATIO = 100
 
 FORMATS = (
-    "JPEG", "PNG", "GIF", "BMP", "DIB", "TIFF", "WEBP", "PPM", "ICO", "TGA",
-    "JPEG2000", "PCX", "SGI", "PSD", "QOI", "AVIF",
+    "JPEG",
+    "PNG",
+    "GIF",
+    "BMP",
+    "DIB",
+    "TIFF",
+    "WEBP",
+    "PPM",
+    "ICO",
+    "TGA",
+    "JPEG2000",
+    "PCX",
+    "SGI",
+    "PSD",
+    "QOI",
+    "AVIF",
 )  # fmt: skip  (JPEG covers MPO, the multi-picture JPEG of some cameras)
 
 # Files that the folder sources consider images: what PIL reads, plus formats it does not, so that a
@@ -140,13 +154,18 @@ def check_size(width: int, height: int, name: str) -> None:
     """Refuse, from the header's size alone, an image whose decoding or resizing would take far more
     memory than the model needs: too many pixels, or too extreme an aspect ratio."""
     if width * height > MAX_IMAGE_PIXELS:  # in case PIL's own limit was raised
-        raise BadImageError(name, f"{width} x {height} pixels is above the decompression-bomb limit of {MAX_IMAGE_PIXELS}")
+        raise BadImageError(
+            name, f"{width} x {height} pixels is above the decompression-bomb limit of {MAX_IMAGE_PIXELS}"
+        )
     if width <= 0 or height <= 0:
         raise BadImageError(name, f"{width} x {height} pixels: an empty image")
     if max(width, height) > MAX_ASPECT_RATIO * min(width, height):
         ratio = max(width, height) / min(width, height)
-        raise BadImageError(name, f"{width} x {height} pixels: aspect ratio {ratio:,.0f}:1 is above {MAX_ASPECT_RATIO}:1 "
-                                  "(resizing its shorter side to the model's size would take gigabytes)")
+        raise BadImageError(
+            name,
+            f"{width} x {height} pixels: aspect ratio {ratio:,.0f}:1 is above {MAX_ASPECT_RATIO}:1 "
+            "(resizing its shorter side to the model's size would take gigabytes)",
+        )
 
 
 def check_image(source: Source, *, name: str | None = None, decode: bool = True) -> None:

@@ -23,22 +23,25 @@ import torch.nn.functional as F
 FillMode = Literal["reflect", "constant"]
 
 
-def affine_warp(image: torch.Tensor, matrix: tuple[float, float, float, float, float, float],
-                fill_mode: FillMode = "reflect") -> torch.Tensor:
+def affine_warp(
+    image: torch.Tensor, matrix: tuple[float, float, float, float, float, float], fill_mode: FillMode = "reflect"
+) -> torch.Tensor:
     """Output (x, y) <- input (a0 x + a1 y + a2, b0 x + b1 y + b2), bilinear, for an image (C, H, W)."""
     if fill_mode not in typing.get_args(FillMode):
         raise ValueError(f"fill_mode must be 'reflect' or 'constant', got {fill_mode!r}")
     _, height, width = image.shape
     a0, a1, a2, b0, b1, b2 = matrix
-    ys, xs = torch.meshgrid(torch.arange(height, dtype=torch.float32), torch.arange(width, dtype=torch.float32),
-                            indexing="ij")
+    ys, xs = torch.meshgrid(
+        torch.arange(height, dtype=torch.float32), torch.arange(width, dtype=torch.float32), indexing="ij"
+    )
     source_x, source_y = a0 * xs + a1 * ys + a2, b0 * xs + b1 * ys + b2
     # grid_sample's [-1, 1] with align_corners=False puts pixel i's centre at (2 i + 1) / size - 1, and its
     # "reflection" reflects about the image's outer edges, as Keras' "reflect".
     grid = torch.stack([(2 * source_x + 1) / width - 1, (2 * source_y + 1) / height - 1], dim=-1)
     padding = "reflection" if fill_mode == "reflect" else "zeros"
-    warped = F.grid_sample(image.unsqueeze(0).float(), grid.unsqueeze(0), mode="bilinear", padding_mode=padding,
-                           align_corners=False)
+    warped = F.grid_sample(
+        image.unsqueeze(0).float(), grid.unsqueeze(0), mode="bilinear", padding_mode=padding, align_corners=False
+    )
     return warped.squeeze(0).to(image.dtype)
 
 

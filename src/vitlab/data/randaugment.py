@@ -61,25 +61,40 @@ OPERATIONS: dict[str, Operation] = {
     "AutoContrast": Operation(lambda m: None, False, lambda im, a, r, fill: ImageOps.autocontrast(im)),
     "Equalize": Operation(lambda m: None, False, lambda im, a, r, fill: ImageOps.equalize(im)),
     "Invert": Operation(lambda m: None, False, lambda im, a, r, fill: ImageOps.invert(im)),
-    "Rotate": Operation(lambda m: m / MAX_LEVEL * 30.0, True,
-                        lambda im, degrees, r, fill: im.rotate(degrees, resample=r, fillcolor=fill)),
+    "Rotate": Operation(
+        lambda m: m / MAX_LEVEL * 30.0,
+        True,
+        lambda im, degrees, r, fill: im.rotate(degrees, resample=r, fillcolor=fill),
+    ),
     "Posterize": Operation(lambda m: int(m / MAX_LEVEL * 4), False, lambda im, bits, r, fill: _posterize(im, bits)),
-    "Solarize": Operation(lambda m: min(256, int(m / MAX_LEVEL * 256)), False,
-                          lambda im, threshold, r, fill: ImageOps.solarize(im, threshold)),
-    "SolarizeAdd": Operation(lambda m: min(128, int(m / MAX_LEVEL * 110)), False,
-                             lambda im, add, r, fill: _solarize_add(im, add)),
+    "Solarize": Operation(
+        lambda m: min(256, int(m / MAX_LEVEL * 256)),
+        False,
+        lambda im, threshold, r, fill: ImageOps.solarize(im, threshold),
+    ),
+    "SolarizeAdd": Operation(
+        lambda m: min(128, int(m / MAX_LEVEL * 110)), False, lambda im, add, r, fill: _solarize_add(im, add)
+    ),
     "Color": _enhance(ImageEnhance.Color),
     "Contrast": _enhance(ImageEnhance.Contrast),
     "Brightness": _enhance(ImageEnhance.Brightness),
     "Sharpness": _enhance(ImageEnhance.Sharpness),
-    "ShearX": Operation(lambda m: m / MAX_LEVEL * 0.3, True,
-                        lambda im, s, r, fill: _affine(im, (1, s, 0, 0, 1, 0), r, fill)),
-    "ShearY": Operation(lambda m: m / MAX_LEVEL * 0.3, True,
-                        lambda im, s, r, fill: _affine(im, (1, 0, 0, s, 1, 0), r, fill)),
-    "TranslateXRel": Operation(lambda m: m / MAX_LEVEL * 0.45, True,
-                               lambda im, t, r, fill: _affine(im, (1, 0, t * im.size[0], 0, 1, 0), r, fill)),
-    "TranslateYRel": Operation(lambda m: m / MAX_LEVEL * 0.45, True,
-                               lambda im, t, r, fill: _affine(im, (1, 0, 0, 0, 1, t * im.size[1]), r, fill)),
+    "ShearX": Operation(
+        lambda m: m / MAX_LEVEL * 0.3, True, lambda im, s, r, fill: _affine(im, (1, s, 0, 0, 1, 0), r, fill)
+    ),
+    "ShearY": Operation(
+        lambda m: m / MAX_LEVEL * 0.3, True, lambda im, s, r, fill: _affine(im, (1, 0, 0, s, 1, 0), r, fill)
+    ),
+    "TranslateXRel": Operation(
+        lambda m: m / MAX_LEVEL * 0.45,
+        True,
+        lambda im, t, r, fill: _affine(im, (1, 0, t * im.size[0], 0, 1, 0), r, fill),
+    ),
+    "TranslateYRel": Operation(
+        lambda m: m / MAX_LEVEL * 0.45,
+        True,
+        lambda im, t, r, fill: _affine(im, (1, 0, 0, 0, 1, t * im.size[1]), r, fill),
+    ),
 }
 
 
@@ -89,12 +104,20 @@ class RandAugment:
     Draws from Python's `random`, which the training loader seeds per sample, so runs repeat exactly.
     """
 
-    def __init__(self, num_ops: int = 2, magnitude: float = 10, *, prob: float = 0.5,
-                 interpolation: Image.Resampling = Image.Resampling.BICUBIC, fill: tuple[int, int, int] = FILL,
-                 operations: Sequence[str] | None = None) -> None:
+    def __init__(
+        self,
+        num_ops: int = 2,
+        magnitude: float = 10,
+        *,
+        prob: float = 0.5,
+        interpolation: Image.Resampling = Image.Resampling.BICUBIC,
+        fill: tuple[int, int, int] = FILL,
+        operations: Sequence[str] | None = None,
+    ) -> None:
         if num_ops < 1 or magnitude < 0 or not 0.0 <= prob <= 1.0:
-            raise ValueError(f"RandAugment needs num_ops >= 1, magnitude >= 0 and prob in [0, 1], got "
-                             f"{num_ops}, {magnitude}, {prob}")
+            raise ValueError(
+                f"RandAugment needs num_ops >= 1, magnitude >= 0 and prob in [0, 1], got {num_ops}, {magnitude}, {prob}"
+            )
         unknown = sorted(set(operations or ()) - set(OPERATIONS))
         if unknown:
             raise ValueError(f"unknown RandAugment operation {unknown[0]!r}; operations: {', '.join(OPERATIONS)}")

@@ -31,8 +31,9 @@ CHECKS = ("auto", "decode", "header", "none")
 SPLITS = ("train", "dev", "val")
 
 
-def scan_images(sources: Sequence[Any], check: Callable[[Any, bool], None], *, mode: str,
-                description: str, max_bad_fraction: float) -> list[int]:
+def scan_images(
+    sources: Sequence[Any], check: Callable[[Any, bool], None], *, mode: str, description: str, max_bad_fraction: float
+) -> list[int]:
     """Indices of the sources that `check(source, decode)` accepts; the others are logged once.
 
     `mode` is one of CHECKS. Raises TooManyBadImagesError as soon as more than `max_bad_fraction`
@@ -44,13 +45,18 @@ def scan_images(sources: Sequence[Any], check: Callable[[Any, bool], None], *, m
         return list(range(len(sources)))
     decode = mode == "decode" or (mode == "auto" and len(sources) <= AUTO_DECODE_LIMIT)
     if mode == "auto" and not decode:
-        logger.info("%s: checking the headers of %d images (more than %d to decode up front)",
-                    description, len(sources), AUTO_DECODE_LIMIT)
+        logger.info(
+            "%s: checking the headers of %d images (more than %d to decode up front)",
+            description,
+            len(sources),
+            AUTO_DECODE_LIMIT,
+        )
     total = len(sources)
     good: list[int] = []
     bad: list[BadImageError] = []
-    progress = tqdm(sources, desc=f"checking {description}", unit="img", leave=False,
-                    disable=None if total >= 5000 else True)
+    progress = tqdm(
+        sources, desc=f"checking {description}", unit="img", leave=False, disable=None if total >= 5000 else True
+    )
     for index, source in enumerate(progress):
         try:
             check(source, decode)
@@ -71,9 +77,17 @@ def scan_images(sources: Sequence[Any], check: Callable[[Any, bool], None], *, m
     return good
 
 
-def finish_splits(train: EncodedImages, val: EncodedImages | None, class_names: list[str], *,
-                  train_transform: Transform, eval_transform: Transform, plan: SplitPlan, check: str,
-                  check_splits: Collection[str]) -> DataSplits:
+def finish_splits(
+    train: EncodedImages,
+    val: EncodedImages | None,
+    class_names: list[str],
+    *,
+    train_transform: Transform,
+    eval_transform: Transform,
+    plan: SplitPlan,
+    check: str,
+    check_splits: Collection[str],
+) -> DataSplits:
     """Split the listing as `plan` says (when `val` is None it is held out of `train`), then check the
     images of the splits in `check_splits` (the others are left to the dataset's fallback) and set
     the transforms.
@@ -119,5 +133,10 @@ def _joined(parts: list[EncodedImages]) -> EncodedImages:
 
 
 def _good_indices(dataset: EncodedImages, check: str) -> list[int]:
-    return scan_images(dataset.sources, dataset.check, mode=check, description=dataset.description,
-                       max_bad_fraction=dataset.max_bad_fraction)
+    return scan_images(
+        dataset.sources,
+        dataset.check,
+        mode=check,
+        description=dataset.description,
+        max_bad_fraction=dataset.max_bad_fraction,
+    )

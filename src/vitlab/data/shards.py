@@ -114,8 +114,9 @@ def index_shard(path: Path, class_to_idx: dict[str, int]) -> tuple[list[Member],
     if no_image:
         raise ValueError(f"sample {no_image[0]!r} in shard {str(path)!r} has a label but no image")
     if no_label:
-        raise ValueError(f"sample {no_label[0]!r} in shard {str(path)!r} has no label member "
-                         f"({', '.join(LABEL_EXTENSIONS)})")
+        raise ValueError(
+            f"sample {no_label[0]!r} in shard {str(path)!r} has no label member ({', '.join(LABEL_EXTENSIONS)})"
+        )
     return list(images.values()), [labels[key] for key in images]
 
 
@@ -148,8 +149,9 @@ def read_class_names(folder: Path) -> list[str] | None:
     return None
 
 
-def load_shard_set(paths: list[Path], class_names: list[str] | None, *, description: str,
-                   max_bad_fraction: float) -> ShardImages:
+def load_shard_set(
+    paths: list[Path], class_names: list[str] | None, *, description: str, max_bad_fraction: float
+) -> ShardImages:
     class_to_idx = {name: i for i, name in enumerate(class_names or [])}
     members: list[Member] = []
     labels: list[int] = []
@@ -162,9 +164,16 @@ def load_shard_set(paths: list[Path], class_names: list[str] | None, *, descript
     return ShardImages(members, labels, max_bad_fraction=max_bad_fraction, description=description)
 
 
-def load_shard_splits(location: str, train_transform: Transform, eval_transform: Transform, *,
-                      plan: SplitPlan, max_bad_fraction: float, check: str,
-                      check_splits: Collection[str]) -> DataSplits:
+def load_shard_splits(
+    location: str,
+    train_transform: Transform,
+    eval_transform: Transform,
+    *,
+    plan: SplitPlan,
+    max_bad_fraction: float,
+    check: str,
+    check_splits: Collection[str],
+) -> DataSplits:
     paths = expand_shards(location)
     folder = paths[0].parent
     train_paths = [p for p in paths if p.name.startswith("train-")]
@@ -181,10 +190,22 @@ def load_shard_splits(location: str, train_transform: Transform, eval_transform:
         all_labels = train.labels
     if class_names is None:
         class_names = [str(i) for i in range(max(all_labels) + 1)]
-        logger.info("no %s beside the shards in %s; naming the classes 0..%d", " or ".join(CLASS_FILES),
-                    folder, len(class_names) - 1)
+        logger.info(
+            "no %s beside the shards in %s; naming the classes 0..%d",
+            " or ".join(CLASS_FILES),
+            folder,
+            len(class_names) - 1,
+        )
     bad = [label for label in all_labels if not 0 <= label < len(class_names)]
     if bad:
         raise ValueError(f"shard label {bad[0]} is outside the {len(class_names)} classes of {folder}")
-    return finish_splits(train, val, class_names, train_transform=train_transform, eval_transform=eval_transform,
-                         plan=plan, check=check, check_splits=check_splits)
+    return finish_splits(
+        train,
+        val,
+        class_names,
+        train_transform=train_transform,
+        eval_transform=eval_transform,
+        plan=plan,
+        check=check,
+        check_splits=check_splits,
+    )

@@ -22,8 +22,10 @@ from .scan import CHECKS, SPLITS
 from .splits import DataSplits, SplitPlan
 
 KINDS = ("digits", "imagefolder", "cifar10", "cifar100", "wds")
-SPEC_HELP = ("expected 'digits', an ImageFolder root, a CIFAR-10/100 python folder or WebDataset "
-             "shards, optionally prefixed with imagefolder:, cifar10:, cifar100: or wds:")
+SPEC_HELP = (
+    "expected 'digits', an ImageFolder root, a CIFAR-10/100 python folder or WebDataset "
+    "shards, optionally prefixed with imagefolder:, cifar10:, cifar100: or wds:"
+)
 
 
 def parse_source(source: str) -> tuple[str, str]:
@@ -111,5 +113,12 @@ def load_datasets(
         from .folder import load_folder_splits as load_splits
     else:
         from .shards import load_shard_splits as load_splits
-    return load_splits(location, train_transform, eval_transform, plan=plan, max_bad_fraction=max_bad_fraction,
-                       check=check, check_splits=check_splits)
+    return load_splits(
+        location,
+        train_transform,
+        eval_transform,
+        plan=plan,
+        max_bad_fraction=max_bad_fraction,
+        check=check,
+        check_splits=check_splits,
+    )

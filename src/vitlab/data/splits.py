@@ -49,8 +49,10 @@ class SplitPlan:
     dev_fraction: float | None = None
     dev_split: str = "stratified"
 
-    def carve(self, train: LabelledImages,
-              ) -> tuple[LabelledImages, LabelledImages | None]:
+    def carve(
+        self,
+        train: LabelledImages,
+    ) -> tuple[LabelledImages, LabelledImages | None]:
         """(training images, dev split or None) from a source's training split."""
         dev = None
         if self.dev_fraction:
@@ -60,12 +62,14 @@ class SplitPlan:
         return train, dev
 
 
-def split_indices(labels: Sequence[int] | np.ndarray, val_fraction: float, seed: int,
-                  ) -> tuple[np.ndarray, np.ndarray]:
+def split_indices(
+    labels: Sequence[int] | np.ndarray,
+    val_fraction: float,
+    seed: int,
+) -> tuple[np.ndarray, np.ndarray]:
     """Sorted (train, val) indices; stratified by label when every class has at least two samples."""
     if not 0.0 < val_fraction < 1.0:
-        raise ValueError(f"val_fraction must be in (0, 1) for a source without a validation split, "
-                         f"got {val_fraction}")
+        raise ValueError(f"val_fraction must be in (0, 1) for a source without a validation split, got {val_fraction}")
     label_array = np.asarray(labels)
     indices = np.arange(len(label_array))
     try:
@@ -76,7 +80,9 @@ def split_indices(labels: Sequence[int] | np.ndarray, val_fraction: float, seed:
         try:
             train, val = train_test_split(indices, test_size=val_fraction, random_state=seed)
         except ValueError as error:
-            raise ValueError(f"cannot split {len(label_array)} images with val_fraction {val_fraction}: {error}") from None
+            raise ValueError(
+                f"cannot split {len(label_array)} images with val_fraction {val_fraction}: {error}"
+            ) from None
     return np.sort(train), np.sort(val)
 
 
@@ -91,15 +97,16 @@ def take_fraction(dataset: LabelledImages, fraction: float, seed: int) -> Labell
     keep = []
     for label in np.unique(labels):
         members = order[labels[order] == label]
-        keep.append(members[:max(1, round(fraction * len(members)))])
+        keep.append(members[: max(1, round(fraction * len(members)))])
     return dataset.subset(np.sort(np.concatenate(keep)), dataset.transform)
 
 
 HoldOut = Literal["stratified", "last"]  # the ways hold_out takes a dev split; a run's data.dev_split
 
 
-def hold_out(dataset: LabelledImages, fraction: float, seed: int, how: str = "stratified",
-             transform: Transform = None) -> tuple[LabelledImages, LabelledImages]:
+def hold_out(
+    dataset: LabelledImages, fraction: float, seed: int, how: str = "stratified", transform: Transform = None
+) -> tuple[LabelledImages, LabelledImages]:
     """(rest, held out): a development split carved from a training split with `labels` and `subset`.
 
     "stratified": a seeded class-balanced `fraction` (the paper's Appendix B.1.1 sub-splits).

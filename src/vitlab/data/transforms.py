@@ -131,8 +131,14 @@ def random_erasing(probability: float) -> v2.RandomErasing:
     return v2.RandomErasing(p=probability, scale=(0.02, 1 / 3), ratio=(0.3, 1 / 0.3), value="random")
 
 
-def resolve_preprocessing(base: Any, *, mean: Sequence[float] | None = None, std: Sequence[float] | None = None,
-                          crop_pct: float | None = None, interpolation: str | None = None) -> Any:
+def resolve_preprocessing(
+    base: Any,
+    *,
+    mean: Sequence[float] | None = None,
+    std: Sequence[float] | None = None,
+    crop_pct: float | None = None,
+    interpolation: str | None = None,
+) -> Any:
     """`base` (a Preprocessing dataclass: the checkpoint's or the default) with the fields a run sets."""
     return dataclasses.replace(
         base,
@@ -143,14 +149,21 @@ def resolve_preprocessing(base: Any, *, mean: Sequence[float] | None = None, std
     )
 
 
-def train_transform(image_size: int | tuple[int, int], preprocessing: PreprocessingFields,
-                    augment: Augmentation) -> v2.Compose:
+def train_transform(
+    image_size: int | tuple[int, int], preprocessing: PreprocessingFields, augment: Augmentation
+) -> v2.Compose:
     """Random crop + flip (+ RandAugment), then the Keras example's rotation and zoom and random
     erasing when asked."""
     transform = build_transforms(
-        image_size, mean=preprocessing.mean, std=preprocessing.std, train=True,
-        interpolation=preprocessing.interpolation, scale=augment.crop_scale, ratio=augment.crop_ratio,
-        hflip=augment.hflip, randaugment=augment.randaugment,
+        image_size,
+        mean=preprocessing.mean,
+        std=preprocessing.std,
+        train=True,
+        interpolation=preprocessing.interpolation,
+        scale=augment.crop_scale,
+        ratio=augment.crop_ratio,
+        hflip=augment.hflip,
+        randaugment=augment.randaugment,
     )
     keras_layers: list[torch.nn.Module] = []  # in the Keras example's order: resize, flip, rotation, zoom
     if augment.rotation:
@@ -163,8 +176,14 @@ def train_transform(image_size: int | tuple[int, int], preprocessing: Preprocess
 
 def eval_transform(image_size: int | tuple[int, int], preprocessing: PreprocessingFields) -> v2.Compose:
     """Resize + centre crop to `image_size`, normalised with the preprocessing's mean/std."""
-    return build_transforms(image_size, mean=preprocessing.mean, std=preprocessing.std, train=False,
-                            interpolation=preprocessing.interpolation, crop_pct=preprocessing.crop_pct)
+    return build_transforms(
+        image_size,
+        mean=preprocessing.mean,
+        std=preprocessing.std,
+        train=False,
+        interpolation=preprocessing.interpolation,
+        crop_pct=preprocessing.crop_pct,
+    )
 
 
 def batch_mixing(mixup: float, cutmix: float, num_classes: int) -> v2.Transform | None:

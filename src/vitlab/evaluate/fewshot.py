@@ -118,8 +118,7 @@ class FewShotResult:
             "l2": self.l2,
             "seeds": len(next(iter(self.accuracy.values()), [])),
             "shots": {
-                str(k): {"mean": self.mean(k), "std": float(np.std(v)), "per_seed": v}
-                for k, v in self.accuracy.items()
+                str(k): {"mean": self.mean(k), "std": float(np.std(v)), "per_seed": v} for k, v in self.accuracy.items()
             },
         }
 

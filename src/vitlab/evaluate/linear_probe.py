@@ -69,6 +69,7 @@ def evaluate_representation(
 
     The datasets yield (image tensor, label) with the evaluation transform (no augmentation).
     """
+
     def features(data: torch.utils.data.Dataset) -> tuple[np.ndarray, np.ndarray]:
         loader = torch.utils.data.DataLoader(data, batch_size=batch_size, num_workers=num_workers)
         return extract_features(model, loader, device)

@@ -39,7 +39,7 @@ class Evaluation:
         return asdict(self)
 
     def describe(self) -> str:
-        """"top-1 0.8125  top-5 0.9844", or "top-5 n/a" with the reason."""
+        """ "top-1 0.8125  top-5 0.9844", or "top-5 n/a" with the reason."""
         return f"top-1 {self.top1:.4f}  {describe_top5(self.top5, self.num_classes)}"
 
 

@@ -64,7 +64,7 @@ def predict_images(
     predictions: list[Prediction] = []
     starts = range(0, len(images), batch_size)
     for start in progress(starts, "predict", total=len(starts)):
-        batch = torch.stack([transform(image) for image in images[start:start + batch_size]]).to(device)
+        batch = torch.stack([transform(image) for image in images[start : start + batch_size]]).to(device)
         with autocast():
             probabilities = model(batch).float().softmax(dim=1)  # (B, K)
         values, indices = probabilities.topk(min(topk, probabilities.shape[1]), dim=1)

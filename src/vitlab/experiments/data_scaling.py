@@ -33,19 +33,38 @@ FRACTIONS = (0.1, 0.25, 0.5, 1.0)
 
 def run(settings: Settings) -> Results:
     models: dict[str, ViTConfig | BiTConfig] = {
-        "ViT": vit_config(settings), "BiT": bit_config(settings), "hybrid": hybrid_config(settings),
+        "ViT": vit_config(settings),
+        "BiT": bit_config(settings),
+        "hybrid": hybrid_config(settings),
     }
     steps = steps_of(settings, EXPERIMENT)
     rows = []
     for fraction in settings.fractions or FRACTIONS:
         for label, architecture in models.items():
             for seed in seeds_of(settings, EXPERIMENT):
-                result = train_run(settings, f"{label}-{fraction:g}-seed{seed}", seed=seed, steps=steps,
-                                   architecture=architecture, train_fraction=fraction)
-                rows.append({"model": label, "fraction": fraction, "seed": seed,
-                             "train_images": result.summary["train_images"], "val_top1": result.summary["val_top1"]})
-    results = Results(rows, group_by=("model", "fraction", "train_images"), metrics=("val_top1",),
-                      models={label: describe_model(config) for label, config in models.items()})
+                result = train_run(
+                    settings,
+                    f"{label}-{fraction:g}-seed{seed}",
+                    seed=seed,
+                    steps=steps,
+                    architecture=architecture,
+                    train_fraction=fraction,
+                )
+                rows.append(
+                    {
+                        "model": label,
+                        "fraction": fraction,
+                        "seed": seed,
+                        "train_images": result.summary["train_images"],
+                        "val_top1": result.summary["val_top1"],
+                    }
+                )
+    results = Results(
+        rows,
+        group_by=("model", "fraction", "train_images"),
+        metrics=("val_top1",),
+        models={label: describe_model(config) for label, config in models.items()},
+    )
     results.findings = findings(results.summary())
     return results
 
@@ -66,11 +85,14 @@ def findings(summary: list[dict[str, Any]]) -> list[str]:
         gaps = [accuracy["ViT", f] - max(accuracy["BiT", f], accuracy["hybrid", f]) for f in fractions]
         listed = ", ".join(f"{100 * gap:+.1f} at {images[f]}" for gap, f in zip(gaps, fractions))
         moves = trend(gaps)
-        paper = {"grows": "ViT gains on the convolutional models as the data grow, the paper's direction",
-                 "shrinks": "ViT falls further behind as the data grow, against the paper's direction"}.get(
-                     moves, "no one direction with the data")
-        lines.append(f"ViT minus the better convolutional model, in points by training images: {listed}; "
-                     f"from each size to the next it {moves}: {paper}.")
+        paper = {
+            "grows": "ViT gains on the convolutional models as the data grow, the paper's direction",
+            "shrinks": "ViT falls further behind as the data grow, against the paper's direction",
+        }.get(moves, "no one direction with the data")
+        lines.append(
+            f"ViT minus the better convolutional model, in points by training images: {listed}; "
+            f"from each size to the next it {moves}: {paper}."
+        )
     return lines
 
 

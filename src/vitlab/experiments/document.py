@@ -82,21 +82,26 @@ def section(name: str, text: str, assets: str) -> str:
     plot_line = f"Plot: `{name}.png`; every run's numbers: `{name}.json`."
     if plot_line not in text:
         raise ValueError(f"{name}.md: its last line is not {plot_line!r}; was it written by `vitlab experiment`?")
-    return text.replace(plot_line, f"![{name}]({assets}/{name}.png)\n\nEvery run's numbers: "
-                                   f"[`{assets}/{name}.json`]({assets}/{name}.json).")
+    return text.replace(
+        plot_line,
+        f"![{name}]({assets}/{name}.png)\n\nEvery run's numbers: [`{assets}/{name}.json`]({assets}/{name}.json).",
+    )
 
 
 def missing(experiment: Experiment, report: str) -> str:
-    return (f"## {experiment.name}: {experiment.reproduces}\n\n**Not regenerated**: no `{experiment.name}.md` was "
-            f"found when this document was assembled (`{report}`). Make it with "
-            f"`vitlab experiment {experiment.name} --data digits --out DIR`, then assemble again.")
+    return (
+        f"## {experiment.name}: {experiment.reproduces}\n\n**Not regenerated**: no `{experiment.name}.md` was "
+        f"found when this document was assembled (`{report}`). Make it with "
+        f"`vitlab experiment {experiment.name} --data digits --out DIR`, then assemble again."
+    )
 
 
 def assemble(assets: Path, experiments: dict[str, Experiment], report: str) -> str:
     """The document's text from the section files in `assets` (docs/experiments/), in registry order."""
     link = assets.name
-    commands = "\n".join(f"vitlab experiment {name:<{max(map(len, experiments))}} --data digits --out runs/exp"
-                         for name in experiments)
+    commands = "\n".join(
+        f"vitlab experiment {name:<{max(map(len, experiments))}} --data digits --out runs/exp" for name in experiments
+    )
     parts = [PREAMBLE.format(commands=commands, report=report)]
     for name, experiment in experiments.items():
         path = assets / f"{name}.md"
@@ -117,8 +122,9 @@ def write_document(runs: Path, out: Path, experiments: dict[str, Experiment]) ->
         sources = [runs / f"{name}.{kind}" for kind in KINDS]
         if not all(source.is_file() for source in sources):
             absent.append(name)
-            log.warning("experiment report: %s has no complete %s.{md,json,png} in %s; its section says so",
-                        name, name, runs)
+            log.warning(
+                "experiment report: %s has no complete %s.{md,json,png} in %s; its section says so", name, name, runs
+            )
             for kind in KINDS:  # an earlier copy would pass for this run's
                 (assets / f"{name}.{kind}").unlink(missing_ok=True)
             continue

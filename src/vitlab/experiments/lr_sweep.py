@@ -45,8 +45,9 @@ log = logging.getLogger("vitlab")
 DEV, TEST = "dev", "test"
 
 
-def finetune_run(settings: Settings, tag: str, *, seed: int, lr: float, steps: int, batch_size: int,
-                 dev_fraction: float | None) -> TrainResult:
+def finetune_run(
+    settings: Settings, tag: str, *, seed: int, lr: float, steps: int, batch_size: int, dev_fraction: float | None
+) -> TrainResult:
     """One `paper-finetune:ROW` run at `lr` for `steps` in DIR/runs/TAG, on the training set less a dev split."""
     row = TABLE_4[settings.row]
     config = get_recipe(f"paper-finetune:{settings.row}")
@@ -58,8 +59,9 @@ def finetune_run(settings: Settings, tag: str, *, seed: int, lr: float, steps: i
     config.data.batch_size = batch_size
     architecture = None
     if settings.init is not None:
-        config.model = ModelSpec(init=settings.init, image_size=settings.image_size, dropout=0.0,
-                                 attn_dropout=0.0, drop_path=0.0)
+        config.model = ModelSpec(
+            init=settings.init, image_size=settings.image_size, dropout=0.0, attn_dropout=0.0, drop_path=0.0
+        )
     else:
         architecture = vit_config(settings)
     out = settings.out / RUNS / tag
@@ -70,8 +72,13 @@ def finetune_run(settings: Settings, tag: str, *, seed: int, lr: float, steps: i
     started = time.perf_counter()
     result = trainer.fit()
     TRAINING_SECONDS.append(float(result.summary["wall_time_s"]))  # the report sums the runs' own times
-    log.info("%s: val top-1 %.4f after %d steps (%.0f s)", tag, result.summary["val_top1"], steps,
-             time.perf_counter() - started)
+    log.info(
+        "%s: val top-1 %.4f after %d steps (%.0f s)",
+        tag,
+        result.summary["val_top1"],
+        steps,
+        time.perf_counter() - started,
+    )
     return result
 
 
@@ -83,8 +90,12 @@ def batch_size_for(settings: Settings, dev_fraction: float | None) -> int:
     available = total - (math.ceil(total * dev_fraction) if dev_fraction else 0)  # sklearn rounds the dev split up
     batch = min(TABLE_4_BATCH_SIZE, available)
     if batch < TABLE_4_BATCH_SIZE:
-        log.info("lr-sweep: %d training images beside the dev split; batch %d instead of %d", available, batch,
-                 TABLE_4_BATCH_SIZE)
+        log.info(
+            "lr-sweep: %d training images beside the dev split; batch %d instead of %d",
+            available,
+            batch,
+            TABLE_4_BATCH_SIZE,
+        )
     return batch
 
 
@@ -98,24 +109,58 @@ def run(settings: Settings) -> Results:
     batch = batch_size_for(settings, dev_fraction)
     if len(grid) > 1:
         if dev_fraction is None:
-            raise ValueError(f"--row {settings.row}: the paper gives it one learning rate and no dev split; "
-                             f"pass one --lrs value")
+            raise ValueError(
+                f"--row {settings.row}: the paper gives it one learning rate and no dev split; pass one --lrs value"
+            )
         for lr in grid:
             for seed in seeds:
-                result = finetune_run(settings, f"sweep-{settings.row}-lr{lr:g}-seed{seed}", seed=seed, lr=lr,
-                                      steps=steps, batch_size=batch, dev_fraction=dev_fraction)
-                rows.append({"split": DEV, "lr": lr, "seed": seed, "val_top1": result.summary["val_top1"],
-                             "train_images": result.summary["train_images"]})
+                result = finetune_run(
+                    settings,
+                    f"sweep-{settings.row}-lr{lr:g}-seed{seed}",
+                    seed=seed,
+                    lr=lr,
+                    steps=steps,
+                    batch_size=batch,
+                    dev_fraction=dev_fraction,
+                )
+                rows.append(
+                    {
+                        "split": DEV,
+                        "lr": lr,
+                        "seed": seed,
+                        "val_top1": result.summary["val_top1"],
+                        "train_images": result.summary["train_images"],
+                    }
+                )
     dev_means = {lr: float(np.mean([r["val_top1"] for r in rows if r["lr"] == lr])) for lr in grid} if rows else {}
     best = max(grid, key=lambda lr: (dev_means.get(lr, 0.0), -lr))
     for seed in seeds:
-        result = finetune_run(settings, f"final-{settings.row}-lr{best:g}-seed{seed}", seed=seed, lr=best,
-                              steps=steps, batch_size=batch, dev_fraction=None)
-        rows.append({"split": TEST, "lr": best, "seed": seed, "val_top1": result.summary["val_top1"],
-                     "train_images": result.summary["train_images"]})
+        result = finetune_run(
+            settings,
+            f"final-{settings.row}-lr{best:g}-seed{seed}",
+            seed=seed,
+            lr=best,
+            steps=steps,
+            batch_size=batch,
+            dev_fraction=None,
+        )
+        rows.append(
+            {
+                "split": TEST,
+                "lr": best,
+                "seed": seed,
+                "val_top1": result.summary["val_top1"],
+                "train_images": result.summary["train_images"],
+            }
+        )
     models = {} if settings.init else {"ViT": describe_model(vit_config(settings))}
-    results = Results(rows, group_by=("split", "lr", "train_images"), metrics=("val_top1",), models=models,
-                      extra={"row": settings.row, "grid": list(grid), "dev_fraction": dev_fraction, "picked_lr": best})
+    results = Results(
+        rows,
+        group_by=("split", "lr", "train_images"),
+        metrics=("val_top1",),
+        models=models,
+        extra={"row": settings.row, "grid": list(grid), "dev_fraction": dev_fraction, "picked_lr": best},
+    )
     results.findings = findings(results.summary(), settings.row, dev_fraction, best)
     return results
 
@@ -126,8 +171,9 @@ def findings(summary: list[dict[str, Any]], row: str, dev_fraction: float | None
     if dev_fraction is not None and any(e["split"] == DEV for e in summary):
         dev = {e["lr"]: e["val_top1"] for e in summary if e["split"] == DEV}
         shown = ", ".join(f"{lr:g}: {100 * top1:.1f}%" for lr, top1 in dev.items())
-        lines.append(f"Dev split ({100 * dev_fraction:g}% of the training set, Table 4 row {row}): {shown}; "
-                     f"picked lr {best:g}.")
+        lines.append(
+            f"Dev split ({100 * dev_fraction:g}% of the training set, Table 4 row {row}): {shown}; picked lr {best:g}."
+        )
     lines.append(f"Trained on the whole training set at lr {best:g}: test top-1 {100 * test['val_top1']:.1f}%.")
     return lines
 
@@ -136,7 +182,7 @@ EXPERIMENT = Experiment(
     name="lr-sweep",
     reproduces="Appendix B.1.1 and Table 4 (fine-tuning learning rate picked on a dev split)",
     question="Which of Table 4's learning rates does a dev split of the training set pick, and what does it "
-             "reach on the test split when trained on the whole training set?",
+    "reach on the test split when trained on the whole training set?",
     steps=TABLE_4["pets"].steps,
     seeds=(0,),
     run=run,

@@ -25,8 +25,14 @@ def run(settings: Settings) -> Results:
         models[label] = describe_model(architecture)
         for lr in settings.lrs or LRS:
             for seed in seeds_of(settings, EXPERIMENT):
-                result = train_run(settings, f"pool-{pool}-lr{lr:g}-seed{seed}", seed=seed, steps=steps,
-                                   architecture=architecture, lr=lr)
+                result = train_run(
+                    settings,
+                    f"pool-{pool}-lr{lr:g}-seed{seed}",
+                    seed=seed,
+                    steps=steps,
+                    architecture=architecture,
+                    lr=lr,
+                )
                 rows.append({"pool": label, "lr": lr, "seed": seed, "val_top1": result.summary["val_top1"]})
     results = Results(rows, group_by=("pool", "lr"), metrics=("val_top1",), models=models)
     results.findings = findings(results.summary())
@@ -41,8 +47,10 @@ def findings(summary: list[dict[str, Any]]) -> list[str]:
         best[label] = max(entries, key=lambda e: e["val_top1"])
     lines = [f"{label}: best at lr {e['lr']:g} with {100 * e['val_top1']:.1f}%" for label, e in best.items()]
     gap = best["class token"]["val_top1"] - best["GAP"]["val_top1"]
-    lines.append(f"Each at its own best learning rate, class token minus GAP is {100 * gap:+.1f} points "
-                 f"(the paper: both work once the learning rate is tuned for each).")
+    lines.append(
+        f"Each at its own best learning rate, class token minus GAP is {100 * gap:+.1f} points "
+        f"(the paper: both work once the learning rate is tuned for each)."
+    )
     return lines
 
 

@@ -27,14 +27,24 @@ from .wording import compare
 # (pos_embed, pos_embed_at) in Table 8's order, then the two kinds the table does not have.
 CONFIGS = (
     ("none", "input"),
-    ("learned", "input"), ("learned", "every_layer"), ("learned", "every_layer_shared"),
-    ("2d", "input"), ("2d", "every_layer"), ("2d", "every_layer_shared"),
+    ("learned", "input"),
+    ("learned", "every_layer"),
+    ("learned", "every_layer_shared"),
+    ("2d", "input"),
+    ("2d", "every_layer"),
+    ("2d", "every_layer_shared"),
     ("relative", "input"),
     ("sincos", "input"),
     ("relative_bias", "input"),
 )
-LABELS = {"none": "none", "learned": "1-D (learned)", "2d": "2-D (learned)", "relative": "relative (1-D attention)",
-          "sincos": "sin-cos (not in Table 8)", "relative_bias": "2-D relative bias (not in Table 8)"}
+LABELS = {
+    "none": "none",
+    "learned": "1-D (learned)",
+    "2d": "2-D (learned)",
+    "relative": "relative (1-D attention)",
+    "sincos": "sin-cos (not in Table 8)",
+    "relative_bias": "2-D relative bias (not in Table 8)",
+}
 WHERE = {"input": "input", "every_layer": "every layer", "every_layer_shared": "every layer, shared"}
 PER_LAYER = (WHERE["every_layer"], WHERE["every_layer_shared"])
 
@@ -44,10 +54,19 @@ def where_label(kind: str, where: str) -> str:
     if kind == "none":
         return "n/a"
     return "attention logits, every layer" if kind.startswith("relative") else WHERE[where]
+
+
 # Table 8 (ViT-B/16, ImageNet 5-shot linear accuracy), in percent; "" where the table has no entry.
-PAPER = {("none", "input"): 61.382, ("learned", "input"): 64.206, ("learned", "every_layer"): 63.964,
-         ("learned", "every_layer_shared"): 64.292, ("2d", "input"): 64.001, ("2d", "every_layer"): 64.046,
-         ("2d", "every_layer_shared"): 64.022, ("relative", "input"): 64.032}
+PAPER = {
+    ("none", "input"): 61.382,
+    ("learned", "input"): 64.206,
+    ("learned", "every_layer"): 63.964,
+    ("learned", "every_layer_shared"): 64.292,
+    ("2d", "input"): 64.001,
+    ("2d", "every_layer"): 64.046,
+    ("2d", "every_layer_shared"): 64.022,
+    ("relative", "input"): 64.032,
+}
 
 
 def run(settings: Settings) -> Results:
@@ -60,13 +79,19 @@ def run(settings: Settings) -> Results:
         paper = f"{PAPER[kind, where]:.1f}" if (kind, where) in PAPER else ""
         for seed in seeds_of(settings, EXPERIMENT):
             result = train_run(settings, f"{tag}-seed{seed}", seed=seed, steps=steps, architecture=architecture)
-            row = {"pos_embed": LABELS[kind], "added": where_label(kind, where), "paper_fewshot_5": paper, "seed": seed,
-                   "val_top1": result.summary["val_top1"]}
+            row = {
+                "pos_embed": LABELS[kind],
+                "added": where_label(kind, where),
+                "paper_fewshot_5": paper,
+                "seed": seed,
+                "val_top1": result.summary["val_top1"],
+            }
             row.update(fewshot(result.model, settings.data))
             rows.append(row)
     shots = tuple(key for key in rows[0] if key.startswith("fewshot_"))
-    results = Results(rows, group_by=("pos_embed", "added", "paper_fewshot_5"), metrics=("val_top1", *shots),
-                      models=models)
+    results = Results(
+        rows, group_by=("pos_embed", "added", "paper_fewshot_5"), metrics=("val_top1", *shots), models=models
+    )
     results.findings = findings(results.summary())
     return results
 
@@ -80,8 +105,9 @@ def fewshot(model, data: str) -> dict[str, float]:
     shots = [k for k in SHOTS if k <= fewest]
     if not shots:
         raise ValueError(f"few-shot evaluation of {data!r}: a class has {fewest} training images, fewer than 1 shot")
-    result = evaluate_representation(model, splits.train, splits.val, shots=shots, probe=False,
-                                     num_classes=splits.num_classes)
+    result = evaluate_representation(
+        model, splits.train, splits.val, shots=shots, probe=False, num_classes=splits.num_classes
+    )
     return {f"fewshot_{k}": score["mean"] for k, score in result["fewshot"]["shots"].items()}
 
 
@@ -98,23 +124,31 @@ def findings(summary: list[dict[str, Any]]) -> list[str]:
         best = max(table_8, key=lambda kind: table_8[kind])
         spread = max(table_8.values()) - min(table_8.values())
         beaten = [kind for kind, value in table_8.items() if compare(value, none) != "above"]
-        verdict = ("every Table 8 kind beats none, as in Table 8" if not beaten
-                   else f"{' and '.join(beaten)} {'does' if len(beaten) == 1 else 'do'} not beat none, unlike Table 8")
-        lines.append(f"{name}, Table 8's default column: none {100 * none:.1f}%, best {best} {100 * table_8[best]:.1f}%; "
-                     f"the {len(table_8)} Table 8 kinds with position information lie within {100 * spread:.1f} "
-                     f"points; {verdict}.")
+        verdict = (
+            "every Table 8 kind beats none, as in Table 8"
+            if not beaten
+            else f"{' and '.join(beaten)} {'does' if len(beaten) == 1 else 'do'} not beat none, unlike Table 8"
+        )
+        lines.append(
+            f"{name}, Table 8's default column: none {100 * none:.1f}%, best {best} {100 * table_8[best]:.1f}%; "
+            f"the {len(table_8)} Table 8 kinds with position information lie within {100 * spread:.1f} "
+            f"points; {verdict}."
+        )
         for kind in (LABELS["learned"], LABELS["2d"]):
             if (kind, WHERE["input"]) not in score:
                 continue
             base = score[kind, WHERE["input"]][key]
-            moves = [versus(score[kind, WHERE[where]], score[kind, WHERE["input"]], key, WHERE[where])
-                     for where in ("every_layer", "every_layer_shared") if (kind, WHERE[where]) in score]
+            moves = [
+                versus(score[kind, WHERE[where]], score[kind, WHERE["input"]], key, WHERE[where])
+                for where in ("every_layer", "every_layer_shared")
+                if (kind, WHERE[where]) in score
+            ]
             lines.append(f"{name}, {kind}: input {100 * base:.1f}%, " + ", ".join(moves) + ".")
     return lines
 
 
 def versus(entry: dict[str, Any], base: dict[str, Any], key: str, name: str) -> str:
-    """"every layer 96.0% (below input, within the seeds' spread)": the word and the noise from the numbers."""
+    """ "every layer 96.0% (below input, within the seeds' spread)": the word and the noise from the numbers."""
     noise = max(entry[f"{key}_std"], base[f"{key}_std"])
     within = ", within the seeds' spread" if abs(entry[key] - base[key]) <= noise and len(entry["seeds"]) > 1 else ""
     return f"{name} {100 * entry[key]:.1f}% ({compare(entry[key], base[key])} input{within})"
@@ -122,15 +156,24 @@ def versus(entry: dict[str, Any], base: dict[str, Any], key: str, name: str) -> 
 
 def plot(axes: Axes, summary: list[dict[str, Any]]) -> None:
     """Grouped bars per configuration, from zero: the 5-shot linear and the trained accuracy."""
-    shot = "fewshot_5" if "fewshot_5" in summary[0] else next(k for k in summary[0] if k.startswith("fewshot_")
-                                                              and not k.endswith("_std"))
+    shot = (
+        "fewshot_5"
+        if "fewshot_5" in summary[0]
+        else next(k for k in summary[0] if k.startswith("fewshot_") and not k.endswith("_std"))
+    )
     metrics = [shot, "val_top1"]
     width = 0.8 / len(metrics)
     positions = np.arange(len(summary))
     for i, key in enumerate(metrics):
         label = "trained" if key == "val_top1" else f"{key.split('_')[1]}-shot linear"
-        axes.bar(positions + i * width, [100 * e[key] for e in summary], width,
-                 yerr=[100 * e[f"{key}_std"] for e in summary], capsize=2, label=label)
+        axes.bar(
+            positions + i * width,
+            [100 * e[key] for e in summary],
+            width,
+            yerr=[100 * e[f"{key}_std"] for e in summary],
+            capsize=2,
+            label=label,
+        )
     names = [f"{e['pos_embed'].replace(' (not in Table 8)', '*')}\n{e['added']}" for e in summary]
     axes.set_xticks(positions + width * (len(metrics) - 1) / 2, names, rotation=60, ha="right", fontsize=6)
     axes.set_ylim(0, 100)  # bars start at zero

@@ -29,15 +29,23 @@ def fractaldb(settings: Settings) -> tuple[str, dict[str, Any]]:
     """The pre-training source: --pretrain-data, or DIR/fractaldb (made once, reused when it matches)."""
     if settings.pretrain_data:
         return settings.pretrain_data, {"source": settings.pretrain_data}
-    spec = FractalDBSpec(classes=settings.fractal_classes, per_class=settings.fractal_per_class,
-                         size=settings.fractal_size)
+    spec = FractalDBSpec(
+        classes=settings.fractal_classes, per_class=settings.fractal_per_class, size=settings.fractal_size
+    )
     folder = Path(settings.out) / "fractaldb"
-    description: dict[str, float] = {"classes": spec.classes, "per_class": spec.per_class, "size": spec.size, "seed": spec.seed}
+    description: dict[str, float] = {
+        "classes": spec.classes,
+        "per_class": spec.per_class,
+        "size": spec.size,
+        "seed": spec.seed,
+    }
     index = folder / "fractaldb.json"
     made = json.loads(index.read_text()) if index.is_file() else None
     if made is not None and any(made.get(key) != value for key, value in description.items()):
-        raise ValueError(f"{folder} holds a FractalDB of {made.get('classes')} classes x {made.get('per_class')} "
-                         f"images of {made.get('size')} px; choose another --out or pass --pretrain-data {folder}")
+        raise ValueError(
+            f"{folder} holds a FractalDB of {made.get('classes')} classes x {made.get('per_class')} "
+            f"images of {made.get('size')} px; choose another --out or pass --pretrain-data {folder}"
+        )
     if made is None:
         started = time.perf_counter()
         generate_fractaldb(spec, folder, workers=settings.threads)
@@ -51,18 +59,30 @@ def run(settings: Settings) -> Results:
     architecture = vit_config(settings)
     source, pretraining = fractaldb(settings)
     pretrain_steps = settings.pretrain_steps or PRETRAIN_STEPS
-    pretrained = train_run(settings, "pretrain", seed=seeds[0], steps=pretrain_steps, architecture=architecture,
-                           data=source)
-    pretraining.update(steps=pretrain_steps, train_images=pretrained.summary["train_images"],
-                       val_top1=pretrained.summary["val_top1"], classes=pretrained.model.config.num_classes)
+    pretrained = train_run(
+        settings, "pretrain", seed=seeds[0], steps=pretrain_steps, architecture=architecture, data=source
+    )
+    pretraining.update(
+        steps=pretrain_steps,
+        train_images=pretrained.summary["train_images"],
+        val_top1=pretrained.summary["val_top1"],
+        classes=pretrained.model.config.num_classes,
+    )
     rows = []
     for seed in seeds:
         finetuned = train_run(settings, f"finetune-seed{seed}", seed=seed, steps=steps, init=pretrained.out)
         scratch = train_run(settings, f"scratch-seed{seed}", seed=seed, steps=steps, architecture=architecture)
-        rows += [{"start": PRETRAINED, "seed": seed, "val_top1": finetuned.summary["val_top1"]},
-                 {"start": SCRATCH, "seed": seed, "val_top1": scratch.summary["val_top1"]}]
-    results = Results(rows, group_by=("start",), metrics=("val_top1",), models={"ViT": describe_model(architecture)},
-                      extra={"pretraining": pretraining})
+        rows += [
+            {"start": PRETRAINED, "seed": seed, "val_top1": finetuned.summary["val_top1"]},
+            {"start": SCRATCH, "seed": seed, "val_top1": scratch.summary["val_top1"]},
+        ]
+    results = Results(
+        rows,
+        group_by=("start",),
+        metrics=("val_top1",),
+        models={"ViT": describe_model(architecture)},
+        extra={"pretraining": pretraining},
+    )
     results.findings = findings(results.summary(), pretraining, steps)
     return results
 
@@ -82,8 +102,13 @@ def findings(summary: list[dict[str, Any]], pretraining: dict[str, Any], steps: 
 
 def plot(axes: Axes, summary: list[dict[str, Any]]) -> None:
     labels = [e["start"] for e in summary]
-    axes.bar(labels, [100 * e["val_top1"] for e in summary], yerr=[100 * e["val_top1_std"] for e in summary],
-             capsize=4, color=["tab:orange", "tab:blue"][:len(labels)])
+    axes.bar(
+        labels,
+        [100 * e["val_top1"] for e in summary],
+        yerr=[100 * e["val_top1_std"] for e in summary],
+        capsize=4,
+        color=["tab:orange", "tab:blue"][: len(labels)],
+    )
     axes.set_ylim(0, 100)  # bars start at zero
     axes.set_ylabel("val top-1 after fine-tuning budget (%)")
 

@@ -18,8 +18,9 @@ def git_commit(directory: Path | None = None) -> str:
     where = directory or Path(__file__).resolve().parent
 
     def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=where, capture_output=True, text=True, check=True,
-                              timeout=10).stdout.strip()
+        return subprocess.run(
+            ["git", *args], cwd=where, capture_output=True, text=True, check=True, timeout=10
+        ).stdout.strip()
 
     try:
         commit = git("rev-parse", "--short", "HEAD")

@@ -16,9 +16,20 @@ from .runner import Experiment, Results, Settings, seeds_of, steps_of
 
 # Column headers of the Markdown table; accuracies are shown in percent with their std over seeds.
 HEADERS = {
-    "model": "model", "fraction": "fraction", "train_images": "training images", "pos_embed": "position embedding",
-    "pool": "pooling", "lr": "learning rate", "start": "start", "val_top1": "val top-1 (%)",
-    "added": "E_pos added at", "paper_fewshot_5": "Table 8, ImageNet 5-shot (%)", "fewshot_1": "1-shot (%)", "fewshot_5": "5-shot (%)", "fewshot_10": "10-shot (%)", "fewshot_25": "25-shot (%)",
+    "model": "model",
+    "fraction": "fraction",
+    "train_images": "training images",
+    "pos_embed": "position embedding",
+    "pool": "pooling",
+    "lr": "learning rate",
+    "start": "start",
+    "val_top1": "val top-1 (%)",
+    "added": "E_pos added at",
+    "paper_fewshot_5": "Table 8, ImageNet 5-shot (%)",
+    "fewshot_1": "1-shot (%)",
+    "fewshot_5": "5-shot (%)",
+    "fewshot_10": "10-shot (%)",
+    "fewshot_25": "25-shot (%)",
 }
 
 
@@ -40,8 +51,10 @@ def markdown_table(columns: list[str], summary: list[dict[str, Any]]) -> str:
 
 def models_table(models: dict[str, dict[str, Any]]) -> str:
     lines = ["| model | architecture | forward MFLOPs / image | parameters |", "|---|---|---|---|"]
-    lines += [f"| {label} | {m['architecture']} | {m['mflops']:.1f} | {m['params'] / 1e3:.0f}k |"
-              for label, m in models.items()]
+    lines += [
+        f"| {label} | {m['architecture']} | {m['mflops']:.1f} | {m['params'] / 1e3:.0f}k |"
+        for label, m in models.items()
+    ]
     return "\n".join(lines)
 
 

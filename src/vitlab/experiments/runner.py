@@ -62,8 +62,11 @@ class Settings:
             ("--image-size", self.image_size > 0, positive),
             ("--threads", self.threads > 0, positive),
             ("--seeds", self.seeds is None or len(self.seeds) > 0, "must name at least one seed"),
-            ("--fractions", self.fractions is None or (self.fractions and all(0 < f <= 1 for f in self.fractions)),
-             "must be in (0, 1]"),
+            (
+                "--fractions",
+                self.fractions is None or (self.fractions and all(0 < f <= 1 for f in self.fractions)),
+                "must be in (0, 1]",
+            ),
             ("--lrs", self.lrs is None or (self.lrs and all(lr > 0 for lr in self.lrs)), positive),
             ("--fractal-classes", self.fractal_classes > 1, "must be at least 2"),
             ("--fractal-per-class", self.fractal_per_class > 0, positive),
@@ -73,8 +76,9 @@ class Settings:
         for option, ok, requirement in checks:
             if not ok:
                 value = getattr(self, option[2:].replace("-", "_"))
-                raise ValueError(f"{option} {' '.join(map(str, value)) if isinstance(value, tuple) else value}: "
-                                 f"{requirement}")
+                raise ValueError(
+                    f"{option} {' '.join(map(str, value)) if isinstance(value, tuple) else value}: {requirement}"
+                )
 
     def command(self, experiment: Experiment) -> str:
         """The `vitlab experiment` command line that repeats this run (options it ignores left out)."""
@@ -82,8 +86,12 @@ class Settings:
         defaults = Settings()
         for item in fields(self):
             value = getattr(self, item.name)
-            if (item.name in ("data", "out") or value is None or value == getattr(defaults, item.name)
-                    or (item.name not in COMMON and item.name not in experiment.options)):
+            if (
+                item.name in ("data", "out")
+                or value is None
+                or value == getattr(defaults, item.name)
+                or (item.name not in COMMON and item.name not in experiment.options)
+            ):
                 continue
             option = "--" + item.name.replace("_", "-")
             parts += [option, *map(str, value)] if isinstance(value, tuple) else [option, str(value)]
@@ -136,8 +144,14 @@ def plot_lines(axes: Axes, summary: list[dict[str, Any]], series: str, x: str, x
     """Val top-1 against `x` on a log axis, one line with seed error bars per value of `series`."""
     for label in dict.fromkeys(entry[series] for entry in summary):
         entries = [entry for entry in summary if entry[series] == label]
-        axes.errorbar([e[x] for e in entries], [100 * e["val_top1"] for e in entries],
-                      yerr=[100 * e["val_top1_std"] for e in entries], marker="o", capsize=3, label=label)
+        axes.errorbar(
+            [e[x] for e in entries],
+            [100 * e["val_top1"] for e in entries],
+            yerr=[100 * e["val_top1_std"] for e in entries],
+            marker="o",
+            capsize=3,
+            label=label,
+        )
     axes.set_xscale("log")
     axes.set_xlabel(xlabel)
     axes.set_ylabel("val top-1 (%)")
@@ -186,8 +200,12 @@ def describe_model(config: ViTConfig | BiTConfig) -> dict[str, Any]:
             b = config.backbone
             words = f"ResNet units {b.layers}, width {b.width}, stride {b.stride} + " + words
     params = sum(p.numel() for p in create_untrained(config.replace(num_classes=10)).parameters())
-    return {"architecture": words, "mflops": round(model_flops(config.replace(num_classes=10)) / 1e6, 2),
-            "params": params, "name": config.name}
+    return {
+        "architecture": words,
+        "mflops": round(model_flops(config.replace(num_classes=10)) / 1e6, 2),
+        "params": params,
+        "name": config.name,
+    }
 
 
 # -- one training run ----------------------------------------------------------------------------
@@ -224,8 +242,13 @@ def train_run(
     started = time.perf_counter()
     result = Trainer(config, architecture=architecture).fit()
     TRAINING_SECONDS.append(float(result.summary["wall_time_s"]))
-    log.info("%s: val top-1 %.4f after %d steps (%.0f s)", tag, result.summary["val_top1"], steps,
-             time.perf_counter() - started)
+    log.info(
+        "%s: val top-1 %.4f after %d steps (%.0f s)",
+        tag,
+        result.summary["val_top1"],
+        steps,
+        time.perf_counter() - started,
+    )
     return result
 
 

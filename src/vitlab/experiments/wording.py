@@ -19,5 +19,5 @@ def trend(values: Sequence[float]) -> str:
 
 
 def compare(a: float, b: float) -> str:
-    """"above", "below" or "tied with": a against b."""
+    """ "above", "below" or "tied with": a against b."""
     return "above" if a - b > TIE else "below" if b - a > TIE else "tied with"

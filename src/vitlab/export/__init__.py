@@ -33,7 +33,10 @@ FORMATS = ("onnx", "export", "npz", "timm", "hf")
 
 
 def export_model(
-    model: VisionTransformer | BiTResNet, format: str, path: str | Path, plan: TracePlan = TracePlan(),
+    model: VisionTransformer | BiTResNet,
+    format: str,
+    path: str | Path,
+    plan: TracePlan = TracePlan(),
     tolerance: float = FP32_TOLERANCE,
 ) -> tuple[Path, Validation | Unchecked]:
     """Write `model` in `format` and check the written file against the model; returns (file, check).
@@ -45,24 +48,29 @@ def export_model(
     if not isinstance(check, Validation) or not has_zero_head(model):
         return written, check
     with tempfile.TemporaryDirectory() as folder:
-        _, probe = _export_and_check(with_random_head(model), format, Path(folder) / Path(path).name, plan,
-                                     tolerance)
+        _, probe = _export_and_check(with_random_head(model), format, Path(folder) / Path(path).name, plan, tolerance)
     if not isinstance(probe, Validation):
         return written, probe
-    return written, replace(probe, note="the head is zero, so the model's logits are all 0; checked on an export "
-                                        "of a copy with a random head instead")
+    return written, replace(
+        probe,
+        note="the head is zero, so the model's logits are all 0; checked on an export "
+        "of a copy with a random head instead",
+    )
 
 
-def _export_and_check(model: VisionTransformer | BiTResNet, format: str, path: str | Path, plan: TracePlan,
-                      tolerance: float) -> tuple[Path, Validation | Unchecked]:
+def _export_and_check(
+    model: VisionTransformer | BiTResNet, format: str, path: str | Path, plan: TracePlan, tolerance: float
+) -> tuple[Path, Validation | Unchecked]:
     if format == "onnx":
         return Path(path), export_onnx(model, path, plan, tolerance=tolerance)
     if format == "export":
         return Path(path), export_program(model, path, plan, tolerance=tolerance)
     if format == "npz":  # the official layout has a fixed meaning and no batch axis to plan
         if isinstance(model, BiTResNet):
-            raise ValueError(f"{model.config.name or 'BiT ResNet'}: the vit_jax .npz layout holds ViTs and hybrids, "
-                             f"not a BiT ResNet; export it as onnx or export")
+            raise ValueError(
+                f"{model.config.name or 'BiT ResNet'}: the vit_jax .npz layout holds ViTs and hybrids, "
+                f"not a BiT ResNet; export it as onnx or export"
+            )
         config = model.config
         hybrid = config.backbone is not None
         written = (export_hybrid_npz if hybrid else export_npz)(model, path)

@@ -67,8 +67,14 @@ def export_onnx(
     model, path = prepare(model, path)
     with quiet_exporter():
         program = torch.onnx.export(
-            model, (plan.example(model.config),), dynamo=True, input_names=[INPUT_NAME], output_names=[OUTPUT_NAME],
-            opset_version=opset, verbose=False, dynamic_shapes=plan.dynamic_shapes(),
+            model,
+            (plan.example(model.config),),
+            dynamo=True,
+            input_names=[INPUT_NAME],
+            output_names=[OUTPUT_NAME],
+            opset_version=opset,
+            verbose=False,
+            dynamic_shapes=plan.dynamic_shapes(),
         )
         assert program is not None  # dynamo=True returns the ONNXProgram (None is the legacy exporter's)
         program.model.metadata_props.update(metadata_strings(model.config))

@@ -41,7 +41,10 @@ def open_peer(folder: Path, format: str) -> torch.nn.Module:
 
 
 def check_peer_folder(
-    model: VisionTransformer | BiTResNet, folder: Path, format: str, plan: TracePlan = TracePlan(),
+    model: VisionTransformer | BiTResNet,
+    folder: Path,
+    format: str,
+    plan: TracePlan = TracePlan(),
     tolerance: float = FP32_TOLERANCE,
 ) -> Validation | Unchecked:
     """Logits of the peer's model against vitlab's (ExportMismatchError above `tolerance`)."""
@@ -52,7 +55,9 @@ def check_peer_folder(
         return Unchecked(f"{LIBRARIES[format]} is not installed")
     candidate: Callable[[torch.Tensor], torch.Tensor] = peer  # a timm model returns the logits
     if format != "timm":
+
         def hf_logits(images: torch.Tensor) -> torch.Tensor:
             return peer(pixel_values=images).logits  # a transformers model returns an output object
+
         candidate = hf_logits
     return plan.check(model.float().eval(), candidate, f"{folder} ({LIBRARIES[format]})", tolerance)

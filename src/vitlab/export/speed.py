@@ -52,4 +52,6 @@ def compare_speed(
     for _ in range(rounds):
         torch_times.append(_milliseconds(torch_model, images))
         onnx_times.append(_milliseconds(onnx_model, images))
-    return SpeedComparison(batch, statistics.median(torch_times), statistics.median(onnx_times), torch.get_num_threads())
+    return SpeedComparison(
+        batch, statistics.median(torch_times), statistics.median(onnx_times), torch.get_num_threads()
+    )

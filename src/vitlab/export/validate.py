@@ -50,8 +50,10 @@ class Validation:
         accepted = f"{self.tolerance:g}"
         if self.relative:
             accepted += f" x the largest logit = {self.bound:.3g}"
-        text = (f"max |logit difference| {self.max_abs_diff:.3g} (tolerance {accepted}) "
-                f"on batch sizes {sizes}, logits up to {self.max_abs_logit:.3g}")
+        text = (
+            f"max |logit difference| {self.max_abs_diff:.3g} (tolerance {accepted}) "
+            f"on batch sizes {sizes}, logits up to {self.max_abs_logit:.3g}"
+        )
         if self.relative:
             text += f", top-1 agreement {100 * self.top1_agreement:.0f}% of {sum(self.batch_sizes)} sample images"
         return f"{text} ({self.note})" if self.note else text
@@ -103,14 +105,17 @@ def compare(
         expected = reference(images)
         got = candidate(images)
         if tuple(got.shape) != tuple(expected.shape):
-            raise ExportMismatchError(f"{source}: output shape {tuple(got.shape)}, PyTorch gives {tuple(expected.shape)}")
+            raise ExportMismatchError(
+                f"{source}: output shape {tuple(got.shape)}, PyTorch gives {tuple(expected.shape)}"
+            )
         difference = (got - expected).abs().max().item()
         scale = max(scale, expected.abs().max().item())
         agreeing += int((got.argmax(-1) == expected.argmax(-1)).sum())
         if math.isnan(difference) or difference > worst:  # max() would drop a NaN
             worst = difference
-    result = Validation(worst, tuple(batch_sizes), tolerance, scale, relative=relative,
-                        top1_agreement=agreeing / sum(batch_sizes))
+    result = Validation(
+        worst, tuple(batch_sizes), tolerance, scale, relative=relative, top1_agreement=agreeing / sum(batch_sizes)
+    )
     if not worst <= result.bound:  # also catches NaN
         raise ExportMismatchError(f"{source}: exported model disagrees with PyTorch: {result}")
     log.debug("%s: %s", source, result)

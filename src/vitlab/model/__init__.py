@@ -10,6 +10,7 @@ from vitlab.errors import ConfigError
 # the ViT, the ResNet + ViT hybrids, the BiT ResNet baseline, Axial-ViT.
 # isort: off
 from . import variants, hybrid, bit, axial  # noqa: F401
+
 # isort: on
 from .axial import AxialConfig, AxialViT
 from .bit import BiTConfig, BiTResNet

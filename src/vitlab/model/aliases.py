@@ -25,11 +25,24 @@ TIMM_HYBRIDS = {
 }
 # Plain (class-token) ViTs timm registers; checked against timm.list_models in the tests.
 TIMM_PLAIN = {
-    "vit_tiny_patch16_224", "vit_tiny_patch16_384", "vit_small_patch32_224", "vit_small_patch32_384",
-    "vit_small_patch16_224", "vit_small_patch16_384", "vit_small_patch8_224", "vit_base_patch32_224",
-    "vit_base_patch32_384", "vit_base_patch16_224", "vit_base_patch16_384", "vit_base_patch8_224",
-    "vit_large_patch32_224", "vit_large_patch32_384", "vit_large_patch16_224", "vit_large_patch16_384",
-    "vit_large_patch14_224", "vit_huge_patch14_224",
+    "vit_tiny_patch16_224",
+    "vit_tiny_patch16_384",
+    "vit_small_patch32_224",
+    "vit_small_patch32_384",
+    "vit_small_patch16_224",
+    "vit_small_patch16_384",
+    "vit_small_patch8_224",
+    "vit_base_patch32_224",
+    "vit_base_patch32_384",
+    "vit_base_patch16_224",
+    "vit_base_patch16_384",
+    "vit_base_patch8_224",
+    "vit_large_patch32_224",
+    "vit_large_patch32_384",
+    "vit_large_patch16_224",
+    "vit_large_patch16_384",
+    "vit_large_patch14_224",
+    "vit_huge_patch14_224",
 }
 PLAIN = re.compile(r"^vit_(?P<size>[a-z]+)_patch(?P<patch>\d+)_(?P<res>\d+)$")
 HYBRID = re.compile(r"^(?P<arch>vit_[a-z]+_r\w*?_s\d+(?:_p\d+)?)_(?P<res>\d+)$")
@@ -49,7 +62,7 @@ def is_timm_name(name: object) -> bool:
 
 
 def from_timm_name(name: str) -> TimmAlias | None:
-    """"vit_base_patch16_384.augreg_in21k_ft_in1k" -> TimmAlias("B/16", 384, "augreg-in21k-ft-in1k-384");
+    """ "vit_base_patch16_384.augreg_in21k_ft_in1k" -> TimmAlias("B/16", 384, "augreg-in21k-ft-in1k-384");
     None for a name that is not one of timm's ViT names vitlab builds."""
     arch, _, timm_tag = name.partition(".")
     model = None
@@ -80,7 +93,10 @@ def timm_architecture(config: ViTConfig) -> str | None:
     for word, size_name in TIMM_SIZES.items():
         size = SIZES[size_name]
         if (size.dim, size.depth, size.num_heads, size.mlp_dim) == (
-            config.dim, config.depth, config.num_heads, config.mlp_dim
+            config.dim,
+            config.depth,
+            config.num_heads,
+            config.mlp_dim,
         ):
             name = f"vit_{word}_patch{config.patch_size}_{config.image_size[0]}"
             return name if name in TIMM_PLAIN else None

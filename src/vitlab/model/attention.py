@@ -13,7 +13,11 @@ from torch.utils.checkpoint import checkpoint
 
 
 def softmax_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, bias: torch.Tensor | None = None,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    scale: float,
+    bias: torch.Tensor | None = None,
     dropout_p: float = 0.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Eq. 5-7 written out: softmax(q k^T * scale + bias) v and the weights (B, heads, Q, T)."""
@@ -42,7 +46,11 @@ QUERY_BLOCK = 100
 
 
 def blocked_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, bias: torch.Tensor | None = None,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    scale: float,
+    bias: torch.Tensor | None = None,
     dropout_p: float = 0.0,
 ) -> torch.Tensor:
     """softmax_attention one block of QUERY_BLOCK queries at a time (each query's row is independent)."""

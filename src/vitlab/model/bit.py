@@ -110,7 +110,9 @@ class BiTResNet(ResNet):
     ) -> None:
         """timm's signature; a BiT ResNet pools by averaging ('avg'), the only global_pool it takes."""
         if global_pool is not None and global_pool != "avg":
-            raise ConfigError(f"global_pool={global_pool!r}: a BiT ResNet averages its feature map ('avg'); class names go in class_names=")
+            raise ConfigError(
+                f"global_pool={global_pool!r}: a BiT ResNet averages its feature map ('avg'); class names go in class_names="
+            )
         if class_names is not None and len(class_names) != num_classes:
             raise ConfigError(f"{len(class_names)} class names for {num_classes} classes")
         self.config = self.config.replace(num_classes=num_classes, class_names=class_names)
@@ -133,13 +135,17 @@ class BiTResNet(ResNet):
 
 # -- registered BiT models ----------------------------------------------------------------------
 # ResNet depth -> bottleneck units per stage (He et al. 2016, Table 1; 26 as timm's resnetv2_26).
-RESNET_LAYERS: dict[int, tuple[int, ...]] = {
-    26: (2, 2, 2, 2), 50: (3, 4, 6, 3), 101: (3, 4, 23, 3), 152: (3, 8, 36, 3)
-}
+RESNET_LAYERS: dict[int, tuple[int, ...]] = {26: (2, 2, 2, 2), 50: (3, 4, 6, 3), 101: (3, 4, 23, 3), 152: (3, 8, 36, 3)}
 # BiT's released sizes; a "-small" suffix swaps in the 3x3/1 stem for 16-32 px images.
 BIT_MODELS = (
-    "BiT-R50x1", "BiT-R50x3", "BiT-R101x1", "BiT-R101x3", "BiT-R152x2", "BiT-R152x4",
-    "BiT-R26x1-small", "BiT-R50x1-small",
+    "BiT-R50x1",
+    "BiT-R50x3",
+    "BiT-R101x1",
+    "BiT-R101x3",
+    "BiT-R152x2",
+    "BiT-R152x4",
+    "BiT-R26x1-small",
+    "BiT-R50x1-small",
 )
 BIT_NAME = re.compile(r"BiT-R(?P<depth>\d+)x(?P<width_factor>\d+)(?P<small>-small)?")
 
@@ -149,7 +155,7 @@ def is_bit_name(name: str) -> bool:
 
 
 def bit_config(name: str, **overrides: Any) -> BiTConfig:
-    """"BiT-R50x3" -> BiTConfig of ResNet-50 at 3x width; any BiTConfig field can be overridden."""
+    """ "BiT-R50x3" -> BiTConfig of ResNet-50 at 3x width; any BiTConfig field can be overridden."""
     match = BIT_NAME.fullmatch(name)
     if match is None or int(match["depth"]) not in RESNET_LAYERS:
         raise ConfigError(

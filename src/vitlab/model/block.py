@@ -1,7 +1,7 @@
 """One pre-norm Transformer encoder layer (paper Eq. 2-3).
 
-    z' = MSA(LN(z)) + z
-    z  = MLP(LN(z')) + z'
+z' = MSA(LN(z)) + z
+z  = MLP(LN(z')) + z'
 """
 
 from __future__ import annotations
@@ -20,9 +20,7 @@ def make_activation(name: str) -> nn.Module:
 class Mlp(nn.Module):
     """Dense(mlp_dim) -> GELU -> Dense(D), dropout after each dense layer (Appendix B.1)."""
 
-    def __init__(
-        self, dim: int, hidden: int, act: str = "gelu", dropout: float = 0.0, out_act: bool = False
-    ) -> None:
+    def __init__(self, dim: int, hidden: int, act: str = "gelu", dropout: float = 0.0, out_act: bool = False) -> None:
         super().__init__()
         self.fc1 = nn.Linear(dim, hidden)
         self.act = make_activation(act)

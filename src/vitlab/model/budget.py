@@ -77,8 +77,14 @@ def parameter_count(config: ViTConfig | BiTConfig) -> int:
     total += dim + dim * config.num_prefix_tokens  # patch bias, class token
     tokens = config.num_patches + config.num_prefix_tokens
     gh, gw = config.grid_size
-    table = {"learned": tokens * dim, "2d": (gh + gw) * (dim // 2) + config.num_prefix_tokens * dim, "none": 0,
-             "sincos": 0, "relative": 0, "relative_bias": 0}[config.pos_embed]
+    table = {
+        "learned": tokens * dim,
+        "2d": (gh + gw) * (dim // 2) + config.num_prefix_tokens * dim,
+        "none": 0,
+        "sincos": 0,
+        "relative": 0,
+        "relative_bias": 0,
+    }[config.pos_embed]
     total += table * (config.depth if config.pos_embed_at == "every_layer" else 1)  # Table 8's columns
     block = 4 * dim + dim * 3 * inner + inner * dim + dim + 2 * dim * mlp + mlp + dim
     block += 3 * inner if config.qkv_bias else 0
@@ -97,8 +103,9 @@ def parameter_count(config: ViTConfig | BiTConfig) -> int:
 
 
 # -- activations ------------------------------------------------------------------------------------
-def activation_bytes(config: ViTConfig | BiTConfig, batch_size: int, *, training: bool = False,
-                     keep_attention: bool = False) -> int:
+def activation_bytes(
+    config: ViTConfig | BiTConfig, batch_size: int, *, training: bool = False, keep_attention: bool = False
+) -> int:
     """The largest activations of one batch: inference holds a block's tensors at a time (and every
     layer's attention weights when `keep_attention`, as rollout does); training keeps every block's."""
     height, width = config.image_size
@@ -127,8 +134,9 @@ def activation_bytes(config: ViTConfig | BiTConfig, batch_size: int, *, training
     return FLOAT_BYTES * (pixels + convolutions + layers * block + kept)
 
 
-def memory_needed(config: ViTConfig | BiTConfig, batch_size: int = 1, *, training: bool = False,
-                  keep_attention: bool = False) -> int:
+def memory_needed(
+    config: ViTConfig | BiTConfig, batch_size: int = 1, *, training: bool = False, keep_attention: bool = False
+) -> int:
     copies = TRAINING_COPIES if training else 1
     return FLOAT_BYTES * copies * parameter_count(config) + activation_bytes(
         config, batch_size, training=training, keep_attention=keep_attention
@@ -139,8 +147,15 @@ def _gib(num_bytes: float) -> str:
     return f"{num_bytes / 2**30:.3g} GiB"
 
 
-def check_memory(config: ViTConfig | BiTConfig, batch_size: int = 1, *, training: bool = False,
-                 keep_attention: bool = False, limit: int | None = None, source: str | None = None) -> None:
+def check_memory(
+    config: ViTConfig | BiTConfig,
+    batch_size: int = 1,
+    *,
+    training: bool = False,
+    keep_attention: bool = False,
+    limit: int | None = None,
+    source: str | None = None,
+) -> None:
     """Refuse, in one ConfigError, a model and batch needing more than `limit` bytes (default:
     DEFAULT_FRACTION of the memory available); `memory_limit=` / `--memory-limit` raise it."""
     needed = memory_needed(config, batch_size, training=training, keep_attention=keep_attention)

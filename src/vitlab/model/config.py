@@ -164,7 +164,9 @@ class ViTConfig:
         height, width = (int(side) for side in image_size[-2:])
         patch = self.effective_patch_size
         if height % patch or width % patch:
-            raise ValueError(f"an input of {height}x{width} pixels is not divisible by the effective patch size {patch}")
+            raise ValueError(
+                f"an input of {height}x{width} pixels is not divisible by the effective patch size {patch}"
+            )
         return (height // patch, width // patch)
 
     @property
@@ -210,7 +212,9 @@ class ViTConfig:
             check(isinstance(value, int) and value > 0, f"{name} must be a positive int, got {value!r}")
         check(self.num_classes >= 0, f"num_classes must be >= 0, got {self.num_classes}")
         check(self.head_dim is None or self.head_dim > 0, f"head_dim must be positive or null, got {self.head_dim}")
-        check(all(h > 0 for h in self.head_hidden), f"head_hidden widths must be positive, got {list(self.head_hidden)}")
+        check(
+            all(h > 0 for h in self.head_hidden), f"head_hidden widths must be positive, got {list(self.head_hidden)}"
+        )
         check(
             self.class_names is None or len(self.class_names) == self.num_classes,
             f"class_names lists {len(self.class_names or [])} names for num_classes={self.num_classes}",
@@ -230,9 +234,11 @@ class ViTConfig:
             f"(Table 8), got pos_embed {self.pos_embed!r}",
         )
         if self.pos_embed in ("2d", "sincos"):
-            check(self.dim % 4 == 0 if self.pos_embed == "sincos" else self.dim % 2 == 0,
-                  f"pos_embed {self.pos_embed!r} needs a width divisible by "
-                  f"{4 if self.pos_embed == 'sincos' else 2}, got {self.dim}")
+            check(
+                self.dim % 4 == 0 if self.pos_embed == "sincos" else self.dim % 2 == 0,
+                f"pos_embed {self.pos_embed!r} needs a width divisible by "
+                f"{4 if self.pos_embed == 'sincos' else 2}, got {self.dim}",
+            )
         for name in ("dropout", "attn_dropout", "drop_path", "head_dropout"):
             value = getattr(self, name)
             check(0.0 <= value < 1.0, f"{name} must be in [0, 1), got {value}")

@@ -37,9 +37,7 @@ def config_for(name: str, **overrides: Any) -> Config:
     return family_of(name).config(name, **overrides)
 
 
-def create_untrained(
-    name: str | Config = "B/16", *, memory_limit: int | None = None, **overrides: Any
-) -> Model:
+def create_untrained(name: str | Config = "B/16", *, memory_limit: int | None = None, **overrides: Any) -> Model:
     """Build a freshly initialised model from a registered name or a config (a BiTConfig gives the
     BiT ResNet, a ViTConfig with a backbone the hybrid).
 

@@ -56,16 +56,18 @@ def is_hybrid_name(name: str) -> bool:
 
 
 def hybrid_variant(name: str) -> tuple[str, dict[str, Any]]:
-    """"R50+B/16" -> ("B/1", the ViTConfig fields that make it a hybrid: backbone, image size)."""
+    """ "R50+B/16" -> ("B/1", the ViTConfig fields that make it a hybrid: backbone, image size)."""
     if name not in HYBRIDS:
         raise ConfigError(f"unknown hybrid {name!r}; registered: {', '.join(HYBRIDS)}")
     size, layers, stem = HYBRIDS[name]
     backbone = ResNetConfig(layers=layers, stem=stem)
-    return f"{size}/{HYBRID_PATCH_SIZES.get(name, 1)}", dict(backbone=backbone, image_size=32 if stem == "small" else 224)
+    return f"{size}/{HYBRID_PATCH_SIZES.get(name, 1)}", dict(
+        backbone=backbone, image_size=32 if stem == "small" else 224
+    )
 
 
 def hybrid_config(name: str, **overrides: Any) -> ViTConfig:
-    """"R50+B/16" -> the ViTConfig of B/1 on the R50 backbone, any field overridden."""
+    """ "R50+B/16" -> the ViTConfig of B/1 on the R50 backbone, any field overridden."""
     variant, hybrid = hybrid_variant(name)
     return vit_config(name, variant, **{**hybrid, **overrides})
 

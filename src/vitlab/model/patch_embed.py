@@ -26,9 +26,7 @@ class PatchEmbedding(nn.Module):
             )
         height, width = images.shape[-2:]
         if height % self.patch_size or width % self.patch_size:
-            raise ValueError(
-                f"image size {height}x{width} is not divisible by patch size {self.patch_size}"
-            )
+            raise ValueError(f"image size {height}x{width} is not divisible by patch size {self.patch_size}")
 
     def forward(self, images: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int]]:
         """(B, C, H, W) -> tokens (B, N, D) in row-major patch order, and the grid (H/P, W/P)."""

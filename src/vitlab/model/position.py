@@ -113,9 +113,7 @@ class LearnedPositionEmbedding(nn.Module):
 
     def forward(self, grid: tuple[int, int]) -> torch.Tensor:
         """(1, prefix + h*w, D) for the given patch grid."""
-        return resample_pos_embed(
-            self.weight, grid, self.grid, self.num_prefix_tokens, self.mode, self.antialias
-        )
+        return resample_pos_embed(self.weight, grid, self.grid, self.num_prefix_tokens, self.mode, self.antialias)
 
 
 class XYPositionEmbedding(nn.Module):
@@ -243,4 +241,3 @@ class RelativeAttentionEmbedding(nn.Module):
         """The offset embeddings (2T - 1, head_dim), row T - 1 + (p_q - p_k) for offset p_q - p_k."""
         self._check(grid)
         return self.weight
-

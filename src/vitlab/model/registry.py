@@ -72,7 +72,9 @@ def family_of(name: str) -> Family:
     config names what is wrong with it."""
     claiming = [family for family in FAMILIES.values() if family.claims is not None and family.claims(name)]
     if len(claiming) > 1:
-        raise ConfigError(f"model name {name!r} reads as one of {' and '.join(f.name for f in claiming)}; vitlab models lists the names")
+        raise ConfigError(
+            f"model name {name!r} reads as one of {' and '.join(f.name for f in claiming)}; vitlab models lists the names"
+        )
     if claiming:
         return claiming[0]
     default = next((family for family in FAMILIES.values() if family.claims is None), None)

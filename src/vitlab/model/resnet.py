@@ -125,7 +125,9 @@ class StdConv2d(nn.Conv2d):
         self, in_channels: int, out_channels: int, kernel_size: int, stride: int, config: ResNetConfig
     ) -> None:
         same = config.padding == "same"
-        super().__init__(in_channels, out_channels, kernel_size, stride, padding=0 if same else kernel_size // 2, bias=False)
+        super().__init__(
+            in_channels, out_channels, kernel_size, stride, padding=0 if same else kernel_size // 2, bias=False
+        )
         self.same = same  # padded in forward, as it depends on the input size
         self.weight_std, self.eps = config.weight_std, config.weight_std_eps
 

@@ -175,8 +175,12 @@ class TimmInterface:
     ) -> list[Any]:
         """The DINO-style interface timm keeps: forward_intermediates(..., intermediates_only=True)."""
         intermediates = self.forward_intermediates(
-            x, n, return_prefix_tokens=return_prefix_tokens, norm=norm,
-            output_fmt="NCHW" if reshape else "NLC", intermediates_only=True,
+            x,
+            n,
+            return_prefix_tokens=return_prefix_tokens,
+            norm=norm,
+            output_fmt="NCHW" if reshape else "NLC",
+            intermediates_only=True,
         )
         assert isinstance(intermediates, list)  # intermediates_only: no final output
         return intermediates

@@ -38,12 +38,10 @@ PAPER_PATCH_SIZES = (8, 14, 16, 32)
 
 
 def parse_variant(name: str) -> tuple[Size, int]:
-    """"B/16" -> (Size of Base, 16). Raises ConfigError naming the bad part."""
+    """ "B/16" -> (Size of Base, 16). Raises ConfigError naming the bad part."""
     size_name, sep, patch = name.partition("/")
     if not sep or not patch.isdigit():
-        raise ConfigError(
-            f"variant {name!r} is not of the form SIZE/PATCH (e.g. 'B/16'); sizes: {', '.join(SIZES)}"
-        )
+        raise ConfigError(f"variant {name!r} is not of the form SIZE/PATCH (e.g. 'B/16'); sizes: {', '.join(SIZES)}")
     if size_name not in SIZES:
         raise ConfigError(f"unknown model size {size_name!r} in {name!r}; sizes: {', '.join(SIZES)}")
     patch_size = int(patch)
@@ -68,6 +66,6 @@ def vit_config(name: str, variant: str | None = None, /, **overrides: Any) -> Vi
 REGISTERED_SIZES = ("Ti", "S", "M", "B", "L", "H")
 
 # The ViT takes every name no other family claims, so that a bad one is named by parse_variant.
-register_family(Family(
-    "vit", tuple(f"{size}/{patch}" for size in REGISTERED_SIZES for patch in PAPER_PATCH_SIZES), vit_config
-))
+register_family(
+    Family("vit", tuple(f"{size}/{patch}" for size in REGISTERED_SIZES for patch in PAPER_PATCH_SIZES), vit_config)
+)

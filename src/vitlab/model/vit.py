@@ -1,9 +1,9 @@
 """The Vision Transformer, top to bottom as in the paper (Sec. 3.1, Eq. 1-4).
 
-    z_0  = [x_class; x_p^1 E; ...; x_p^N E] + E_pos          (Eq. 1)
-    z'_l = MSA(LN(z_{l-1})) + z_{l-1}                         (Eq. 2)
-    z_l  = MLP(LN(z'_l)) + z'_l                               (Eq. 3)
-    y    = LN(z_L^0)                                          (Eq. 4)
+z_0  = [x_class; x_p^1 E; ...; x_p^N E] + E_pos          (Eq. 1)
+z'_l = MSA(LN(z_{l-1})) + z_{l-1}                         (Eq. 2)
+z_l  = MLP(LN(z'_l)) + z'_l                               (Eq. 3)
+y    = LN(z_L^0)                                          (Eq. 4)
 """
 
 from __future__ import annotations
@@ -83,11 +83,13 @@ class VisionTransformer(TimmInterface, nn.Module):
         resample = (config.pos_resample, config.pos_resample_antialias)
         self.relative_bias = (
             per_layer(config, lambda: RelativePositionBias(grid, heads, prefix, *resample))
-            if config.pos_embed == "relative_bias" else None
+            if config.pos_embed == "relative_bias"
+            else None
         )
         self.relative_attention = (
             per_layer(config, lambda: RelativeAttentionEmbedding(grid, config.attn_head_dim, prefix))
-            if config.pos_embed == "relative" else None
+            if config.pos_embed == "relative"
+            else None
         )
         # Stochastic depth grows linearly with depth (the DeiT rule).
         drop_rates = [config.drop_path * i / max(config.depth - 1, 1) for i in range(config.depth)]
@@ -108,8 +110,18 @@ class VisionTransformer(TimmInterface, nn.Module):
     def build_block(self, config: ViTConfig, drop_path: float) -> nn.Module:
         """One encoder layer (Eq. 2-3); a family that changes only the layer (Axial-ViT) overrides this."""
         return EncoderBlock(
-            config.dim, config.num_heads, config.mlp_dim, config.head_dim, config.qkv_bias, config.dropout,
-            config.attn_dropout, drop_path, config.act, config.norm_eps, config.mlp_out_act, config.proj_dropout,
+            config.dim,
+            config.num_heads,
+            config.mlp_dim,
+            config.head_dim,
+            config.qkv_bias,
+            config.dropout,
+            config.attn_dropout,
+            drop_path,
+            config.act,
+            config.norm_eps,
+            config.mlp_out_act,
+            config.proj_dropout,
         )
 
     # -- initialisation (as the reference vit_jax code) -----------------------------------------
@@ -210,9 +222,7 @@ class VisionTransformer(TimmInterface, nn.Module):
                 raise ConfigError(f"{len(class_names)} class names for {num_classes} classes")
         if self.config.representation_size:
             self.pre_logits = nn.Identity()
-        self.config = self.config.replace(
-            num_classes=num_classes, representation_size=None, class_names=class_names
-        )
+        self.config = self.config.replace(num_classes=num_classes, representation_size=None, class_names=class_names)
         reference = self.patch_embed.proj.weight
         if num_classes:
             self.head = nn.Linear(self.config.feature_dim, num_classes).to(reference.device, reference.dtype)
@@ -236,8 +246,10 @@ class VisionTransformer(TimmInterface, nn.Module):
     def no_weight_decay(self) -> set[str]:
         """Parameter names that take no weight decay: tokens, position tables, norms and biases."""
         return {
-            name for name, param in self.named_parameters()
-            if param.dim() <= 1 or name.startswith(("cls_token", "pos_embed", "layer_pos_embed", "relative_bias", "relative_attention"))
+            name
+            for name, param in self.named_parameters()
+            if param.dim() <= 1
+            or name.startswith(("cls_token", "pos_embed", "layer_pos_embed", "relative_bias", "relative_attention"))
         }
 
     def set_grad_checkpointing(self, enabled: bool = True) -> None:

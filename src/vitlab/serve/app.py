@@ -53,7 +53,9 @@ async def form_upload(request: Request, body: bytes) -> tuple[bytes, str]:
     try:
         form = await Request(request.scope, replay).form(max_files=1, max_fields=10)
     except (HTTPException, MultiPartException) as error:
-        raise ValueError(f"not a readable multipart form ({getattr(error, 'detail', None) or getattr(error, 'message', error)})") from None
+        raise ValueError(
+            f"not a readable multipart form ({getattr(error, 'detail', None) or getattr(error, 'message', error)})"
+        ) from None
     files = [(key, value) for key, value in form.multi_items() if isinstance(value, UploadFile)]
     if len(files) != 1:
         raise ValueError(f"a multipart form needs exactly one file field (e.g. curl -F file=@x.png), got {len(files)}")
@@ -96,8 +98,15 @@ def build_app(classifier: ImageClassifier, title: str) -> FastAPI:
 
     theme = gr.themes.Default(font=SYSTEM_FONTS, font_mono=SYSTEM_MONO_FONTS)
     return gr.mount_gradio_app(
-        app, build_page(classifier, title), path="/", max_file_size=limit, ssr_mode=False, theme=theme,
-        mcp_server=False, enable_monitoring=False, pwa=False,
+        app,
+        build_page(classifier, title),
+        path="/",
+        max_file_size=limit,
+        ssr_mode=False,
+        theme=theme,
+        mcp_server=False,
+        enable_monitoring=False,
+        pwa=False,
     )
 
 

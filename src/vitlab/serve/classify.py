@@ -87,7 +87,8 @@ class ImageClassifier:
     def check_size(self, num_bytes: int, name: str = "upload") -> None:
         if num_bytes > self.limits.max_bytes:
             raise BadImageError(
-                name, f"{num_bytes / 2**20:.1f} MiB is above the upload limit of {self.limits.max_bytes / 2**20:.0f} MiB"
+                name,
+                f"{num_bytes / 2**20:.1f} MiB is above the upload limit of {self.limits.max_bytes / 2**20:.0f} MiB",
             )
 
     def decode(self, data: bytes, name: str = "upload") -> Image.Image:

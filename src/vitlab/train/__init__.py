@@ -14,8 +14,9 @@ from .recipes import RECIPES, get_recipe
 from .trainer import Diverged, Interrupted, Trainer, TrainResult
 
 
-def train(config: TrainConfig | str = "small-data", *, callbacks: Sequence[Callback] = (),
-          **sections: Mapping[str, Any]) -> TrainResult:
+def train(
+    config: TrainConfig | str = "small-data", *, callbacks: Sequence[Callback] = (), **sections: Mapping[str, Any]
+) -> TrainResult:
     """Train a ViT and write its model folder; returns the folder, the summary and the model.
 
     `config` is a TrainConfig or a recipe name; keyword arguments change sections of it:

@@ -26,8 +26,9 @@ CHECKSUM_LINE = re.compile(r"([0-9a-f]{64})  (\S(?:.*\S)?)")  # as sha256sum wri
 PARTIAL = ".partial-"  # in the names of files and folders still being written
 
 
-def atomic_write(path: Path, write: Callable[[IO[bytes]], object],
-                 before_rename: Callable[[Path], None] | None = None) -> None:
+def atomic_write(
+    path: Path, write: Callable[[IO[bytes]], object], before_rename: Callable[[Path], None] | None = None
+) -> None:
     """Write `path` through a temporary file in the same folder: fsync, `before_rename(temporary)`,
     rename, fsync the folder."""
     temporary = path.with_name(f".{path.name}{PARTIAL}{os.getpid()}")
@@ -156,8 +157,10 @@ def verify_checkpoint(checkpoint: str | Path) -> None:
     record = checksum_file(checkpoint)
     if not record.is_file():
         listed = f"$(find {checkpoint.name} -type f)" if checkpoint.is_dir() else checkpoint.name
-        raise CheckpointError(f"{checkpoint}: no checksum file {record.name} beside it, so it cannot be checked "
-                              f"(to trust it as it is: cd {checkpoint.parent} && sha256sum {listed} > {record.name})")
+        raise CheckpointError(
+            f"{checkpoint}: no checksum file {record.name} beside it, so it cannot be checked "
+            f"(to trust it as it is: cd {checkpoint.parent} && sha256sum {listed} > {record.name})"
+        )
     expected: dict[str, str] = {}
     for number, line in enumerate(record.read_text(errors="replace").splitlines(), 1):
         match = CHECKSUM_LINE.fullmatch(line)
@@ -173,7 +176,7 @@ def verify_checkpoint(checkpoint: str | Path) -> None:
     for name, file in present.items():
         actual = _sha256(file)
         if actual != expected[name]:
-            raise CheckpointError(f"{file}: SHA-256 {actual[:16]}... differs from the {expected[name][:16]}... "
-                                  f"recorded in {record.name}; the file changed after it was written")
-
-
+            raise CheckpointError(
+                f"{file}: SHA-256 {actual[:16]}... differs from the {expected[name][:16]}... "
+                f"recorded in {record.name}; the file changed after it was written"
+            )

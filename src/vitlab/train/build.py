@@ -30,8 +30,9 @@ def check_run(config: TrainConfig, architecture: ViTConfig | BiTConfig | None = 
     if not config.run.out:
         raise ConfigError("run.out: the output folder (--out) is required")
     if architecture is not None and config.model.init:
-        raise ConfigError(f"model.init={config.model.init!r}: a run starts from a checkpoint or from an "
-                          f"architecture, not both")
+        raise ConfigError(
+            f"model.init={config.model.init!r}: a run starts from a checkpoint or from an architecture, not both"
+        )
     if config.run.data_parallel == "fsdp" and config.optim.ema_decay:
         raise ConfigError("optim.ema_decay: weight averaging needs the whole model, not run.data_parallel=fsdp")
     if config.run.data_parallel == "fsdp" and config.run.keep_best:
@@ -50,8 +51,10 @@ def run_folder(config: TrainConfig) -> Path:
     return Path(config.run.out)
 
 
-def build_model_and_data(config: TrainConfig, architecture: ViTConfig | BiTConfig | None = None,
-                         ) -> tuple[VisionTransformer | BiTResNet, DataSplits, Dataset | None]:
+def build_model_and_data(
+    config: TrainConfig,
+    architecture: ViTConfig | BiTConfig | None = None,
+) -> tuple[VisionTransformer | BiTResNet, DataSplits, Dataset | None]:
     """(model in train mode, splits, test split or None). With a development split
     (data.dev_fraction) the source's validation split becomes the test split."""
     spec = config.model
@@ -62,39 +65,67 @@ def build_model_and_data(config: TrainConfig, architecture: ViTConfig | BiTConfi
     else:
         vit_config = architecture or scratch_config(spec)
     data = config.data
-    preprocessing = resolve_preprocessing(vit_config.preprocessing, mean=data.mean, std=data.std,
-                                          crop_pct=data.crop_pct, interpolation=data.interpolation)
+    preprocessing = resolve_preprocessing(
+        vit_config.preprocessing, mean=data.mean, std=data.std, crop_pct=data.crop_pct, interpolation=data.interpolation
+    )
     splits = load_datasets(
         data.source,
         train_transform(vit_config.image_size, preprocessing, config.augment),
         eval_transform(vit_config.image_size, preprocessing),
-        val_fraction=data.val_fraction, seed=config.run.seed, download=data.download,
-        train_fraction=data.train_fraction, dev_fraction=data.dev_fraction,
-        dev_split=data.dev_split, max_bad_fraction=data.max_bad_fraction,
+        val_fraction=data.val_fraction,
+        seed=config.run.seed,
+        download=data.download,
+        train_fraction=data.train_fraction,
+        dev_fraction=data.dev_fraction,
+        dev_split=data.dev_split,
+        max_bad_fraction=data.max_bad_fraction,
     )
     test_set = None
     if splits.dev is not None:  # paper Appendix B.1.1 / Keras validation_split: validate on a dev split
         test_set, splits.val = splits.val, splits.dev
     names = list(splits.class_names)
     if len(names) < 2:  # one class: every prediction right, nothing learned
-        raise ConfigError(f"data.source={data.source!r}: {len(names)} class ({', '.join(map(str, names))}); "
-                          "classification needs at least 2")
+        raise ConfigError(
+            f"data.source={data.source!r}: {len(names)} class ({', '.join(map(str, names))}); "
+            "classification needs at least 2"
+        )
     limit = None if config.run.memory_limit is None else int(config.run.memory_limit * 2**30)
-    check_memory(vit_config.replace(num_classes=len(names), class_names=names), config.micro_batch_size,
-                 training=True, limit=limit, source="run.memory_limit")  # before the model is allocated
+    check_memory(
+        vit_config.replace(num_classes=len(names), class_names=names),
+        config.micro_batch_size,
+        training=True,
+        limit=limit,
+        source="run.memory_limit",
+    )  # before the model is allocated
     if spec.init:
         before = "a representation layer and " if getattr(model.config, "representation_size", None) else ""
         model.reset_classifier(len(names), class_names=names)  # paper 3.2: a zero-initialised head for the new classes
-        log.info("%s: new zero-initialised head: %d x %d (%d classes), replacing %sthe %d-class head",
-                 spec.init, model.config.feature_dim, len(names), len(names), before, vit_config.num_classes)
+        log.info(
+            "%s: new zero-initialised head: %d x %d (%d classes), replacing %sthe %d-class head",
+            spec.init,
+            model.config.feature_dim,
+            len(names),
+            len(names),
+            before,
+            vit_config.num_classes,
+        )
         model.config = model.config.replace(preprocessing=preprocessing)
     else:
         torch.manual_seed(config.run.seed)
-        model = create_untrained(vit_config.replace(num_classes=len(names), class_names=names,
-                                                preprocessing=preprocessing), memory_limit=limit)
-    log.info("%s: %d training and %d validation images, %d classes; model %s at %s px, %.2fM parameters",
-             data.source, len(splits.train), len(splits.val), len(names), model.config.name or "ViT",
-             "x".join(map(str, model.config.image_size)), sum(p.numel() for p in model.parameters()) / 1e6)
+        model = create_untrained(
+            vit_config.replace(num_classes=len(names), class_names=names, preprocessing=preprocessing),
+            memory_limit=limit,
+        )
+    log.info(
+        "%s: %d training and %d validation images, %d classes; model %s at %s px, %.2fM parameters",
+        data.source,
+        len(splits.train),
+        len(splits.val),
+        len(names),
+        model.config.name or "ViT",
+        "x".join(map(str, model.config.image_size)),
+        sum(p.numel() for p in model.parameters()) / 1e6,
+    )
     freeze_layers(model, spec.trainable_blocks)
     return model.train(), splits, test_set
 
@@ -103,20 +134,26 @@ def steps_per_epoch(config: TrainConfig, train_images: int) -> int:
     """Optimiser steps in one pass over the training images (a last partial batch is dropped)."""
     steps = train_images // config.data.batch_size
     if steps == 0:
-        raise ConfigError(f"data.batch_size={config.data.batch_size} is larger than the {train_images} "
-                          f"training images of {config.data.source!r}; lower --batch-size")
+        raise ConfigError(
+            f"data.batch_size={config.data.batch_size} is larger than the {train_images} "
+            f"training images of {config.data.source!r}; lower --batch-size"
+        )
     return steps
 
 
-def build_loaders(config: TrainConfig, splits: DataSplits, test_set: Dataset | None,
-                  pin_memory: bool, processes: Processes) -> tuple[DataLoader, DataLoader, DataLoader | None]:
+def build_loaders(
+    config: TrainConfig, splits: DataSplits, test_set: Dataset | None, pin_memory: bool, processes: Processes
+) -> tuple[DataLoader, DataLoader, DataLoader | None]:
     """The training loader (micro-batches in the resumable order), the validation and the test loader."""
     micro, workers = config.micro_batch_size, config.data.workers
     eval_batch = config.data.eval_batch_size or 2 * micro
-    return (train_loader(splits.train, micro, config.run.seed, workers, pin_memory, processes,
-                         repeats=config.augment.repeats),
-            eval_loader(splits.val, eval_batch, workers, pin_memory),
-            eval_loader(test_set, eval_batch, workers, pin_memory) if test_set is not None else None)
+    return (
+        train_loader(
+            splits.train, micro, config.run.seed, workers, pin_memory, processes, repeats=config.augment.repeats
+        ),
+        eval_loader(splits.val, eval_batch, workers, pin_memory),
+        eval_loader(test_set, eval_batch, workers, pin_memory) if test_set is not None else None,
+    )
 
 
 def _load_init(config: TrainConfig) -> VisionTransformer | BiTResNet:
@@ -124,8 +161,10 @@ def _load_init(config: TrainConfig) -> VisionTransformer | BiTResNet:
     assert spec.init is not None  # called only for a run with model.init
     fixed = sorted(set(spec.options()) - set(spec.REGULARISATION))
     if fixed:
-        raise ConfigError(f"model.{fixed[0]} cannot change the architecture of model.init={spec.init!r}; "
-                          f"only the image size and {', '.join(spec.REGULARISATION)} can")
+        raise ConfigError(
+            f"model.{fixed[0]} cannot change the architecture of model.init={spec.init!r}; "
+            f"only the image size and {', '.join(spec.REGULARISATION)} can"
+        )
     overrides = {name: value for name, value in spec.options().items()}
     if spec.image_size is not None:
         overrides["image_size"] = spec.image_size  # E_pos resampled in 2-D (paper 3.2)

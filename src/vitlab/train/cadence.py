@@ -11,8 +11,9 @@ def evaluation_due(run: RunSpec, step: int, total_steps: int, epoch_ended: bool)
     return step == total_steps or (every is not None and step % every == 0) or (every is None and epoch_ended)
 
 
-def checkpoint_due(run: RunSpec, step: int, *, evaluated: bool, stopping: bool, seconds_since: float,
-                   skipping: bool) -> bool:
+def checkpoint_due(
+    run: RunSpec, step: int, *, evaluated: bool, stopping: bool, seconds_since: float, skipping: bool
+) -> bool:
     """At every evaluation, every run.ckpt_every_steps / _minutes and on a stop signal; never while
     steps are being skipped as non-finite, so that the last good checkpoint survives --keep-ckpts."""
     if skipping:

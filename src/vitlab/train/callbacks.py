@@ -83,8 +83,14 @@ class ProgressBar(Callback):
     def on_train_start(self, trainer: TrainingRun) -> None:
         self.start_time, self.start_step = time.perf_counter(), trainer.step
         if self.interactive:
-            self.bar = tqdm(total=trainer.total_steps, initial=trainer.step, desc="train", unit="step",
-                            dynamic_ncols=True, file=sys.stderr)
+            self.bar = tqdm(
+                total=trainer.total_steps,
+                initial=trainer.step,
+                desc="train",
+                unit="step",
+                dynamic_ncols=True,
+                file=sys.stderr,
+            )
 
     def on_step_end(self, trainer: TrainingRun, loss: float) -> None:
         stats = {"loss": f"{loss:.4f}", "lr": f"{trainer.lr:.2e}", "img/s": f"{trainer.images_per_second:.0f}"}
@@ -95,13 +101,22 @@ class ProgressBar(Callback):
             done = trainer.step - self.start_step
             elapsed = time.perf_counter() - self.start_time
             eta = elapsed / max(done, 1) * (trainer.total_steps - trainer.step)
-            log.info("step %d/%d  loss %s  lr %s  %s img/s  eta %s", trainer.step, trainer.total_steps,
-                     stats["loss"], stats["lr"], stats["img/s"], timedelta(seconds=round(eta)))
+            log.info(
+                "step %d/%d  loss %s  lr %s  %s img/s  eta %s",
+                trainer.step,
+                trainer.total_steps,
+                stats["loss"],
+                stats["lr"],
+                stats["img/s"],
+                timedelta(seconds=round(eta)),
+            )
 
     def on_evaluate(self, trainer: TrainingRun, row: dict[str, Any]) -> None:
         top5 = describe_top5(row["val_top5"], len(trainer.class_names))
-        message = (f"step {row['step']} epoch {row['epoch']:.2f}: val top-1 {row['val_top1']:.4f}  "
-                   f"{top5}  train loss {row['loss']:.4f}")
+        message = (
+            f"step {row['step']} epoch {row['epoch']:.2f}: val top-1 {row['val_top1']:.4f}  "
+            f"{top5}  train loss {row['loss']:.4f}"
+        )
         if self.bar is not None:
             self.bar.write(message, file=sys.stderr)
         else:

@@ -80,8 +80,11 @@ def save_checkpoint(out: str | Path, step: int, state: dict[str, Any], keep: int
     remove_partial_writes(folder)
     path = folder / checkpoint_name(step)
     document = {"format": FORMAT, "format_version": FORMAT_VERSION, **state}
-    atomic_write(path, lambda file: _save_document(document, file, step),
-                 before_rename=lambda temporary: record_checksums(path, temporary))
+    atomic_write(
+        path,
+        lambda file: _save_document(document, file, step),
+        before_rename=lambda temporary: record_checksums(path, temporary),
+    )
     publish(out, path, keep)
     return path
 
@@ -115,8 +118,11 @@ def _pause_mid_write(document: dict[str, Any], file: IO[bytes]) -> None:
     file.write(data[: len(data) // 2])
     file.flush()
     os.fsync(file.fileno())
-    print(f"{PAUSE_ENV}: paused writing {file.name} after {len(data) // 2} of {len(data)} bytes",
-          file=sys.stderr, flush=True)
+    print(
+        f"{PAUSE_ENV}: paused writing {file.name} after {len(data) // 2} of {len(data)} bytes",
+        file=sys.stderr,
+        flush=True,
+    )
     time.sleep(PAUSE_SECONDS)
     file.seek(0)
     file.truncate()
@@ -175,8 +181,10 @@ def newest_valid_checkpoint(out: str | Path) -> Path | None:
         return path
     if not candidates:
         return None
-    raise CheckpointError(f"{folder}: none of its {len(candidates)} checkpoint(s) is intact "
-                          f"(run.keep_ckpts keeps more); {'; '.join(problems)}")
+    raise CheckpointError(
+        f"{folder}: none of its {len(candidates)} checkpoint(s) is intact "
+        f"(run.keep_ckpts keeps more); {'; '.join(problems)}"
+    )
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
@@ -189,8 +197,10 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     if not isinstance(document, dict) or document.get("format") != FORMAT:
         raise CheckpointError(f"{path}: not a vitlab training checkpoint")
     if document.get("format_version") != FORMAT_VERSION:
-        raise CheckpointError(f"{path}: training checkpoint version {document.get('format_version')!r}; "
-                              f"this vitlab reads version {FORMAT_VERSION}")
+        raise CheckpointError(
+            f"{path}: training checkpoint version {document.get('format_version')!r}; "
+            f"this vitlab reads version {FORMAT_VERSION}"
+        )
     return document
 
 
@@ -204,8 +214,10 @@ class ResumableRun(Protocol):
     loss_sum: float
     loss_count: int
     bad_steps: int
+
     @property
     def wall_time_s(self) -> float: ...  # of the whole run so far
+
     wall_time_before: float  # of the sessions before this one
     scheduler: Any
     ema: Any
@@ -223,11 +235,21 @@ def _state(part: Any) -> Any:
 
 def run_state(run: ResumableRun) -> dict[str, Any]:
     """The progress, the scheduler, EMA, best-weights and gradient-scaler states and the generators."""
-    return {"step": run.step, "epoch": run.epoch, "batch_in_epoch": run.batch_in_epoch,
-            "scheduler": run.scheduler.state_dict(), "ema": _state(run.ema), "best": _state(run.best),
-            "scaler": _state(run.scaler), "rng": capture_rng(), "loss_sum": run.loss_sum,
-            "loss_count": run.loss_count, "bad_steps": run.bad_steps, "wall_time_s": run.wall_time_s,
-            "callbacks": {type(c).__name__: kept for c in run.callbacks if (kept := c.state_dict()) is not None}}
+    return {
+        "step": run.step,
+        "epoch": run.epoch,
+        "batch_in_epoch": run.batch_in_epoch,
+        "scheduler": run.scheduler.state_dict(),
+        "ema": _state(run.ema),
+        "best": _state(run.best),
+        "scaler": _state(run.scaler),
+        "rng": capture_rng(),
+        "loss_sum": run.loss_sum,
+        "loss_count": run.loss_count,
+        "bad_steps": run.bad_steps,
+        "wall_time_s": run.wall_time_s,
+        "callbacks": {type(c).__name__: kept for c in run.callbacks if (kept := c.state_dict()) is not None},
+    }
 
 
 def restore_run_state(run: ResumableRun, state: Mapping[str, Any]) -> None:
@@ -255,9 +277,23 @@ def restore_run_state(run: ResumableRun, state: Mapping[str, Any]) -> None:
 # -- resuming --------------------------------------------------------------------------------------
 # Settings a resumed run may change: they decide how the run executes, not what it learns.
 RESUMABLE_CHANGES = {
-    "run.out", "run.device", "run.precision", "run.eval_every", "run.log_every", "run.ckpt_every_steps",
-    "run.ckpt_every_minutes", "run.keep_ckpts", "run.resume", "run.compile", "run.grad_checkpointing", "run.threads",
-    "run.max_bad_steps", "run.memory_limit", "data.workers", "data.eval_batch_size", "data.download",
+    "run.out",
+    "run.device",
+    "run.precision",
+    "run.eval_every",
+    "run.log_every",
+    "run.ckpt_every_steps",
+    "run.ckpt_every_minutes",
+    "run.keep_ckpts",
+    "run.resume",
+    "run.compile",
+    "run.grad_checkpointing",
+    "run.threads",
+    "run.max_bad_steps",
+    "run.memory_limit",
+    "data.workers",
+    "data.eval_batch_size",
+    "data.download",
     "run.tensorboard",
 }
 # The run's length may grow: a finished (or unfinished) run continues to the longer total, its schedule
@@ -265,8 +301,9 @@ RESUMABLE_CHANGES = {
 LONGER_ALLOWED = ("schedule.steps", "schedule.epochs")
 
 
-def read_resume_state(out: Path, config: Mapping[str, Any], resume: bool, restarts: int = 0,
-                      is_main: bool = True) -> tuple[Path, dict[str, Any]] | None:
+def read_resume_state(
+    out: Path, config: Mapping[str, Any], resume: bool, restarts: int = 0, is_main: bool = True
+) -> tuple[Path, dict[str, Any]] | None:
     """The newest intact checkpoint of `out` and its state when resuming, checked against this run's
     `config` (TrainConfig.to_dict()) before any work; see newest_valid_checkpoint. A process that
     torchrun started again after one of the run's died (`restarts` > 0) resumes without being told."""
@@ -276,8 +313,9 @@ def read_resume_state(out: Path, config: Mapping[str, Any], resume: bool, restar
         resume = True
     if not resume:
         if holds_checkpoints(out):
-            raise ConfigError(f"{out} already holds a run ({out / FOLDER}); pass --resume to "
-                              f"continue it or choose another --out")
+            raise ConfigError(
+                f"{out} already holds a run ({out / FOLDER}); pass --resume to continue it or choose another --out"
+            )
         return None
     latest = newest_valid_checkpoint(out)
     if latest is None:
@@ -292,21 +330,36 @@ def read_resume_state(out: Path, config: Mapping[str, Any], resume: bool, restar
 def check_same_run(out: Path, current: Mapping[str, Any], saved: Mapping[str, Any]) -> None:
     """ConfigError naming every setting outside RESUMABLE_CHANGES that differs from the checkpoint's;
     one of LONGER_ALLOWED set to a larger number (the other unset in both) is logged and allowed."""
-    differ = {f"{section}.{name}": (saved_value, current[section].get(name))
-              for section, values in saved.items() if isinstance(values, dict)
-              for name, saved_value in values.items()
-              if f"{section}.{name}" not in RESUMABLE_CHANGES and current[section].get(name) != saved_value}
-    longer = [key for key, (before, now) in differ.items()
-              if key in LONGER_ALLOWED and isinstance(before, int) and isinstance(now, int) and now > before]
+    differ = {
+        f"{section}.{name}": (saved_value, current[section].get(name))
+        for section, values in saved.items()
+        if isinstance(values, dict)
+        for name, saved_value in values.items()
+        if f"{section}.{name}" not in RESUMABLE_CHANGES and current[section].get(name) != saved_value
+    }
+    longer = [
+        key
+        for key, (before, now) in differ.items()
+        if key in LONGER_ALLOWED and isinstance(before, int) and isinstance(now, int) and now > before
+    ]
     if len(differ) == len(longer) == 1:
-        (before, now), = differ.values()
-        log.info("--resume: %s %d -> %d: continuing %s to the longer total; the learning-rate schedule is "
-                 "recomputed over %d from the step reached", longer[0], before, now, out, now)
+        ((before, now),) = differ.values()
+        log.info(
+            "--resume: %s %d -> %d: continuing %s to the longer total; the learning-rate schedule is "
+            "recomputed over %d from the step reached",
+            longer[0],
+            before,
+            now,
+            out,
+            now,
+        )
         return
     changed = [f"{key}: checkpoint {before!r}, now {now!r}" for key, (before, now) in differ.items()]
     if changed:
-        raise ConfigError(f"--resume: {out} was trained with other settings ({'; '.join(changed)}); "
-                          f"repeat them, e.g. with --config {out / RUN_FILE}")
+        raise ConfigError(
+            f"--resume: {out} was trained with other settings ({'; '.join(changed)}); "
+            f"repeat them, e.g. with --config {out / RUN_FILE}"
+        )
 
 
 @contextlib.contextmanager

@@ -80,14 +80,23 @@ class ModelSpec:
     # features (for logistic regression on fixed features use `vitlab fewshot`'s linear probe); None: all.
     trainable_blocks: int | None = None
 
-    REGULARISATION: typing.ClassVar[tuple[str, ...]] = ("dropout", "attn_dropout", "drop_path", "head_dropout",
-                                                        "embed_dropout", "proj_dropout")
+    REGULARISATION: typing.ClassVar[tuple[str, ...]] = (
+        "dropout",
+        "attn_dropout",
+        "drop_path",
+        "head_dropout",
+        "embed_dropout",
+        "proj_dropout",
+    )
 
     def options(self) -> dict[str, Any]:
         """The ViTConfig fields this spec sets (everything but variant, init, image_size and trainable_blocks)."""
         skip = ("variant", "init", "image_size", "trainable_blocks")
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-                if f.name not in skip and getattr(self, f.name) is not None}
+        return {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if f.name not in skip and getattr(self, f.name) is not None
+        }
 
 
 @dataclass
@@ -215,7 +224,8 @@ class TrainConfig:
     }
     ZERO_MEANS_UNSET: typing.ClassVar[frozenset[str]] = frozenset({"schedule.warmup_steps", "schedule.warmup_epochs"})
     SET_ELSEWHERE: typing.ClassVar[dict[str, str]] = {
-        "recipe": "the recipe is chosen with --recipe or a top-level 'recipe:' key"}
+        "recipe": "the recipe is chosen with --recipe or a top-level 'recipe:' key"
+    }
 
     def validate(self, origins: Mapping[str, str] | None = None) -> TrainConfig:
         """Raise ConfigError naming the first out-of-range value (and, from `origins`, the file or
@@ -258,8 +268,11 @@ def _range_checks(config: TrainConfig) -> list[tuple[str, bool, str]]:
         ("data.crop_pct", d.crop_pct is None or crop_pct_ok(d.crop_pct), CROP_PCT_RULE),
         ("augment.crop_scale", 0.0 < a.crop_scale[0] <= a.crop_scale[1] <= 1.0, "must satisfy 0 < min <= max <= 1"),
         ("augment.crop_ratio", 0.0 < a.crop_ratio[0] <= a.crop_ratio[1], "must satisfy 0 < min <= max"),
-        ("augment.randaugment", a.randaugment is None or (a.randaugment[0] > 0 and 0 <= a.randaugment[1] <= 30),
-         "must be (ops > 0, magnitude in 0..30)"),
+        (
+            "augment.randaugment",
+            a.randaugment is None or (a.randaugment[0] > 0 and 0 <= a.randaugment[1] <= 30),
+            "must be (ops > 0, magnitude in 0..30)",
+        ),
         ("augment.rotation", 0.0 <= a.rotation <= 180.0, "must be in [0, 180] degrees"),
         ("augment.zoom", 0.0 <= a.zoom < 1.0, fraction),
         ("augment.reprob", 0.0 <= a.reprob <= 1.0, "must be in [0, 1]"),
@@ -274,19 +287,32 @@ def _range_checks(config: TrainConfig) -> list[tuple[str, bool, str]]:
         ("optim.momentum", 0.0 <= o.momentum < 1.0, fraction),
         ("optim.grad_clip", o.grad_clip is None or o.grad_clip > 0.0, "must be > 0 or null"),
         ("optim.grad_accum", o.grad_accum >= 1, "must be >= 1"),
-        ("optim.grad_accum", o.grad_accum < 1 or d.batch_size % o.grad_accum == 0,  # (< 1 fails above)
-         f"must divide data.batch_size={d.batch_size} into equal micro-batches"),
+        (
+            "optim.grad_accum",
+            o.grad_accum < 1 or d.batch_size % o.grad_accum == 0,  # (< 1 fails above)
+            f"must divide data.batch_size={d.batch_size} into equal micro-batches",
+        ),
         ("optim.layer_decay", o.layer_decay is None or 0.0 < o.layer_decay <= 1.0, "must be in (0, 1] or null"),
-        ("optim.layer_decay", o.layer_decay is None or o.name != "tfa_adamw",
-         "needs parameter groups; optim.name=tfa_adamw decays every variable alike"),
+        (
+            "optim.layer_decay",
+            o.layer_decay is None or o.name != "tfa_adamw",
+            "needs parameter groups; optim.name=tfa_adamw decays every variable alike",
+        ),
         ("optim.ema_decay", o.ema_decay is None or 0.0 < o.ema_decay < 1.0, "must be in (0, 1) or null"),
-        ("schedule.steps", (s.steps is None) != (s.epochs is None), "set exactly one of schedule.steps and schedule.epochs"),
+        (
+            "schedule.steps",
+            (s.steps is None) != (s.epochs is None),
+            "set exactly one of schedule.steps and schedule.epochs",
+        ),
         ("schedule.steps", s.steps is None or s.steps > 0, positive),
         ("schedule.epochs", s.epochs is None or s.epochs > 0, positive),
         ("schedule.warmup_steps", s.warmup_steps >= 0, "must be >= 0"),
         ("schedule.warmup_epochs", s.warmup_epochs >= 0.0, "must be >= 0"),
-        ("schedule.warmup_steps", s.warmup_steps == 0 or s.warmup_epochs == 0.0,
-         "set schedule.warmup_steps or schedule.warmup_epochs, not both"),
+        (
+            "schedule.warmup_steps",
+            s.warmup_steps == 0 or s.warmup_epochs == 0.0,
+            "set schedule.warmup_steps or schedule.warmup_epochs, not both",
+        ),
         ("schedule.end_lr_ratio", 0.0 <= s.end_lr_ratio <= 1.0, "must be in [0, 1]"),
         ("run.eval_every", r.eval_every is None or r.eval_every > 0, positive),
         ("run.log_every", r.log_every > 0, positive),
@@ -297,8 +323,11 @@ def _range_checks(config: TrainConfig) -> list[tuple[str, bool, str]]:
         ("run.threads", r.threads is None or r.threads >= 1, "must be >= 1 or null"),
         ("run.memory_limit", r.memory_limit is None or r.memory_limit > 0, "must be > 0 GiB or null"),
         # best.py
-        ("run.early_stop_patience", r.early_stop_patience is None or r.early_stop_patience >= 1,
-         "must be >= 1 or null"),
+        (
+            "run.early_stop_patience",
+            r.early_stop_patience is None or r.early_stop_patience >= 1,
+            "must be >= 1 or null",
+        ),
     ]
 
 

@@ -83,8 +83,9 @@ def start(processes: Processes, device: torch.device) -> torch.device:
         # attempt left there ("connection refused" after a restart); each attempt gets its own keys.
         store, rank, world_size = next(dist.rendezvous("env://"))
         store = dist.PrefixStore(f"vitlab/attempt-{processes.restarts}/", store)
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo", store=store, rank=rank,
-                                world_size=world_size)
+        dist.init_process_group(
+            "nccl" if device.type == "cuda" else "gloo", store=store, rank=rank, world_size=world_size
+        )
         _OWNED_GROUP.append(dist.group.WORLD)
     if not processes.is_main:
         log.setLevel(logging.WARNING)  # one voice: process 0 reports progress
@@ -105,8 +106,10 @@ _OWNED_GROUP: list = []  # the group `start` created, if it did (a caller's own 
 
 def check_batch(micro_batch: int, processes: Processes) -> None:
     if micro_batch % processes.world_size:
-        raise ConfigError(f"data.batch_size / optim.grad_accum = {micro_batch} images per micro-batch do not split "
-                          f"evenly over {processes.world_size} processes")
+        raise ConfigError(
+            f"data.batch_size / optim.grad_accum = {micro_batch} images per micro-batch do not split "
+            f"evenly over {processes.world_size} processes"
+        )
 
 
 def wrap(model: nn.Module, processes: Processes, strategy: str, device: torch.device) -> nn.Module:
@@ -141,7 +144,7 @@ class RankSlices(Sampler[list]):
         rank, world_size = self.processes.rank, self.processes.world_size
         for batch in self.batches:
             size = len(batch) // world_size
-            yield batch[rank::world_size] if self.strided else batch[rank * size:(rank + 1) * size]
+            yield batch[rank::world_size] if self.strided else batch[rank * size : (rank + 1) * size]
 
     def __len__(self) -> int:
         return len(self.batches)
@@ -175,8 +178,16 @@ def full_tensor(value: Any) -> Any:
 
 
 # -- sharded checkpoints (fsdp) -------------------------------------------------------------------
-def save_checkpoint(out: Path, step: int, state: dict[str, Any], model: nn.Module, optimizer: torch.optim.Optimizer,
-                    keep: int, processes: Processes, sharded: bool) -> Path | None:
+def save_checkpoint(
+    out: Path,
+    step: int,
+    state: dict[str, Any],
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    keep: int,
+    processes: Processes,
+    sharded: bool,
+) -> Path | None:
     """The checkpoint of `step`: sharded, every process writes its shards (save_sharded); replicated,
     process 0 writes it and none runs on (or exits) before it is in place (None on the others)."""
     if sharded:
@@ -186,8 +197,15 @@ def save_checkpoint(out: Path, step: int, state: dict[str, Any], model: nn.Modul
     return path
 
 
-def save_sharded(out: Path, step: int, state: dict[str, Any], model: nn.Module, optimizer: torch.optim.Optimizer,
-                 keep: int, processes: Processes) -> Path:
+def save_sharded(
+    out: Path,
+    step: int,
+    state: dict[str, Any],
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    keep: int,
+    processes: Processes,
+) -> Path:
     """Every process writes its shards of model and optimiser into DIR/checkpoints/step-N/ (atomic,
     see atomic_files.atomic_folder); process 0 adds the rest of `state` and points `latest` at it."""
     import torch.distributed.checkpoint as dcp
@@ -222,8 +240,9 @@ def load_sharded(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer)
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
 
 
-def load_weights(path: Path | None, state: Mapping[str, Any], model: nn.Module, optimizer: torch.optim.Optimizer,
-                 sharded: bool) -> None:
+def load_weights(
+    path: Path | None, state: Mapping[str, Any], model: nn.Module, optimizer: torch.optim.Optimizer, sharded: bool
+) -> None:
     """The model and optimiser states of the checkpoint at `path` (whose document is `state`)."""
     if sharded:
         assert path is not None, "a sharded checkpoint's weights are read from its folder"

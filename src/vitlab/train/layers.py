@@ -28,23 +28,17 @@ def _rules(matcher: dict) -> list[tuple[re.Pattern, float, tuple | None]]:
     for position, spec in enumerate(matcher.values()):
         if spec is None:
             continue
-        for pattern, suffix in (
-            spec if isinstance(spec, (list, tuple)) else [(spec, None)]
-        ):
+        for pattern, suffix in spec if isinstance(spec, (list, tuple)) else [(spec, None)]:
             rules.append((re.compile(pattern), float(position), suffix))
     return rules
 
 
-def _ordinal(
-    name: str, rules: list[tuple[re.Pattern, float, tuple | None]]
-) -> tuple[float, ...]:
+def _ordinal(name: str, rules: list[tuple[re.Pattern, float, tuple | None]]) -> tuple[float, ...]:
     for pattern, position, suffix in rules:
         match = pattern.match(name)
         if match:
             parts = ((position,), match.groups(), suffix)
-            return tuple(
-                float(part) for part in chain.from_iterable(p for p in parts if p)
-            )
+            return tuple(float(part) for part in chain.from_iterable(p for p in parts if p))
     return (float("inf"),)  # matched by nothing (the head): after every group
 
 
@@ -52,9 +46,7 @@ def layer_ids(model: nn.Module, key: str) -> dict[str, int]:
     """Parameter name -> layer number (0: the embeddings ... the head last); `key` names the config
     field that asked, for the error when the model has no group_matcher."""
     if not hasattr(model, "group_matcher"):
-        raise ConfigError(
-            f"{key}: {type(model).__name__} has no group_matcher() to order its layers (a ViT has)"
-        )
+        raise ConfigError(f"{key}: {type(model).__name__} has no group_matcher() to order its layers (a ViT has)")
     group_matcher: Callable[..., dict] = getattr(model, "group_matcher")  # noqa: B009 (typed here)
     rules = _rules(group_matcher(coarse=False))
     ordinals = {name: _ordinal(name, rules) for name, _ in model.named_parameters()}
@@ -78,15 +70,12 @@ def freeze_layers(model: nn.Module, trainable_blocks: int | None) -> int:
     head = max(ids.values())
     depth = head - 1  # layers 1 .. depth are the blocks
     if trainable_blocks > depth:
-        raise ConfigError(
-            f"model.trainable_blocks={trainable_blocks}: the model has {depth} blocks"
-        )
+        raise ConfigError(f"model.trainable_blocks={trainable_blocks}: the model has {depth} blocks")
     for name, param in model.named_parameters():
         param.requires_grad_(ids[name] >= head - trainable_blocks)
     trained = sum(param.numel() for param in model.parameters() if param.requires_grad)
     log.info(
-        "model.trainable_blocks=%d: %d of %d parameters train (the last %d blocks and the head); the "
-        "rest are frozen",
+        "model.trainable_blocks=%d: %d of %d parameters train (the last %d blocks and the head); the rest are frozen",
         trainable_blocks,
         trained,
         total,

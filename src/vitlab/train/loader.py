@@ -55,8 +55,12 @@ class EpochSampler(Sampler[tuple[int, int, int]]):
         order = torch.randperm(self.size, generator=generator)
         copies = torch.arange(self.size) % self.repeats  # the epoch's first `size` positions
         order = order.repeat_interleave(self.repeats)
-        return iter([(self.epoch, int(index), int(copy))
-                     for index, copy in zip(order[self.start:self.size], copies[self.start:self.size])])
+        return iter(
+            [
+                (self.epoch, int(index), int(copy))
+                for index, copy in zip(order[self.start : self.size], copies[self.start : self.size])
+            ]
+        )
 
     def __len__(self) -> int:
         return self.size - self.start
@@ -148,8 +152,15 @@ def _loader_options(workers: int, pin_memory: bool) -> dict:
     )
 
 
-def train_loader(dataset: SizedDataset, micro_batch: int, seed: int, workers: int, pin_memory: bool,
-                 processes: Processes = Processes(), repeats: int = 1) -> DataLoader:
+def train_loader(
+    dataset: SizedDataset,
+    micro_batch: int,
+    seed: int,
+    workers: int,
+    pin_memory: bool,
+    processes: Processes = Processes(),
+    repeats: int = 1,
+) -> DataLoader:
     """Micro-batches of the training split in the resumable seeded order (last partial batch dropped);
     under torchrun, this process's slice of each (see distributed.py)."""
     sampler = EpochSampler(len(dataset), seed, repeats)
@@ -159,8 +170,9 @@ def train_loader(dataset: SizedDataset, micro_batch: int, seed: int, workers: in
     if processes.distributed:
         check_batch(micro_batch, processes)
         batches = RankSlices(whole, processes, strided=repeats > 1)
-    return _tracked(DataLoader(SeededSamples(dataset, seed), batch_sampler=batches,
-                               **_loader_options(workers, pin_memory)))
+    return _tracked(
+        DataLoader(SeededSamples(dataset, seed), batch_sampler=batches, **_loader_options(workers, pin_memory))
+    )
 
 
 def epoch_sampler(loader: DataLoader) -> EpochSampler:

@@ -68,9 +68,15 @@ def layer_decay_groups(model: nn.Module, weight_decay: float, layer_decay: float
         if not param.requires_grad:
             continue
         layer, decayed = ids[name], name not in skip
-        group = groups.setdefault((layer, decayed), {
-            "params": [], "param_names": [], "lr_scale": layer_decay ** (last - layer),
-            "weight_decay": weight_decay if decayed else 0.0})
+        group = groups.setdefault(
+            (layer, decayed),
+            {
+                "params": [],
+                "param_names": [],
+                "lr_scale": layer_decay ** (last - layer),
+                "weight_decay": weight_decay if decayed else 0.0,
+            },
+        )
         group["params"].append(param)
         group["param_names"].append(name)
     return [groups[key] for key in sorted(groups, key=lambda key: (-key[0], not key[1]))]
@@ -81,8 +87,15 @@ def _optimizer_groups(model: nn.Module, spec: OptimSpec) -> list[dict]:
         return param_groups(model, spec.weight_decay)
     groups = layer_decay_groups(model, spec.weight_decay, spec.layer_decay)
     # The optimiser reads each group's own rate; the schedule scales it from there (LambdaLR).
-    return [{"params": g["params"], "weight_decay": g["weight_decay"], "lr": spec.lr * g["lr_scale"],
-             "lr_scale": g["lr_scale"]} for g in groups]
+    return [
+        {
+            "params": g["params"],
+            "weight_decay": g["weight_decay"],
+            "lr": spec.lr * g["lr_scale"],
+            "lr_scale": g["lr_scale"],
+        }
+        for g in groups
+    ]
 
 
 class TfaAdamW(torch.optim.Optimizer):
@@ -94,8 +107,14 @@ class TfaAdamW(torch.optim.Optimizer):
     added to the uncorrected sqrt(v) (torch's Adam adds it to the corrected one).
     """
 
-    def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-7,
-                 weight_decay: float = 0.0) -> None:
+    def __init__(
+        self,
+        params,
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-7,
+        weight_decay: float = 0.0,
+    ) -> None:
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
 
     @torch.no_grad()
@@ -119,15 +138,20 @@ class TfaAdamW(torch.optim.Optimizer):
                 param.mul_(1.0 - group["weight_decay"])
                 state["exp_avg"].lerp_(param.grad, 1.0 - beta1)
                 state["exp_avg_sq"].mul_(beta2).addcmul_(param.grad, param.grad, value=1.0 - beta2)
-                step_size = group["lr"] * math.sqrt(1.0 - beta2 ** t) / (1.0 - beta1 ** t)
+                step_size = group["lr"] * math.sqrt(1.0 - beta2**t) / (1.0 - beta1**t)
                 param.addcdiv_(state["exp_avg"], state["exp_avg_sq"].sqrt().add_(group["eps"]), value=-step_size)
         return loss
 
 
 def build_optimizer(model: nn.Module, spec: OptimSpec) -> torch.optim.Optimizer:
     if spec.name == "tfa_adamw":  # decays every variable, norms and biases too, as tfa does
-        return TfaAdamW([p for p in model.parameters() if p.requires_grad], lr=spec.lr, betas=spec.betas, eps=spec.eps,
-                        weight_decay=spec.weight_decay)
+        return TfaAdamW(
+            [p for p in model.parameters() if p.requires_grad],
+            lr=spec.lr,
+            betas=spec.betas,
+            eps=spec.eps,
+            weight_decay=spec.weight_decay,
+        )
     groups = _optimizer_groups(model, spec)
     if spec.name == "sgd":
         return torch.optim.SGD(groups, lr=spec.lr, momentum=spec.momentum)
@@ -179,9 +203,13 @@ def build_schedule(
 ) -> torch.optim.lr_scheduler.LambdaLR:
     total, warmup = total_steps(spec, steps_per_epoch), warmup_steps(spec, steps_per_epoch)
     if warmup >= total:
-        log.warning("the learning-rate warm-up (%d steps) is at least as long as the run (%d steps): the rate "
-                    "rises for the whole run and never decays; shorten schedule.warmup_steps or "
-                    "schedule.warmup_epochs", warmup, total)
+        log.warning(
+            "the learning-rate warm-up (%d steps) is at least as long as the run (%d steps): the rate "
+            "rises for the whole run and never decays; shorten schedule.warmup_steps or "
+            "schedule.warmup_epochs",
+            warmup,
+            total,
+        )
     factor = WarmupDecay(
         total_steps=total,
         warmup_steps=warmup,

@@ -54,8 +54,10 @@ def read_step_rows(out: str | Path) -> list[dict[str, Any]]:
         return []
     with path.open(newline="") as file:
         rows = [row for row in csv.DictReader(file) if row.get("step") and None not in row.values()]
-    return [{key: (int(value) if key == "step" else float(value)) if value else None for key, value in row.items()}
-            for row in rows]
+    return [
+        {key: (int(value) if key == "step" else float(value)) if value else None for key, value in row.items()}
+        for row in rows
+    ]
 
 
 def earlier_metrics(out: str | Path, step: int) -> list[dict[str, Any]]:
@@ -87,10 +89,18 @@ class FinishedRun(Protocol):
 
 def run_facts(run: FinishedRun) -> dict[str, Any]:
     """How the run went: what summary.json holds beside the validation and test numbers."""
-    return dict(steps=run.step, epochs=round(run.step / run.steps_per_epoch, 4), train_images=run.train_images,
-                wall_time_s=round(run.wall_time_s, 2), recipe=run.config.recipe, data=run.config.data.source,
-                device=run.device.type, precision=run.precision.name, ema=run.ema is not None,
-                skipped_steps=run.bad_steps)
+    return dict(
+        steps=run.step,
+        epochs=round(run.step / run.steps_per_epoch, 4),
+        train_images=run.train_images,
+        wall_time_s=round(run.wall_time_s, 2),
+        recipe=run.config.recipe,
+        data=run.config.data.source,
+        device=run.device.type,
+        precision=run.precision.name,
+        ema=run.ema is not None,
+        skipped_steps=run.bad_steps,
+    )
 
 
 def write_model_folder(run: FinishedRun, model: VisionTransformer | BiTResNet) -> dict[str, Any]:
@@ -99,14 +109,23 @@ def write_model_folder(run: FinishedRun, model: VisionTransformer | BiTResNet) -
     kept best weights, with run.keep_best), the run's facts, and the test split's numbers if any."""
     out, rows, best_step = run.out, run.metrics, run.best.step if run.best is not None else None
     final = rows[-1] if best_step is None else next(row for row in rows if row["step"] == best_step)
-    summary = {"val_top1": final["val_top1"], "val_top5": final["val_top5"], "val_loss": final["val_loss"],
-               **run_facts(run)}
+    summary = {
+        "val_top1": final["val_top1"],
+        "val_top5": final["val_top5"],
+        "val_loss": final["val_loss"],
+        **run_facts(run),
+    }
     if best_step is not None:
         summary["best_step"] = best_step
     if run.test_loader is not None:
         test = evaluate(model, run.test_loader, device=run.device, autocast=run.precision.autocast)
-        summary.update(test_top1=test.top1, test_top5=test.top5, test_loss=test.loss, test_images=test.count,
-                       dev_images=run.val_images)
+        summary.update(
+            test_top1=test.top1,
+            test_top5=test.top5,
+            test_loss=test.loss,
+            test_images=test.count,
+            dev_images=run.val_images,
+        )
         log.info("test top-1 %.4f, top-5 %.4f (%d images)", test.top1, test.top5, test.count)
     save_pretrained(model, out, training=summary)
     (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")

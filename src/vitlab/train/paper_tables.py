@@ -26,8 +26,15 @@ class PretrainRow:
     dropout: float
 
 
-def _rows(models: tuple[str, ...], dataset: str, epochs: tuple[int, ...], lr: float, decay: Decay = "linear",
-          weight_decay: float = 0.1, dropout: float = 0.0) -> PretrainRow:
+def _rows(
+    models: tuple[str, ...],
+    dataset: str,
+    epochs: tuple[int, ...],
+    lr: float,
+    decay: Decay = "linear",
+    weight_decay: float = 0.1,
+    dropout: float = 0.0,
+) -> PretrainRow:
     return PretrainRow(models, dataset, epochs, lr, decay, weight_decay, dropout)
 
 

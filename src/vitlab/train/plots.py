@@ -10,8 +10,9 @@ from typing import Any
 PLOT_FILE = "training_curve.png"
 
 
-def plot_training_curve(rows: Sequence[dict[str, Any]], path: str | Path, title: str = "",
-                        step_rows: Sequence[dict[str, Any]] = ()) -> Path:
+def plot_training_curve(
+    rows: Sequence[dict[str, Any]], path: str | Path, title: str = "", step_rows: Sequence[dict[str, Any]] = ()
+) -> Path:
     """Write a PNG of metrics.jsonl rows and, for loss and rate, the per-step `step_rows` when there
     are any (Agg canvas: no display, no global backend switch)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg  # imported here: matplotlib is slow to import
@@ -25,8 +26,13 @@ def plot_training_curve(rows: Sequence[dict[str, Any]], path: str | Path, title:
 
     curve = step_rows or rows
     curve_steps = [row["step"] for row in curve]
-    loss_axes.plot(curve_steps, [row["loss"] for row in curve], marker="" if step_rows else "o", color="tab:blue",
-                   label="train loss")
+    loss_axes.plot(
+        curve_steps,
+        [row["loss"] for row in curve],
+        marker="" if step_rows else "o",
+        color="tab:blue",
+        label="train loss",
+    )
     loss_axes.set_xlabel("step")
     loss_axes.set_ylabel("train loss", color="tab:blue")
     lr_axes = loss_axes.twinx()

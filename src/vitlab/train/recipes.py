@@ -20,6 +20,7 @@ from .config import AugmentSpec, DataSpec, ModelSpec, OptimSpec, RunSpec, Schedu
 
 log = logging.getLogger("vitlab")
 
+
 def paper_pretrain(dataset: str = "jft", model: str = "B/16", epochs: int | None = None) -> TrainConfig:
     """Pre-training as in Sec. 4.1 and Table 3 of the paper: the row of `model` on `dataset`.
 
@@ -36,28 +37,38 @@ def paper_pretrain(dataset: str = "jft", model: str = "B/16", epochs: int | None
     row = tables.pretrain_row(model, dataset)
     if row is None:
         known = ", ".join(tables.pretrain_datasets())
-        raise ConfigError(f"recipe 'paper-pretrain': Table 3 has no row for {model!r} on {dataset!r} "
-                          f"(datasets {known}; see vitlab.train.paper_tables.TABLE_3)")
+        raise ConfigError(
+            f"recipe 'paper-pretrain': Table 3 has no row for {model!r} on {dataset!r} "
+            f"(datasets {known}; see vitlab.train.paper_tables.TABLE_3)"
+        )
     if tables.ANY_VIT in row.models:
         _check_vit_name(model)
     if epochs is None:
         epochs = row.epochs[0]
     elif epochs not in row.epochs:
-        raise ConfigError(f"recipe 'paper-pretrain': Table 3 gives {model} on {dataset} "
-                          f"{'/'.join(map(str, row.epochs))} epochs, not {epochs}")
+        raise ConfigError(
+            f"recipe 'paper-pretrain': Table 3 gives {model} on {dataset} "
+            f"{'/'.join(map(str, row.epochs))} epochs, not {epochs}"
+        )
     if len(row.epochs) > 1:
-        log.info("Table 3 lists %s epochs for %s on %s; using %d", "/".join(map(str, row.epochs)), model,
-                 dataset, epochs)
+        log.info(
+            "Table 3 lists %s epochs for %s on %s; using %d", "/".join(map(str, row.epochs)), model, dataset, epochs
+        )
     is_bit = model.startswith("BiT-")
     return TrainConfig(
         recipe=f"paper-pretrain:{dataset}:{model}",
         # Dropout (Appendix B.1) is a ViT's; the BiT ResNets have none (Table 3 gives them 0.0).
-        model=ModelSpec(variant=model, image_size=tables.TABLE_3_IMAGE_SIZE,
-                        dropout=None if is_bit else row.dropout),
+        model=ModelSpec(variant=model, image_size=tables.TABLE_3_IMAGE_SIZE, dropout=None if is_bit else row.dropout),
         data=DataSpec(batch_size=tables.TABLE_3_BATCH_SIZE),
         augment=AugmentSpec(crop_scale=(0.05, 1.0), hflip=True),
-        optim=OptimSpec(name="adamw", lr=row.lr, weight_decay=row.weight_decay, betas=(0.9, 0.999),
-                        grad_clip=tables.TABLE_3_GRAD_CLIP.get(dataset), grad_accum=32),
+        optim=OptimSpec(
+            name="adamw",
+            lr=row.lr,
+            weight_decay=row.weight_decay,
+            betas=(0.9, 0.999),
+            grad_clip=tables.TABLE_3_GRAD_CLIP.get(dataset),
+            grad_accum=32,
+        ),
         schedule=ScheduleSpec(epochs=epochs, warmup_steps=tables.TABLE_3_WARMUP_STEPS, decay=row.decay),
     )
 
@@ -91,17 +102,28 @@ def paper_finetune(dataset: str = "cifar10", lr: float | None = None) -> TrainCo
     if lr is None:
         lr = VIT_JAX_BASE_LR if VIT_JAX_BASE_LR in row.lrs else row.lrs[0]
     elif lr not in row.lrs:
-        raise ConfigError(f"recipe 'paper-finetune:{dataset}': lr {lr:g} is not in Table 4's grid "
-                          f"{{{', '.join(f'{v:g}' for v in row.lrs)}}}")
+        raise ConfigError(
+            f"recipe 'paper-finetune:{dataset}': lr {lr:g} is not in Table 4's grid "
+            f"{{{', '.join(f'{v:g}' for v in row.lrs)}}}"
+        )
     return TrainConfig(
         recipe=f"paper-finetune:{dataset}",
         model=ModelSpec(image_size=tables.TABLE_4_IMAGE_SIZE, dropout=0.0, attn_dropout=0.0, drop_path=0.0),
         data=DataSpec(batch_size=tables.TABLE_4_BATCH_SIZE),
         augment=AugmentSpec(crop_scale=(0.05, 1.0), hflip=True),  # vit_jax: inception crop + flip
-        optim=OptimSpec(name="sgd", lr=lr, momentum=0.9, weight_decay=tables.TABLE_4_WEIGHT_DECAY,
-                        grad_clip=tables.TABLE_4_GRAD_CLIP, ema_decay=0.9999 if dataset == "imagenet" else None),
-        schedule=ScheduleSpec(steps=row.steps, warmup_steps=FINETUNE_WARMUP_STEPS.get(row.steps, VIT_JAX_WARMUP_STEPS),
-                              decay=tables.TABLE_4_DECAY),
+        optim=OptimSpec(
+            name="sgd",
+            lr=lr,
+            momentum=0.9,
+            weight_decay=tables.TABLE_4_WEIGHT_DECAY,
+            grad_clip=tables.TABLE_4_GRAD_CLIP,
+            ema_decay=0.9999 if dataset == "imagenet" else None,
+        ),
+        schedule=ScheduleSpec(
+            steps=row.steps,
+            warmup_steps=FINETUNE_WARMUP_STEPS.get(row.steps, VIT_JAX_WARMUP_STEPS),
+            decay=tables.TABLE_4_DECAY,
+        ),
     )
 
 
@@ -117,7 +139,9 @@ def _check_vit_name(model: str) -> None:
     try:
         parse_variant(model)
     except (ConfigError, ValueError):
-        raise ConfigError(f"recipe 'paper-pretrain': Table 3's ImageNet row is for ViTs (ViT-*), not {model!r}") from None
+        raise ConfigError(
+            f"recipe 'paper-pretrain': Table 3's ImageNet row is for ViTs (ViT-*), not {model!r}"
+        ) from None
 
 
 def small_data() -> TrainConfig:
@@ -135,8 +159,9 @@ def small_data() -> TrainConfig:
         recipe="small-data",
         model=ModelSpec(variant="Ti/4", image_size=32, drop_path=0.1, dropout=0.0),
         data=DataSpec(batch_size=128),
-        augment=AugmentSpec(crop_scale=(0.35, 1.0), hflip=True, randaugment=(2, 10), mixup=0.8, cutmix=1.0,
-                            label_smoothing=0.1),
+        augment=AugmentSpec(
+            crop_scale=(0.35, 1.0), hflip=True, randaugment=(2, 10), mixup=0.8, cutmix=1.0, label_smoothing=0.1
+        ),
         optim=OptimSpec(name="adamw", lr=1e-3, weight_decay=0.05, betas=(0.9, 0.999), grad_clip=1.0),
         schedule=ScheduleSpec(epochs=200, warmup_epochs=5, decay="cosine"),
     )
@@ -168,14 +193,37 @@ def keras_example() -> TrainConfig:
     """
     return TrainConfig(
         recipe="keras-example",
-        model=ModelSpec(variant="Ti/6", image_size=72, dim=64, depth=8, num_heads=4, head_dim=64, mlp_dim=128,
-                        mlp_out_act=True, pool="flatten", pos_embed="learned", head_hidden=(2048, 1024),
-                        head_dropout=0.5, dropout=0.1, attn_dropout=0.1, drop_path=0.0,
-                        embed_dropout=False, proj_dropout=False),
-        data=DataSpec(batch_size=256, mean=(0.5071, 0.4865, 0.4409), std=(0.2673, 0.2564, 0.2762),
-                      crop_pct=1.0, interpolation="bilinear", dev_fraction=0.1, dev_split="last"),
-        augment=AugmentSpec(crop_scale=(1.0, 1.0), crop_ratio=(1.0, 1.0), hflip=True, rotation=0.02 * 360,
-                            zoom=0.2, fill_mode="reflect"),
+        model=ModelSpec(
+            variant="Ti/6",
+            image_size=72,
+            dim=64,
+            depth=8,
+            num_heads=4,
+            head_dim=64,
+            mlp_dim=128,
+            mlp_out_act=True,
+            pool="flatten",
+            pos_embed="learned",
+            head_hidden=(2048, 1024),
+            head_dropout=0.5,
+            dropout=0.1,
+            attn_dropout=0.1,
+            drop_path=0.0,
+            embed_dropout=False,
+            proj_dropout=False,
+        ),
+        data=DataSpec(
+            batch_size=256,
+            mean=(0.5071, 0.4865, 0.4409),
+            std=(0.2673, 0.2564, 0.2762),
+            crop_pct=1.0,
+            interpolation="bilinear",
+            dev_fraction=0.1,
+            dev_split="last",
+        ),
+        augment=AugmentSpec(
+            crop_scale=(1.0, 1.0), crop_ratio=(1.0, 1.0), hflip=True, rotation=0.02 * 360, zoom=0.2, fill_mode="reflect"
+        ),
         optim=OptimSpec(name="tfa_adamw", lr=1e-3, weight_decay=1e-4, eps=1e-7, grad_clip=None),
         schedule=ScheduleSpec(epochs=100, decay="constant"),
         run=RunSpec(keep_best=True),
@@ -226,7 +274,9 @@ def get_recipe(name: str, **choices) -> TrainConfig:
     if sep and base not in NAME_PARTS:
         raise ConfigError(f"recipe {base!r} has no dataset rows; use it without ':{rest}'")
     if len(parts) > NAME_PARTS.get(base, 0) or not all(parts):
-        raise ConfigError(f"recipe name {name!r}: expected {base}:DATASET" + (":MODEL" if base == "paper-pretrain" else ""))
+        raise ConfigError(
+            f"recipe name {name!r}: expected {base}:DATASET" + (":MODEL" if base == "paper-pretrain" else "")
+        )
     if base == "paper-pretrain" and len(parts) == 2:
         if choices.get("model", parts[1]) != parts[1]:
             raise ConfigError(f"recipe {name!r} names model {parts[1]!r}, but model {choices['model']!r} was asked for")

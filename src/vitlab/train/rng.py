@@ -58,8 +58,12 @@ def capture_rng() -> dict[str, Any]:
     keys, position, has_gauss, cached = numpy_state[1:]
     state: dict[str, Any] = {
         "python": random.getstate(),
-        "numpy": {"keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(position),
-                  "has_gauss": int(has_gauss), "cached_gaussian": float(cached)},
+        "numpy": {
+            "keys": torch.from_numpy(keys.astype(np.int64)),
+            "pos": int(position),
+            "has_gauss": int(has_gauss),
+            "cached_gaussian": float(cached),
+        },
         "torch": torch.get_rng_state(),
     }
     if torch.cuda.is_available() and torch.cuda.is_initialized():
@@ -70,8 +74,9 @@ def capture_rng() -> dict[str, Any]:
 def restore_rng(state: dict[str, Any]) -> None:
     random.setstate(_as_tuple(state["python"]))
     numpy = state["numpy"]
-    np.random.set_state(("MT19937", numpy["keys"].numpy().astype(np.uint32), numpy["pos"],
-                         numpy["has_gauss"], numpy["cached_gaussian"]))
+    np.random.set_state(
+        ("MT19937", numpy["keys"].numpy().astype(np.uint32), numpy["pos"], numpy["has_gauss"], numpy["cached_gaussian"])
+    )
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])

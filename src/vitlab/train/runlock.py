@@ -39,8 +39,10 @@ class RunLock:
         try:
             self._lock.acquire(timeout=0)  # no waiting: the other run may go on for days
         except Timeout:
-            raise ConfigError(f"run.out: {self.out} is in use by another run ({self._describe_holder()}); wait "
-                              f"for it to end or choose another --out") from None
+            raise ConfigError(
+                f"run.out: {self.out} is in use by another run ({self._describe_holder()}); wait "
+                f"for it to end or choose another --out"
+            ) from None
         self._holder = f"host {socket.gethostname()} PID {os.getpid()} since {time.strftime('%Y-%m-%d %H:%M:%S')}"
         holder = self.out / HOLDER_FILE
         temporary = holder.with_name(f"{holder.name}.{os.getpid()}")

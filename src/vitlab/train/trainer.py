@@ -50,8 +50,9 @@ class Trainer:
 
     resumed_from: Path | None  # the checkpoint this session continues, if any
 
-    def __init__(self, config: TrainConfig, callbacks: Sequence[Callback] = (),
-                 architecture: ViTConfig | BiTConfig | None = None) -> None:
+    def __init__(
+        self, config: TrainConfig, callbacks: Sequence[Callback] = (), architecture: ViTConfig | BiTConfig | None = None
+    ) -> None:
         self.config = check_run(config.validate(), architecture)
         self.architecture = architecture
         self.out = run_folder(self.config)
@@ -72,8 +73,9 @@ class Trainer:
         # Process 0 alone reports and writes the metrics (all processes see the same numbers).
         main = self.processes.is_main
         self.callbacks: list[Callback] = [*default_callbacks.for_config(config), *callbacks] if main else []
-        resume = ckpt.read_resume_state(self.out, config.to_dict(), config.run.resume, self.processes.restarts,
-                                        self.processes.is_main)
+        resume = ckpt.read_resume_state(
+            self.out, config.to_dict(), config.run.resume, self.processes.restarts, self.processes.is_main
+        )
         self.resumed_from, resume_state = resume or (None, None)
         # The evaluation rows so far, read once here (before any process writes): outputs.py.
         self.metrics = outputs.earlier_metrics(self.out, resume_state["step"]) if resume_state else []
@@ -87,7 +89,8 @@ class Trainer:
         self.total_steps = total_steps(config.schedule, self.steps_per_epoch)
         # With a development split (data.dev_fraction), the source's validation split is the test split.
         self.train_loader, self.val_loader, self.test_loader = build_loaders(
-            config, splits, self.test_set, self.device.type == "cuda", self.processes)
+            config, splits, self.test_set, self.device.type == "cuda", self.processes
+        )
         self.best = BestWeights(config.run.keep_best_by or "val_top1") if config.run.keep_best else None
         self.mixing = batch_mixing(config.augment.mixup, config.augment.cutmix, len(self.class_names))
 
@@ -170,10 +173,17 @@ class Trainer:
         what = f"loss {loss}" if not math.isfinite(loss) else f"gradient norm {grad_norm}"
         if self.bad_steps_in_row >= limit:
             last = ckpt.latest_checkpoint(self.out)
-            raise Diverged(f"step {step}: non-finite {what}, {self.bad_steps_in_row} steps in a row "
-                           f"(run.max_bad_steps={limit}); stopped. Last good checkpoint: {last or 'none yet'}")
+            raise Diverged(
+                f"step {step}: non-finite {what}, {self.bad_steps_in_row} steps in a row "
+                f"(run.max_bad_steps={limit}); stopped. Last good checkpoint: {last or 'none yet'}"
+            )
         counts = (self.bad_steps_in_row, self.bad_steps, limit)
-        log.warning("step %d: non-finite %s; step skipped (%d in a row, %d in all; %d in a row stop the run)", step, what, *counts)
+        log.warning(
+            "step %d: non-finite %s; step skipped (%d in a row, %d in all; %d in a row stop the run)",
+            step,
+            what,
+            *counts,
+        )
 
     # -- the loop ----------------------------------------------------------------------------------
     def fit(self) -> TrainResult:
@@ -219,8 +229,14 @@ class Trainer:
             if evaluated:
                 self.evaluate_and_log()
             since = time.perf_counter() - self.last_checkpoint_time
-            due = checkpoint_due(self.config.run, self.step, evaluated=evaluated, stopping=bool(self.stop_signal),
-                                 seconds_since=since, skipping=bool(self.bad_steps_in_row))
+            due = checkpoint_due(
+                self.config.run,
+                self.step,
+                evaluated=evaluated,
+                stopping=bool(self.stop_signal),
+                seconds_since=since,
+                skipping=bool(self.bad_steps_in_row),
+            )
             if distributed.any_process(due, self.processes):
                 self.save_checkpoint()
                 self.last_checkpoint_time = time.perf_counter()
@@ -273,8 +289,13 @@ class Trainer:
     # -- checkpoints -------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """Everything a checkpoint holds to continue the run exactly (see checkpoint.py)."""
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), **ckpt.run_state(self),
-                "config": self.config.to_dict(), "model_config": self.model.config.to_dict()}
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            **ckpt.run_state(self),
+            "config": self.config.to_dict(),
+            "model_config": self.model.config.to_dict(),
+        }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         distributed.load_weights(self.resumed_from, state, self.model, self.optimizer, self.sharded)
@@ -282,8 +303,9 @@ class Trainer:
 
     def save_checkpoint(self) -> Path | None:
         keep = self.config.run.keep_ckpts
-        path = distributed.save_checkpoint(self.out, self.step, self.state_dict(), self.model, self.optimizer, keep,
-                                           self.processes, self.sharded)
+        path = distributed.save_checkpoint(
+            self.out, self.step, self.state_dict(), self.model, self.optimizer, keep, self.processes, self.sharded
+        )
         if path is not None:
             self._call("on_checkpoint", path)
         return path

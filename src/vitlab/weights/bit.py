@@ -67,11 +67,17 @@ def convert_timm_resnetv2(
         num_classes = head.shape[0]
     layers = count_units({(int(m[1]), int(m[2])) for key in state if (m := UNIT.match(key))}, 0, source)
     if "image_size" not in overrides:
-        log.info("%s: nominal image size %d, timm's default for its BiT models; pass image_size= for another",
-                 source, BIT_IMAGE_SIZE)
+        log.info(
+            "%s: nominal image size %d, timm's default for its BiT models; pass image_size= for another",
+            source,
+            BIT_IMAGE_SIZE,
+        )
     config = BiTConfig(
         resnet=bit_resnet_config(layers=layers, width=width, num_groups=BIT_NUM_GROUPS),
-        image_size=(BIT_IMAGE_SIZE, BIT_IMAGE_SIZE), in_channels=in_channels, num_classes=num_classes,
-        preprocessing=dataclasses.replace(BIT_PREPROCESSING), name=Path(source).stem,
+        image_size=(BIT_IMAGE_SIZE, BIT_IMAGE_SIZE),
+        in_channels=in_channels,
+        num_classes=num_classes,
+        preprocessing=dataclasses.replace(BIT_PREPROCESSING),
+        name=Path(source).stem,
     )
     return config, state

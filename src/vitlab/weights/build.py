@@ -24,8 +24,21 @@ MAX_LISTED = 20  # keys named per kind of mismatch; the rest are counted
 
 # Fields the weights decide; an override may repeat them but not contradict them.
 FIXED_BY_WEIGHTS = (
-    "patch_size", "in_channels", "dim", "depth", "num_heads", "mlp_dim", "head_dim", "pool",
-    "representation_size", "head_hidden", "pos_embed", "pos_embed_at", "qkv_bias", "gap_norm", "backbone",
+    "patch_size",
+    "in_channels",
+    "dim",
+    "depth",
+    "num_heads",
+    "mlp_dim",
+    "head_dim",
+    "pool",
+    "representation_size",
+    "head_hidden",
+    "pos_embed",
+    "pos_embed_at",
+    "qkv_bias",
+    "gap_norm",
+    "backbone",
 )
 
 
@@ -47,10 +60,15 @@ def check_state_dict(model: torch.nn.Module, state_dict: Mapping[str, torch.Tens
 
 def check_finite(state_dict: Mapping[str, torch.Tensor], source: str) -> None:
     """Weights with NaN or infinity give NaN logits for every input; name them instead."""
-    bad = sorted(key for key, value in state_dict.items()
-                 if value.is_floating_point() and value.numel() and not bool(torch.isfinite(value).all()))
+    bad = sorted(
+        key
+        for key, value in state_dict.items()
+        if value.is_floating_point() and value.numel() and not bool(torch.isfinite(value).all())
+    )
     if bad:
-        raise CheckpointError(f"{source}: non-finite weights (NaN or infinity) in " + _listing(f"{len(bad)} tensors", bad))
+        raise CheckpointError(
+            f"{source}: non-finite weights (NaN or infinity) in " + _listing(f"{len(bad)} tensors", bad)
+        )
 
 
 def expected_shapes(config: ViTConfig | BiTConfig, memory_limit: int | None = None) -> dict[str, torch.Size]:
@@ -72,7 +90,11 @@ def check_shapes(expected: Mapping[str, torch.Size], found: Mapping[str, tuple[i
     )
     problems = [
         _listing(kind, items)
-        for kind, items in (("missing keys", missing), ("unexpected keys", unexpected), ("shape mismatches", mismatched))
+        for kind, items in (
+            ("missing keys", missing),
+            ("unexpected keys", unexpected),
+            ("shape mismatches", mismatched),
+        )
         if items
     ]
     if problems:
@@ -121,11 +143,17 @@ def build_model(
     if image_size is not None and as_pair(image_size) != config.image_size:
         model.set_image_size(image_size)
         if isinstance(config, ViTConfig) and isinstance(model, VisionTransformer):  # a ResNet has no E_pos to resample
-            how = {"sincos": "recomputed", "none": "none to resample"}.get(config.pos_embed, f"resampled, {config.pos_resample}")
+            how = {"sincos": "recomputed", "none": "none to resample"}.get(
+                config.pos_embed, f"resampled, {config.pos_resample}"
+            )
             log.info(
                 "%s: image size %s -> %s, position embedding from a %dx%d to a %dx%d grid (%s)",
-                source, _size(config.image_size), _size(model.config.image_size), *config.grid_size,
-                *model.config.grid_size, how,
+                source,
+                _size(config.image_size),
+                _size(model.config.image_size),
+                *config.grid_size,
+                *model.config.grid_size,
+                how,
             )
     if num_classes is not None and num_classes != config.num_classes:
         model.reset_classifier(num_classes, class_names=class_names)

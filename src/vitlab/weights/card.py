@@ -23,9 +23,12 @@ METRIC_PREFIXES = ("val_", "test_", "train_")
 MAX_CLASSES_SHOWN = 20
 POOLING = {"token": "class token (Eq. 4)", "gap": "global average pooling", "flatten": "flattened tokens"}
 POSITIONS = {
-    "learned": "learned 1-D", "2d": "learned 2-D (X and Y)", "sincos": "fixed sine-cosine",
+    "learned": "learned 1-D",
+    "2d": "learned 2-D (X and Y)",
+    "sincos": "fixed sine-cosine",
     "relative": "learned 1-D relative attention (Appendix D.4)",
-    "relative_bias": "learned relative 2-D attention bias (not the paper's)", "none": "none",
+    "relative_bias": "learned relative 2-D attention bias (not the paper's)",
+    "none": "none",
 }
 
 
@@ -54,14 +57,23 @@ def _metadata(
     results = []
     if isinstance(metrics.get("val_top1"), (int, float)) and training.get("data"):
         dataset = str(training["data"])
-        results.append(EvalResult(
-            task_type="image-classification", dataset_type=dataset, dataset_name=dataset,
-            dataset_split="validation", metric_type="accuracy", metric_value=float(metrics["val_top1"]),
-        ))
+        results.append(
+            EvalResult(
+                task_type="image-classification",
+                dataset_type=dataset,
+                dataset_name=dataset,
+                dataset_split="validation",
+                metric_type="accuracy",
+                metric_value=float(metrics["val_top1"]),
+            )
+        )
     data = ModelCardData(
-        library_name="vitlab", pipeline_tag="image-classification", license=extra.get("license"),
+        library_name="vitlab",
+        pipeline_tag="image-classification",
+        license=extra.get("license"),
         tags=["vitlab", "vision-transformer", "image-classification"],
-        model_name=name if results else None, eval_results=results or None,
+        model_name=name if results else None,
+        eval_results=results or None,
     )
     return data.to_yaml()
 
@@ -93,9 +105,14 @@ def _architecture(config: ViTConfig | BiTConfig, num_params: int) -> list[tuple[
         ("tokens", tokens),
         ("width D / depth / heads / MLP", f"{config.dim} / {config.depth} / {config.num_heads} / {config.mlp_dim}"),
         ("pooling", POOLING.get(config.pool, config.pool)),
-        ("position embedding", POSITIONS.get(config.pos_embed, config.pos_embed)
-         + {"every_layer": ", one per layer, added before each", "every_layer_shared": ", added before every layer"}.get(
-             config.pos_embed_at, "")),
+        (
+            "position embedding",
+            POSITIONS.get(config.pos_embed, config.pos_embed)
+            + {
+                "every_layer": ", one per layer, added before each",
+                "every_layer_shared": ", added before every layer",
+            }.get(config.pos_embed_at, ""),
+        ),
         ("representation layer", config.representation_size or "none"),
         ("numerics", f"act {config.act}, LayerNorm eps {config.norm_eps:g}"),
         ("classes", config.num_classes),
@@ -117,9 +134,13 @@ def _preprocessing(config: ViTConfig | BiTConfig) -> list[tuple[str, Any]]:
 def _classes(config: ViTConfig | BiTConfig) -> str:
     names = config.class_names
     if not names:
-        return f"{config.num_classes} classes, unnamed." if config.num_classes else "No classifier head (features only)."
+        return (
+            f"{config.num_classes} classes, unnamed." if config.num_classes else "No classifier head (features only)."
+        )
     shown = ", ".join(f"`{name}`" for name in names[:MAX_CLASSES_SHOWN])
-    more = f", ... ({len(names) - MAX_CLASSES_SHOWN} more; all in config.json)" if len(names) > MAX_CLASSES_SHOWN else ""
+    more = (
+        f", ... ({len(names) - MAX_CLASSES_SHOWN} more; all in config.json)" if len(names) > MAX_CLASSES_SHOWN else ""
+    )
     return f"{len(names)} classes: {shown}{more}."
 
 
@@ -141,17 +162,23 @@ def model_card(config: ViTConfig | BiTConfig, num_params: int, extra: dict[str, 
     training, metrics = split_summary(extra)
     bit = isinstance(config, BiTConfig)
     title = config.name or ("BiT ResNet" if bit else "Vision Transformer")
-    what = ("A BiT ResNet (Kolesnikov et al. 2020), the convolutional baseline of the Vision Transformer paper,"
-            if bit else "A Vision Transformer (Dosovitskiy et al., *An Image is Worth 16x16 Words*, ICLR 2021)")
+    what = (
+        "A BiT ResNet (Kolesnikov et al. 2020), the convolutional baseline of the Vision Transformer paper,"
+        if bit
+        else "A Vision Transformer (Dosovitskiy et al., *An Image is Worth 16x16 Words*, ICLR 2021)"
+    )
     parts = [
         f"---\n{_metadata(config, training, metrics, extra)}\n---",
         f"# {title}",
         f"{what} saved by vitlab: `config.json` holds the architecture, {'' if bit else 'numerics, '}"
         "preprocessing and class names, "
         "`model.safetensors` the weights.",
-        "## Architecture", _table(_architecture(config, num_params)),
-        "## Preprocessing", _table(_preprocessing(config)),
-        "## Classes", _classes(config),
+        "## Architecture",
+        _table(_architecture(config, num_params)),
+        "## Preprocessing",
+        _table(_preprocessing(config)),
+        "## Classes",
+        _classes(config),
     ]
     if training:
         parts += ["## Training", _table(sorted(training.items()))]

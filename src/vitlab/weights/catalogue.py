@@ -114,36 +114,122 @@ def _original(
         digest_prefix = timm_file.rsplit("-", 1)[1].removesuffix(".pth")
         downloads.append(Download(f"{TIMM_RELEASES}/{timm_file}", sha256=digest_prefix))
     return Pretrained(
-        model=model, tag=tag, downloads=tuple(downloads), image_size=image_size,
+        model=model,
+        tag=tag,
+        downloads=tuple(downloads),
+        image_size=image_size,
         num_classes=IN1K_CLASSES if in1k else 0,
         dataset="ImageNet-21k, fine-tuned on ImageNet-1k" if in1k else "ImageNet-21k",
-        paper=ORIGINAL, timm_id=timm_id and f"timm/{timm_id}", hf_id=hf_id, zeroed_head=not in1k,
+        paper=ORIGINAL,
+        timm_id=timm_id and f"timm/{timm_id}",
+        hf_id=hf_id,
+        zeroed_head=not in1k,
     )
 
 
 ORIGINAL_WEIGHTS = [
     # model, tag, vit_models file, image size, timm's release file (sha256 prefix in its name), timm id, transformers id
-    ("B/16", "orig-in21k", "ViT-B_16.npz", 224, "jx_vit_base_patch16_224_in21k-e5005f0a.pth",
-     "vit_base_patch16_224.orig_in21k", "google/vit-base-patch16-224-in21k"),
-    ("B/32", "orig-in21k", "ViT-B_32.npz", 224, "jx_vit_base_patch32_224_in21k-8db57226.pth",
-     "vit_base_patch32_224.orig_in21k", "google/vit-base-patch32-224-in21k"),
-    ("L/16", "orig-in21k", "ViT-L_16.npz", 224, "jx_vit_large_patch16_224_in21k-606da67d.pth",
-     "vit_large_patch16_224.orig_in21k", "google/vit-large-patch16-224-in21k"),
-    ("L/32", "orig-in21k", "ViT-L_32.npz", 224, "jx_vit_large_patch32_224_in21k-9046d2e7.pth",
-     "vit_large_patch32_224.orig_in21k", "google/vit-large-patch32-224-in21k"),
-    ("H/14", "orig-in21k", "ViT-H_14.npz", 224, None, "vit_huge_patch14_224.orig_in21k", "google/vit-huge-patch14-224-in21k"),
+    (
+        "B/16",
+        "orig-in21k",
+        "ViT-B_16.npz",
+        224,
+        "jx_vit_base_patch16_224_in21k-e5005f0a.pth",
+        "vit_base_patch16_224.orig_in21k",
+        "google/vit-base-patch16-224-in21k",
+    ),
+    (
+        "B/32",
+        "orig-in21k",
+        "ViT-B_32.npz",
+        224,
+        "jx_vit_base_patch32_224_in21k-8db57226.pth",
+        "vit_base_patch32_224.orig_in21k",
+        "google/vit-base-patch32-224-in21k",
+    ),
+    (
+        "L/16",
+        "orig-in21k",
+        "ViT-L_16.npz",
+        224,
+        "jx_vit_large_patch16_224_in21k-606da67d.pth",
+        "vit_large_patch16_224.orig_in21k",
+        "google/vit-large-patch16-224-in21k",
+    ),
+    (
+        "L/32",
+        "orig-in21k",
+        "ViT-L_32.npz",
+        224,
+        "jx_vit_large_patch32_224_in21k-9046d2e7.pth",
+        "vit_large_patch32_224.orig_in21k",
+        "google/vit-large-patch32-224-in21k",
+    ),
+    (
+        "H/14",
+        "orig-in21k",
+        "ViT-H_14.npz",
+        224,
+        None,
+        "vit_huge_patch14_224.orig_in21k",
+        "google/vit-huge-patch14-224-in21k",
+    ),
     ("R50+B/16", "orig-in21k", "R50+ViT-B_16.npz", 224, None, "vit_base_r50_s16_224.orig_in21k", None),
-    ("B/16", "orig-in21k-ft-in1k", "ViT-B_16.npz", 384, "jx_vit_base_p16_384-83fb41ba.pth",
-     "vit_base_patch16_384.orig_in21k_ft_in1k", "google/vit-base-patch16-384"),
-    ("B/32", "orig-in21k-ft-in1k", "ViT-B_32.npz", 384, "jx_vit_base_p32_384-830016f5.pth", None, "google/vit-base-patch32-384"),
-    ("L/16", "orig-in21k-ft-in1k", "ViT-L_16.npz", 384, "jx_vit_large_p16_384-b3be5167.pth", None, "google/vit-large-patch16-384"),
-    ("L/32", "orig-in21k-ft-in1k", "ViT-L_32.npz", 384, "jx_vit_large_p32_384-9b920ba8.pth",
-     "vit_large_patch32_384.orig_in21k_ft_in1k", "google/vit-large-patch32-384"),
+    (
+        "B/16",
+        "orig-in21k-ft-in1k",
+        "ViT-B_16.npz",
+        384,
+        "jx_vit_base_p16_384-83fb41ba.pth",
+        "vit_base_patch16_384.orig_in21k_ft_in1k",
+        "google/vit-base-patch16-384",
+    ),
+    (
+        "B/32",
+        "orig-in21k-ft-in1k",
+        "ViT-B_32.npz",
+        384,
+        "jx_vit_base_p32_384-830016f5.pth",
+        None,
+        "google/vit-base-patch32-384",
+    ),
+    (
+        "L/16",
+        "orig-in21k-ft-in1k",
+        "ViT-L_16.npz",
+        384,
+        "jx_vit_large_p16_384-b3be5167.pth",
+        None,
+        "google/vit-large-patch16-384",
+    ),
+    (
+        "L/32",
+        "orig-in21k-ft-in1k",
+        "ViT-L_32.npz",
+        384,
+        "jx_vit_large_p32_384-9b920ba8.pth",
+        "vit_large_patch32_384.orig_in21k_ft_in1k",
+        "google/vit-large-patch32-384",
+    ),
     ("R50+B/16", "orig-in21k-ft-in1k", "R50+ViT-B_16.npz", 384, None, "vit_base_r50_s16_384.orig_in21k_ft_in1k", None),
-    ("B/16", "orig-in21k-ft-in1k-224", "ViT-B_16-224.npz", 224, "jx_vit_base_p16_224-80ecf9dd.pth",
-     "vit_base_patch16_224.orig_in21k_ft_in1k", "google/vit-base-patch16-224"),
-    ("L/16", "orig-in21k-ft-in1k-224", "ViT-L_16-224.npz", 224, "jx_vit_large_p16_224-4ee7a4dc.pth", None,
-     "google/vit-large-patch16-224"),
+    (
+        "B/16",
+        "orig-in21k-ft-in1k-224",
+        "ViT-B_16-224.npz",
+        224,
+        "jx_vit_base_p16_224-80ecf9dd.pth",
+        "vit_base_patch16_224.orig_in21k_ft_in1k",
+        "google/vit-base-patch16-224",
+    ),
+    (
+        "L/16",
+        "orig-in21k-ft-in1k-224",
+        "ViT-L_16-224.npz",
+        224,
+        "jx_vit_large_p16_224-4ee7a4dc.pth",
+        None,
+        "google/vit-large-patch16-224",
+    ),
 ]
 
 
@@ -171,8 +257,16 @@ AUGREG_IN1K = {
 }
 # ImageNet-1k fine-tuning: 20k steps at this learning rate, per model.
 AUGREG_FINETUNE_LR = {
-    "Ti/16": "0.03", "S/32": "0.03", "S/16": "0.03", "B/32": "0.03", "B/16": "0.01", "B/8": "0.01", "L/16": "0.01",
-    "R+Ti/16": "0.03", "R26+S/32": "0.03", "R50+L/32": "0.01",
+    "Ti/16": "0.03",
+    "S/32": "0.03",
+    "S/16": "0.03",
+    "B/32": "0.03",
+    "B/16": "0.01",
+    "B/8": "0.01",
+    "L/16": "0.01",
+    "R+Ti/16": "0.03",
+    "R26+S/32": "0.03",
+    "R50+L/32": "0.01",
 }
 AUGREG_384 = ("Ti/16", "S/32", "S/16", "B/32", "B/16", "L/16", "R+Ti/16", "R26+S/32", "R50+L/32")  # B/8: 224 only
 # Fine-tunes that start from another upstream run than the released ImageNet-21k one.
@@ -185,11 +279,18 @@ AUGREG_FINETUNE_UPSTREAM = {
 
 def _augreg(model: str, tag: str, file: str, image_size: int, in21k_head: bool) -> Pretrained:
     return Pretrained(
-        model=model, tag=tag, downloads=(Download(f"{VIT_MODELS}/augreg/{file}.npz"),), image_size=image_size,
+        model=model,
+        tag=tag,
+        downloads=(Download(f"{VIT_MODELS}/augreg/{file}.npz"),),
+        image_size=image_size,
         num_classes=IN21K_CLASSES if in21k_head else IN1K_CLASSES,
-        dataset="ImageNet-21k" if tag == "augreg-in21k" else
-        "ImageNet-1k" if tag.startswith("augreg-in1k") else "ImageNet-21k, fine-tuned on ImageNet-1k",
-        paper=AUGREG, timm_id=_timm_name(model, image_size, tag.removesuffix("-384")),
+        dataset="ImageNet-21k"
+        if tag == "augreg-in21k"
+        else "ImageNet-1k"
+        if tag.startswith("augreg-in1k")
+        else "ImageNet-21k, fine-tuned on ImageNet-1k",
+        paper=AUGREG,
+        timm_id=_timm_name(model, image_size, tag.removesuffix("-384")),
     )
 
 
@@ -227,7 +328,9 @@ def find(name: str) -> Pretrained:
     tags = sorted(entry.tag for entry in CATALOGUE.values() if entry.model == match["model"])
     if not tags:
         models = sorted({entry.model for entry in CATALOGUE.values()})
-        raise CatalogueError(f"{name}: no pretrained weights for model {match['model']!r}; models with weights: {', '.join(models)}")
+        raise CatalogueError(
+            f"{name}: no pretrained weights for model {match['model']!r}; models with weights: {', '.join(models)}"
+        )
     raise CatalogueError(f"{name}: unknown tag {match['tag']!r} for {match['model']}; its tags: {', '.join(tags)}")
 
 

@@ -95,9 +95,7 @@ def _verified_cache(download: Download, name: str) -> Path | None:
     record = path.with_name(path.name + DIGEST_SUFFIX)
     expected = download.sha256 or (record.read_text().strip() if record.is_file() else None)
     if expected is None:
-        raise CheckpointError(
-            f"{name}: {path} has no recorded sha256 ({record.name}); delete it to download it again"
-        )
+        raise CheckpointError(f"{name}: {path} has no recorded sha256 ({record.name}); delete it to download it again")
     digest = sha256_of(path)
     if not matches(digest, expected):
         raise CheckpointError(

@@ -79,5 +79,5 @@ def unwrap(loaded: Any, path: Path) -> dict[str, torch.Tensor]:
     if not isinstance(loaded, dict) or not all(isinstance(v, torch.Tensor) for v in loaded.values()):
         raise CheckpointError(f"{path}: holds no flat {{name: tensor}} state dict")
     if loaded and all(key.startswith("module.") for key in loaded):
-        loaded = {key[len("module."):]: value for key, value in loaded.items()}
+        loaded = {key[len("module.") :]: value for key, value in loaded.items()}
     return loaded

@@ -48,8 +48,20 @@ WEIGHTS_FILE = "model.safetensors"
 # "backbone" and "mlp_out_act" were); a field added to ViTConfig belongs in a new version.
 SECTIONS: dict[str, tuple[str, ...]] = {
     "architecture": (
-        "image_size", "patch_size", "in_channels", "num_classes", "dim", "depth", "num_heads", "mlp_dim",
-        "head_dim", "pool", "representation_size", "head_hidden", "pos_embed", "qkv_bias",
+        "image_size",
+        "patch_size",
+        "in_channels",
+        "num_classes",
+        "dim",
+        "depth",
+        "num_heads",
+        "mlp_dim",
+        "head_dim",
+        "pool",
+        "representation_size",
+        "head_hidden",
+        "pos_embed",
+        "qkv_bias",
     ),
     "numerics": ("act", "norm_eps", "gap_norm", "pos_resample", "pos_resample_antialias"),
     "regularisation": ("dropout", "attn_dropout", "drop_path", "head_dropout"),
@@ -63,10 +75,25 @@ KINDS: dict[str, type[ViTConfig]] = {"vit": ViTConfig, "axial": AxialConfig}
 # that changes only values (a renamed option) holds the fields of the version before it.
 PREPROCESSING_FIELDS = ("mean", "std", "crop_pct", "interpolation")
 RESNET_FIELDS = (
-    "layers", "width", "preact", "stem", "padding", "num_groups", "norm_eps", "weight_std", "weight_std_eps",
+    "layers",
+    "width",
+    "preact",
+    "stem",
+    "padding",
+    "num_groups",
+    "norm_eps",
+    "weight_std",
+    "weight_std_eps",
 )
 BIT_FIELDS = (
-    "resnet", "image_size", "in_channels", "num_classes", "head_dropout", "preprocessing", "class_names", "name",
+    "resnet",
+    "image_size",
+    "in_channels",
+    "num_classes",
+    "head_dropout",
+    "preprocessing",
+    "class_names",
+    "name",
 )
 VERSION_2_VIT: dict[str, tuple[str, ...]] = {
     "architecture": SECTIONS["architecture"] + ("backbone", "mlp_out_act"),
@@ -77,11 +104,14 @@ VERSION_2_VIT: dict[str, tuple[str, ...]] = {
     "architecture.backbone": RESNET_FIELDS,  # when not null (a hybrid)
 }
 VERSION_2_BIT: dict[str, tuple[str, ...]] = {
-    "bit": BIT_FIELDS, "bit.resnet": RESNET_FIELDS, "bit.preprocessing": PREPROCESSING_FIELDS,
+    "bit": BIT_FIELDS,
+    "bit.resnet": RESNET_FIELDS,
+    "bit.preprocessing": PREPROCESSING_FIELDS,
 }
 VERSION_1_VIT: dict[str, tuple[str, ...]] = {  # version 1: version 2's fields, flat
     "": sum((VERSION_2_VIT[section] for section in (*SECTIONS, "")), ()),
-    "preprocessing": PREPROCESSING_FIELDS, "backbone": RESNET_FIELDS,
+    "preprocessing": PREPROCESSING_FIELDS,
+    "backbone": RESNET_FIELDS,
 }
 VERSION_3_VIT = {**VERSION_2_VIT, "architecture": VERSION_2_VIT["architecture"] + ("pos_embed_at",)}
 VERSION_FIELDS: dict[int, tuple[dict[str, tuple[str, ...]], dict[str, tuple[str, ...]]]] = {

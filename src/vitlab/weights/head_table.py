@@ -56,15 +56,20 @@ def timm_behaviour(model: Any) -> dict[str, Any]:
     block = model.blocks[0]
     act = type(block.mlp.act).__name__
     return {
-        "num_heads": block.attn.num_heads, "act": ACTIVATIONS.get(act, act),
+        "num_heads": block.attn.num_heads,
+        "act": ACTIVATIONS.get(act, act),
         "block": "pre-norm" if type(block).__name__ == "Block" else type(block).__name__,
         "global_pool": model.global_pool,
     }
 
 
 def torchvision_behaviour(model: Any) -> dict[str, Any]:
-    return {"num_heads": model.encoder.layers[0].self_attention.num_heads, "act": "gelu", "block": "pre-norm",
-            "global_pool": "token"}
+    return {
+        "num_heads": model.encoder.layers[0].self_attention.num_heads,
+        "act": "gelu",
+        "block": "pre-norm",
+        "global_pool": "token",
+    }
 
 
 def signature_of(library: str, state: dict[str, torch.Tensor], name: str):
@@ -76,8 +81,10 @@ def signature_of(library: str, state: dict[str, torch.Tensor], name: str):
 
 
 def entries() -> Iterator[dict[str, Any]]:
-    sources = (("timm", timm_architectures, timm_behaviour), ("torchvision", torchvision_architectures,
-                                                             torchvision_behaviour))
+    sources = (
+        ("timm", timm_architectures, timm_behaviour),
+        ("torchvision", torchvision_architectures, torchvision_behaviour),
+    )
     for library, architectures, behaviour in sources:
         for name, build in architectures():
             with torch.device("meta"):

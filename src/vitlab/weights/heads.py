@@ -59,10 +59,15 @@ def read_signature(state: Mapping[str, Any], library: str, source: str) -> Signa
     dim, _, patch = patch_conv_sizes(require(state, "patch_embed.proj.weight", source), source)
     representation = state["pre_logits.0.weight"].shape[0] if "pre_logits.0.weight" in state else None
     return Signature(
-        library=library, patch_size=patch, dim=dim, depth=count_blocks(state, r"blocks\.(\d+)\.", source),
+        library=library,
+        patch_size=patch,
+        dim=dim,
+        depth=count_blocks(state, r"blocks\.(\d+)\.", source),
         mlp_dim=require(state, "blocks.0.mlp.fc1.weight", source).shape[0],
-        class_token="cls_token" in state, fc_norm="fc_norm.weight" in state,
-        qkv_bias="blocks.0.attn.qkv.bias" in state, representation_size=representation,
+        class_token="cls_token" in state,
+        fc_norm="fc_norm.weight" in state,
+        qkv_bias="blocks.0.attn.qkv.bias" in state,
+        representation_size=representation,
         backbone=any(key.startswith("patch_embed.backbone.") for key in state),
     )
 
@@ -133,7 +138,7 @@ def architecture(signature: Signature, source: str) -> Behaviour:
             f"{source}: the weights do not record the head count and {signature.library} defines "
             f"{signature.describe()} in {len(found)} ways ({choices}); pass num_heads={acts}"
         )
-    (behaviour, models), = found.items()
+    ((behaviour, models),) = found.items()
     expected_pool = "token" if signature.class_token else "avg"
     if behaviour.block != "pre-norm" or behaviour.global_pool != expected_pool:
         raise CheckpointError(
@@ -142,7 +147,11 @@ def architecture(signature: Signature, source: str) -> Behaviour:
         )
     log.info(
         "%s: %d heads and %s, as %s of this signature (%s); pass num_heads= for another",
-        source, behaviour.num_heads, behaviour.act, _names(models), signature.describe(),
+        source,
+        behaviour.num_heads,
+        behaviour.act,
+        _names(models),
+        signature.describe(),
     )
     return behaviour
 

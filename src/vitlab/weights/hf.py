@@ -29,7 +29,10 @@ PICKLE = "pytorch_model.bin"
 PREPROCESSOR = "preprocessor_config.json"
 
 ACTIVATIONS: dict[str, Activation] = {
-    "gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu_fast": "gelu_tanh"
+    "gelu": "gelu",
+    "gelu_new": "gelu_tanh",
+    "gelu_pytorch_tanh": "gelu_tanh",
+    "gelu_fast": "gelu_tanh",
 }
 PIL_RESAMPLE: dict[int, Interpolation] = {0: "nearest", 2: "bilinear", 3: "bicubic"}
 
@@ -134,15 +137,23 @@ def convert_hf(
     state = fuse_qkv(rename_keys(state, RULES))
     num_classes = state["head.weight"].shape[0] if "head.weight" in state else 0
     config = ViTConfig(
-        image_size=document.get("image_size", 224), patch_size=document.get("patch_size", 16),
-        in_channels=document.get("num_channels", 3), num_classes=num_classes,
-        dim=document.get("hidden_size", 768), depth=depth, num_heads=document.get("num_attention_heads", 12),
-        mlp_dim=document.get("intermediate_size", 3072), pool="token",
+        image_size=document.get("image_size", 224),
+        patch_size=document.get("patch_size", 16),
+        in_channels=document.get("num_channels", 3),
+        num_classes=num_classes,
+        dim=document.get("hidden_size", 768),
+        depth=depth,
+        num_heads=document.get("num_attention_heads", 12),
+        mlp_dim=document.get("intermediate_size", 3072),
+        pool="token",
         representation_size=state["pre_logits.0.weight"].shape[0] if "pre_logits.0.weight" in state else None,
         qkv_bias=document.get("qkv_bias", True),
-        dropout=document.get("hidden_dropout_prob", 0.0), attn_dropout=document.get("attention_probs_dropout_prob", 0.0),
-        act=ACTIVATIONS[act], norm_eps=document.get("layer_norm_eps", 1e-12),
-        pos_resample="bicubic", pos_resample_antialias=False,
+        dropout=document.get("hidden_dropout_prob", 0.0),
+        attn_dropout=document.get("attention_probs_dropout_prob", 0.0),
+        act=ACTIVATIONS[act],
+        norm_eps=document.get("layer_norm_eps", 1e-12),
+        pos_resample="bicubic",
+        pos_resample_antialias=False,
         preprocessing=read_preprocessing(directory),
         class_names=class_names_from(document.get("id2label"), num_classes),
         name=document.get("_name_or_path") or directory.name,

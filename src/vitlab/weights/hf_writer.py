@@ -68,7 +68,10 @@ def hf_config(model: VisionTransformer) -> dict[str, Any]:
         log.info(
             "hf export: transformers resamples E_pos bicubic without antialiasing (interpolate_pos_encoding); this "
             "model resamples %s (antialias %s): same logits at %dx%d, not at other sizes",
-            config.pos_resample, config.pos_resample_antialias, height, width,
+            config.pos_resample,
+            config.pos_resample_antialias,
+            height,
+            width,
         )
     names = config.class_names or [f"LABEL_{i}" for i in range(config.num_classes)]  # transformers' placeholders
     return {
@@ -101,7 +104,12 @@ def hf_preprocessor(model: VisionTransformer) -> dict[str, Any]:
         log.info(
             "hf export: transformers' ViTImageProcessor resizes the whole image to %dx%d (%s) without a crop; "
             "vitlab evaluates by resizing to %d/crop_pct and centre-cropping (crop_pct %g), so its predictions on the "
-            "same image can differ", height, width, pre.interpolation, height, pre.crop_pct,
+            "same image can differ",
+            height,
+            width,
+            pre.interpolation,
+            height,
+            pre.crop_pct,
         )
     return {
         "image_processor_type": "ViTImageProcessor",
@@ -138,8 +146,15 @@ def hf_state_dict(model: VisionTransformer) -> dict[str, torch.Tensor]:
 
 
 # -- BiT: transformers' BitForImageClassification (pre-activation ResNetV2, as vitlab's BiT) -------
-BIT_NUMERICS = dict(preact=True, stem="standard", padding="symmetric", num_groups=32, norm_eps=1e-5,
-                    weight_std="timm", weight_std_eps=1e-8)
+BIT_NUMERICS = dict(
+    preact=True,
+    stem="standard",
+    padding="symmetric",
+    num_groups=32,
+    norm_eps=1e-5,
+    weight_std="timm",
+    weight_std_eps=1e-8,
+)
 
 
 def hf_bit_config(model: BiTResNet) -> dict[str, Any]:
@@ -158,11 +173,13 @@ def hf_bit_config(model: BiTResNet) -> dict[str, Any]:
         "num_channels": config.in_channels,
         "embedding_size": resnet.width,
         # the widths already include BiT's width factor, so transformers' own factor stays 1
-        "hidden_sizes": widths, "width_factor": 1,
+        "hidden_sizes": widths,
+        "width_factor": 1,
         "depths": list(resnet.layers),
         "num_groups": resnet.num_groups,
         "hidden_act": "relu",
-        "global_padding": None, "embedding_dynamic_padding": False,
+        "global_padding": None,
+        "embedding_dynamic_padding": False,
         "out_features": [f"stage{len(widths)}"],
         **labels_and_dtype(names),
     }
@@ -175,11 +192,16 @@ def hf_bit_preprocessor(model: BiTResNet) -> dict[str, Any]:
     height, width = config.image_size
     return {
         "image_processor_type": "BitImageProcessor",
-        "do_resize": True, "size": {"shortest_edge": math.floor(min(height, width) / pre.crop_pct)},
+        "do_resize": True,
+        "size": {"shortest_edge": math.floor(min(height, width) / pre.crop_pct)},
         "resample": PIL_RESAMPLE[pre.interpolation],
-        "do_center_crop": True, "crop_size": {"height": height, "width": width},
-        "do_rescale": True, "rescale_factor": 1 / 255,
-        "do_normalize": True, "image_mean": list(pre.mean), "image_std": list(pre.std),
+        "do_center_crop": True,
+        "crop_size": {"height": height, "width": width},
+        "do_rescale": True,
+        "rescale_factor": 1 / 255,
+        "do_normalize": True,
+        "image_mean": list(pre.mean),
+        "image_std": list(pre.std),
         "do_convert_rgb": True,
     }
 

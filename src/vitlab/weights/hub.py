@@ -36,7 +36,7 @@ WANTED = ["*.json", "*.safetensors", "README.md"]
 
 
 def parse_reference(source: str) -> tuple[str, str | None]:
-    """"hf://org/name@rev" -> ("org/name", "rev"); the revision is None for the default branch."""
+    """ "hf://org/name@rev" -> ("org/name", "rev"); the revision is None for the default branch."""
     match = REFERENCE.match(source)
     if match is None:
         raise CheckpointError(f"{source!r}: a Hub reference is hf://ORG/NAME or hf://ORG/NAME@REVISION")
@@ -73,8 +73,10 @@ def timm_preprocessing(folder: Path) -> Preprocessing | None:
         return None
     cfg = document.get("pretrained_cfg", {})
     return Preprocessing(
-        mean=tuple(cfg.get("mean", (0.5,) * 3)), std=tuple(cfg.get("std", (0.5,) * 3)),
-        crop_pct=cfg.get("crop_pct", 0.9), interpolation=cfg.get("interpolation", "bicubic"),
+        mean=tuple(cfg.get("mean", (0.5,) * 3)),
+        std=tuple(cfg.get("std", (0.5,) * 3)),
+        crop_pct=cfg.get("crop_pct", 0.9),
+        interpolation=cfg.get("interpolation", "bicubic"),
     )
 
 

@@ -46,9 +46,7 @@ def vit_jax_backbone(layers: tuple[int, ...], width: int, stem: StemKind) -> Res
 
 def timm_backbone(layers: tuple[int, ...], width: int, stem: StemKind) -> ResNetConfig:
     """timm's _resnetv2 for hybrids: StdConv2dSame(eps=1e-8) on the variance, GroupNormAct eps 1e-5."""
-    return ResNetConfig(
-        layers=layers, width=width, stem=stem, norm_eps=1e-5, weight_std="timm", weight_std_eps=1e-8
-    )
+    return ResNetConfig(layers=layers, width=width, stem=stem, norm_eps=1e-5, weight_std="timm", weight_std_eps=1e-8)
 
 
 def count_units(found: set[tuple[int, int]], first: int, source: str) -> tuple[int, ...]:
@@ -57,7 +55,9 @@ def count_units(found: set[tuple[int, int]], first: int, source: str) -> tuple[i
     for stage in range(first, first + len({s for s, _ in found})):
         units = sorted(u for s, u in found if s == stage)
         if not units or units != list(range(first, first + len(units))):
-            raise CheckpointError(f"{source}: backbone stage {stage} has units {units}; expected them numbered from {first}")
+            raise CheckpointError(
+                f"{source}: backbone stage {stage} has units {units}; expected them numbered from {first}"
+            )
         layers.append(len(units))
     return tuple(layers)
 
@@ -77,8 +77,10 @@ def backbone_table(config: ResNetConfig) -> list[tuple[str, str, str]]:
             for r in (1, 2, 3):
                 rows += [(f"{flax}conv{r}", f"{torch_}conv{r}", "conv"), (f"{flax}gn{r}", f"{torch_}norm{r}", "norm")]
             if unit == 0:  # a stage's first unit projects its shortcut
-                rows += [(f"{flax}conv_proj", f"{torch_}downsample.conv", "conv"),
-                         (f"{flax}gn_proj", f"{torch_}downsample.norm", "norm")]
+                rows += [
+                    (f"{flax}conv_proj", f"{torch_}downsample.conv", "conv"),
+                    (f"{flax}gn_proj", f"{torch_}downsample.norm", "norm"),
+                ]
     return rows
 
 
@@ -106,7 +108,7 @@ def backbone_state_from_npz(
             used.add(key)
             value = conv_to_torch(arrays[key]) if kind == "conv" else arrays[key].reshape(-1)  # (1,1,1,C) or (C,)
             state[f"{BACKBONE}{module}.{torch_param}"] = torch.from_numpy(np.ascontiguousarray(value, dtype=np.float32))
-    unused = sorted(k for k in arrays if NPZ_BACKBONE_KEY.match(k[len(prefix):]) and k not in used)
+    unused = sorted(k for k in arrays if NPZ_BACKBONE_KEY.match(k[len(prefix) :]) and k not in used)
     if unused:
         raise CheckpointError(f"{source}: backbone parameters vitlab's ResNet has no place for: {', '.join(unused)}")
     return state
@@ -121,18 +123,19 @@ def load_hybrid_npz(path: str | Path, **overrides: Any) -> VisionTransformer:
     if prefix is None:
         raise CheckpointError(f"{source}: no conv_root/kernel; not a hybrid ResNet + ViT .npz")
     size, _, in_channels, width = arrays[prefix + "conv_root/kernel"].shape
-    units = {(int(m[1]), int(m[2])) for key in arrays if (m := NPZ_UNIT.match(key[len(prefix):]))}
+    units = {(int(m[1]), int(m[2])) for key in arrays if (m := NPZ_UNIT.match(key[len(prefix) :]))}
     backbone = vit_jax_backbone(count_units(units, 1, source), width, stem_of(size, source))
 
     # The transformer reads the feature map: a plain ViT whose "image" is image / stride.
-    transformer = {k: v for k, v in arrays.items() if not NPZ_BACKBONE_KEY.match(k[len(prefix):])}
+    transformer = {k: v for k, v in arrays.items() if not NPZ_BACKBONE_KEY.match(k[len(prefix) :])}
     params = FlaxParams(transformer, source)
     names = params.block_names()
     hint = overrides.get("image_size")
     feature_hint = tuple(side // backbone.stride for side in as_pair(hint)) if hint is not None else None
     on_features = infer_config(params, names, feature_hint, path.stem)
     config = on_features.replace(
-        backbone=backbone, in_channels=in_channels,
+        backbone=backbone,
+        in_channels=in_channels,
         image_size=tuple(side * backbone.stride for side in on_features.image_size),
     )
     check_memory(config, limit=overrides.get("memory_limit"), source=source)  # before loops over its depth
@@ -147,7 +150,12 @@ def export_hybrid_npz(model: VisionTransformer, path: str | Path) -> Path:
     backbone = config.backbone
     if backbone is None or backbone.preact:
         raise ValueError("export_hybrid_npz: the official layout holds a hybrid with a non-pre-activation ResNet")
-    if (backbone.weight_std, backbone.weight_std_eps, backbone.norm_eps, backbone.padding) != ("vit_jax", 1e-5, 1e-6, "same"):
+    if (backbone.weight_std, backbone.weight_std_eps, backbone.norm_eps, backbone.padding) != (
+        "vit_jax",
+        1e-5,
+        1e-6,
+        "same",
+    ):
         log.warning("export_hybrid_npz: the backbone's numerics are not vit_jax's; its outputs will differ slightly")
     state = model.state_dict()
     # The transformer part, viewed as the plain ViT on the feature map, is written by export_npz.
@@ -165,7 +173,9 @@ def export_hybrid_npz(model: VisionTransformer, path: str | Path) -> Path:
             arrays[f"{flax}/kernel"] = conv_to_flax(state[f"{BACKBONE}{module}.weight"].cpu().float().numpy())
         else:
             for flax_param, torch_param in (("scale", "weight"), ("bias", "bias")):
-                arrays[f"{flax}/{flax_param}"] = state[f"{BACKBONE}{module}.{torch_param}"].cpu().float().numpy().reshape(1, 1, 1, -1)
+                arrays[f"{flax}/{flax_param}"] = (
+                    state[f"{BACKBONE}{module}.{torch_param}"].cpu().float().numpy().reshape(1, 1, 1, -1)
+                )
     # allow_pickle named: float32 arrays need no pickle, and no array key can be taken for the flag
     contiguous = {key: np.ascontiguousarray(value, dtype=np.float32) for key, value in arrays.items()}
     np.savez(path, allow_pickle=False, **contiguous)
@@ -192,7 +202,8 @@ def with_timm_backbone(
     units = {(int(m[1]), int(m[2])) for key in state if (m := TIMM_UNIT.match(key))}
     backbone = timm_backbone(count_units(units, 0, source), width, stem_of(size, source))
     config = config.replace(
-        backbone=backbone, in_channels=in_channels,
+        backbone=backbone,
+        in_channels=in_channels,
         image_size=tuple(side * backbone.stride for side in config.image_size),
     )
     return config, state

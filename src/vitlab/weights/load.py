@@ -1,8 +1,8 @@
 """vitlab.load(source, **overrides): read any supported checkpoint, detecting its format.
 
-    a local file or folder                       -> local.py (vitlab, HF, vit_jax .npz, timm, torchvision)
-    "MODEL:TAG", e.g. "B/16:augreg-in21k"        -> the pretrained-weights catalogue (pretrained.py)
-    "hf://org/name[@revision]"                   -> a Hugging Face Hub repository (hub.py)
+a local file or folder                       -> local.py (vitlab, HF, vit_jax .npz, timm, torchvision)
+"MODEL:TAG", e.g. "B/16:augreg-in21k"        -> the pretrained-weights catalogue (pretrained.py)
+"hf://org/name[@revision]"                   -> a Hugging Face Hub repository (hub.py)
 """
 
 from __future__ import annotations

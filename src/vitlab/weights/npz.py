@@ -116,7 +116,9 @@ class FlaxParams:
         if prefix is None:
             if "conv_root/kernel" in arrays:
                 raise CheckpointError(f"{source}: hybrid (ResNet + ViT) checkpoints are not supported")
-            raise CheckpointError(f"{source}: no embedding/kernel; not a ViT .npz (keys: {', '.join(list(arrays)[:8])})")
+            raise CheckpointError(
+                f"{source}: no embedding/kernel; not a ViT .npz (keys: {', '.join(list(arrays)[:8])})"
+            )
         self.prefix = prefix
         self.arrays = arrays
         self.used: set[str] = set()
@@ -146,9 +148,7 @@ class FlaxParams:
         for names in (RELEASED, CURRENT):
             if self.has(f"{first}{names.attn}/query/kernel"):
                 return names
-        raise CheckpointError(
-            f"{self.source}: no {first}{RELEASED.attn}/query/kernel or {CURRENT.attn}/query/kernel"
-        )
+        raise CheckpointError(f"{self.source}: no {first}{RELEASED.attn}/query/kernel or {CURRENT.attn}/query/kernel")
 
     def pos_embed_key(self) -> str:
         for key in POS_EMBED_KEYS:
@@ -178,8 +178,10 @@ def read_arrays(path: Path, memory_limit: int | None = None) -> dict[str, np.nda
         raise CheckpointError(f"{path}: not a readable .npz ({error})") from None
     limit = memory_limit if memory_limit is not None else int(DEFAULT_FRACTION * available_memory())
     if unpacked > limit:
-        raise CheckpointError(f"{path}: its arrays unpack to {unpacked / 2**30:.3g} GiB, above the memory limit of "
-                              f"{limit / 2**30:.3g} GiB; raise it with memory_limit= or --memory-limit GIB")
+        raise CheckpointError(
+            f"{path}: its arrays unpack to {unpacked / 2**30:.3g} GiB, above the memory limit of "
+            f"{limit / 2**30:.3g} GiB; raise it with memory_limit= or --memory-limit GIB"
+        )
     try:
         with np.load(path, allow_pickle=False) as data:
             return {key: data[key] for key in data.files}
@@ -200,11 +202,15 @@ def infer_config(params: FlaxParams, names: BlockNames, image_size_hint: Any, na
     mlp_dim = params.arrays[params.prefix + f"{first}{names.mlp}/Dense_0/kernel"].shape[-1]
     class_token = params.has("cls")
     if not class_token:  # the file does not record the pooling; these keys are also big_vision's pool_type "0"
-        log.info("%s: no class token; read as global average pooling (vit_jax classifier 'gap', big_vision "
-                 "pool_type 'gap'); a big_vision pool_type '0' model has the same keys and is not told apart",
-                 params.source)
+        log.info(
+            "%s: no class token; read as global average pooling (vit_jax classifier 'gap', big_vision "
+            "pool_type 'gap'); a big_vision pool_type '0' model has the same keys and is not told apart",
+            params.source,
+        )
     num_positions = params.arrays[params.prefix + params.pos_embed_key()].shape[-2]
-    representation = params.arrays[params.prefix + "pre_logits/kernel"].shape[1] if params.has("pre_logits/kernel") else None
+    representation = (
+        params.arrays[params.prefix + "pre_logits/kernel"].shape[1] if params.has("pre_logits/kernel") else None
+    )
     num_classes = params.arrays[params.prefix + "head/kernel"].shape[1] if params.has("head/kernel") else 0
     if params.pos_embed_key() == POS_EMBED_KEYS[0]:  # vit_jax adds E_pos after the class token: always a slot
         image_size = infer_image_size(num_positions - int(class_token), patch, image_size_hint, params.source)
@@ -212,12 +218,24 @@ def infer_config(params: FlaxParams, names: BlockNames, image_size_hint: Any, na
         image_size, _ = position_layout(num_positions, class_token, patch, image_size_hint, params.source)
     return ViTConfig(
         image_size=image_size,
-        patch_size=patch, in_channels=channels, num_classes=num_classes, dim=dim, depth=params.depth(),
-        num_heads=num_heads, mlp_dim=mlp_dim, head_dim=None if num_heads * head_dim == dim else head_dim,
-        pool="token" if class_token else "gap", gap_norm="before_pool", representation_size=representation,
+        patch_size=patch,
+        in_channels=channels,
+        num_classes=num_classes,
+        dim=dim,
+        depth=params.depth(),
+        num_heads=num_heads,
+        mlp_dim=mlp_dim,
+        head_dim=None if num_heads * head_dim == dim else head_dim,
+        pool="token" if class_token else "gap",
+        gap_norm="before_pool",
+        representation_size=representation,
         qkv_bias=params.has(f"{first}{names.attn}/query/bias"),
-        act="gelu_tanh", norm_eps=1e-6, pos_resample="linear_zoom", pos_resample_antialias=False,
-        preprocessing=dataclasses.replace(VIT_JAX_PREPROCESSING), name=name,
+        act="gelu_tanh",
+        norm_eps=1e-6,
+        pos_resample="linear_zoom",
+        pos_resample_antialias=False,
+        preprocessing=dataclasses.replace(VIT_JAX_PREPROCESSING),
+        name=name,
     )
 
 
@@ -288,7 +306,9 @@ def export_npz(model: VisionTransformer, path: str | Path) -> Path:
     if config.act != "gelu_tanh" or config.norm_eps != 1e-6:
         log.warning(
             "export_npz: the model uses act=%r, norm_eps=%g; vit_jax computes with tanh-GELU and 1e-6, "
-            "so its outputs will differ slightly", config.act, config.norm_eps,
+            "so its outputs will differ slightly",
+            config.act,
+            config.norm_eps,
         )
     state = {key: value.detach().to("cpu", torch.float32).numpy() for key, value in model.state_dict().items()}
     arrays: dict[str, np.ndarray] = {}

@@ -19,8 +19,18 @@ log = logging.getLogger("vitlab")
 
 # Fields every writer carries as they are (the format records them).
 ALWAYS = (
-    "image_size", "patch_size", "in_channels", "num_classes", "dim", "depth", "num_heads", "mlp_dim",
-    "qkv_bias", "preprocessing", "class_names", "name",
+    "image_size",
+    "patch_size",
+    "in_channels",
+    "num_classes",
+    "dim",
+    "depth",
+    "num_heads",
+    "mlp_dim",
+    "qkv_bias",
+    "preprocessing",
+    "class_names",
+    "name",
 )
 
 
@@ -52,8 +62,10 @@ def integer_mlp_ratio(config: ViTConfig) -> str | None:
 # timm's R+ViT hybrids (vision_transformer_hybrid.py) by the backbone's units per stage; the
 # registered function builds the backbone, model_args give the transformer.
 TIMM_HYBRID_BACKBONES = {
-    (): "vit_tiny_r_s16_p8_224", (2, 2, 2, 2): "vit_small_r26_s32_224",
-    (3, 4, 9): "vit_base_r50_s16_224", (3, 4, 6, 3): "vit_large_r50_s32_224",
+    (): "vit_tiny_r_s16_p8_224",
+    (2, 2, 2, 2): "vit_small_r26_s32_224",
+    (3, 4, 9): "vit_base_r50_s16_224",
+    (3, 4, 6, 3): "vit_large_r50_s32_224",
 }
 
 
@@ -64,13 +76,23 @@ def timm_hybrid_backbone(config: ViTConfig) -> str | None:
         return None
     if backbone.layers not in TIMM_HYBRID_BACKBONES:
         return f"a ResNet backbone with units {backbone.layers} (timm's hybrids have {', '.join(map(str, TIMM_HYBRID_BACKBONES))})"
-    timm_numerics = dict(preact=False, stem="standard", padding="same", width=64, num_groups=32,
-                         norm_eps=1e-5, weight_std="timm", weight_std_eps=1e-8)
+    timm_numerics = dict(
+        preact=False,
+        stem="standard",
+        padding="same",
+        width=64,
+        num_groups=32,
+        norm_eps=1e-5,
+        weight_std="timm",
+        weight_std_eps=1e-8,
+    )
     wrong = [f"{k}={getattr(backbone, k)!r}" for k, v in timm_numerics.items() if getattr(backbone, k) != v]
     if wrong:
         # vit_jax standardises as (w - mean) / (std + 1e-5) with GroupNorm eps 1e-6: close, not equal.
-        return (f"a hybrid backbone with {', '.join(wrong)} (timm's ResNetV2 standardises weights as "
-                "(w - mean) / sqrt(var + 1e-8), GroupNorm eps 1e-5, SAME padding)")
+        return (
+            f"a hybrid backbone with {', '.join(wrong)} (timm's ResNetV2 standardises weights as "
+            "(w - mean) / sqrt(var + 1e-8), GroupNorm eps 1e-5, SAME padding)"
+        )
     return None
 
 
@@ -85,8 +107,18 @@ TIMM = Peer(
         "head_hidden": ((),),
         "mlp_out_act": (False,),
     },
-    carried=("gap_norm", "dropout", "attn_dropout", "drop_path", "head_dropout", "head_dim",
-             "pos_resample", "pos_resample_antialias", "backbone", "embed_dropout"),
+    carried=(
+        "gap_norm",
+        "dropout",
+        "attn_dropout",
+        "drop_path",
+        "head_dropout",
+        "head_dim",
+        "pos_resample",
+        "pos_resample_antialias",
+        "backbone",
+        "embed_dropout",
+    ),
     checks=(standard_head_dim, integer_mlp_ratio, timm_hybrid_backbone),
 )
 
@@ -109,9 +141,14 @@ HF = Peer(
 PEERS = {"timm": TIMM, "hf": HF}
 HYBRID_REASONS = {"hf": "transformers has no ResNet + ViT model"}
 WHAT = {
-    "pool": "pooling", "pos_embed": "position embedding", "act": "MLP activation", "norm_eps": "LayerNorm epsilon",
-    "backbone": "ResNet backbone (hybrid)", "representation_size": "representation (pre-logits) layer",
-    "head_hidden": "MLP head (the Keras example's)", "mlp_out_act": "activation after the MLP's second layer",
+    "pool": "pooling",
+    "pos_embed": "position embedding",
+    "act": "MLP activation",
+    "norm_eps": "LayerNorm epsilon",
+    "backbone": "ResNet backbone (hybrid)",
+    "representation_size": "representation (pre-logits) layer",
+    "head_hidden": "MLP head (the Keras example's)",
+    "mlp_out_act": "activation after the MLP's second layer",
 }
 
 
@@ -119,15 +156,19 @@ def check_peer(model: object, peer: Peer) -> ViTConfig:
     """The model's config if `peer` can hold it; otherwise a ConfigError naming the first option it cannot."""
     if type(model) is not VisionTransformer:
         kind = type(model).__name__
-        raise ConfigError(f"--format {peer.name}: a {kind} is not a model vitlab writes for {peer.name}; "
-                          "only the plain VisionTransformer")
+        raise ConfigError(
+            f"--format {peer.name}: a {kind} is not a model vitlab writes for {peer.name}; "
+            "only the plain VisionTransformer"
+        )
     config: ViTConfig = model.config
     for name, values in peer.allowed.items():
         value = getattr(config, name)
         if value not in values:
             if name == "backbone":  # a hybrid: the one option whose value is a whole config
-                raise ConfigError(f"--format {peer.name}: a ResNet + ViT hybrid is not written for {peer.name} "
-                                  f"({HYBRID_REASONS[peer.name]})")
+                raise ConfigError(
+                    f"--format {peer.name}: a ResNet + ViT hybrid is not written for {peer.name} "
+                    f"({HYBRID_REASONS[peer.name]})"
+                )
             allowed = ", ".join(repr(v) for v in values)
             raise ConfigError(
                 f"--format {peer.name}: {peer.name} cannot hold {name}={value!r} ({WHAT.get(name, name)}); it holds {allowed}"
@@ -152,5 +193,11 @@ def check_peer(model: object, peer: Peer) -> ViTConfig:
     for name in peer.dropped:
         value = getattr(config, name)
         if value:
-            log.info("%s export: %s=%r is a training setting %s has no place for; not written", peer.name, name, value, peer.name)
+            log.info(
+                "%s export: %s=%r is a training setting %s has no place for; not written",
+                peer.name,
+                name,
+                value,
+                peer.name,
+            )
     return config

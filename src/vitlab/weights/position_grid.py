@@ -50,7 +50,10 @@ def position_layout(
             log.info(
                 "%s: %d position embeddings and a class token: read as a %dx%d grid with no position vector for "
                 "the class token (big_vision's pool_type 'tok', timm's no_embed_class); pass image_size= if not",
-                source, table_length, size[0] // patch_size, size[1] // patch_size,
+                source,
+                table_length,
+                size[0] // patch_size,
+                size[1] // patch_size,
             )
             return size, False
     return infer_image_size(table_length, patch_size, hint, source), False

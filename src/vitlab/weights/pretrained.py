@@ -38,8 +38,10 @@ def check_matches(entry: Pretrained, path: Path) -> VisionTransformer:
     config, expected = model.config, config_for(entry.model)
     assert isinstance(expected, ViTConfig)  # the catalogue's models are ViTs and hybrids
     found = {
-        "patch size": (config.patch_size, expected.patch_size), "width": (config.dim, expected.dim),
-        "depth": (config.depth, expected.depth), "classes": (config.num_classes, entry.file_num_classes),
+        "patch size": (config.patch_size, expected.patch_size),
+        "width": (config.dim, expected.dim),
+        "depth": (config.depth, expected.depth),
+        "classes": (config.num_classes, entry.file_num_classes),
         "image size": (config.image_size, (entry.image_size, entry.image_size)),
     }
     wrong = [f"{what} {got} (expected {want})" for what, (got, want) in found.items() if got != want]
@@ -56,7 +58,9 @@ def as_feature_extractor(model: VisionTransformer, entry: Pretrained) -> VisionT
     model.config = model.config.replace(num_classes=0, class_names=None)
     log.info(
         "%s: a feature extractor: the released ImageNet-21k head is zeroed, so it has no classes; "
-        "the output is the %d-wide pre-logits (tanh) representation", entry.name, model.config.feature_dim,
+        "the output is the %d-wide pre-logits (tanh) representation",
+        entry.name,
+        model.config.feature_dim,
     )
     return model
 
@@ -90,8 +94,14 @@ def load_pretrained(name: str, **overrides: Any) -> VisionTransformer:
 # How pretrained=True ranks a model's tags (default_tag): AugReg's before the paper's, ImageNet-1k
 # classifiers before the ImageNet-21k weights, as timm's default tags are.
 DEFAULT_TAG_ORDER = (
-    "augreg-in21k-ft-in1k", "augreg-in21k-ft-in1k-384", "orig-in21k-ft-in1k-224", "orig-in21k-ft-in1k",
-    "augreg-in1k", "augreg-in1k-384", "augreg-in21k", "orig-in21k",
+    "augreg-in21k-ft-in1k",
+    "augreg-in21k-ft-in1k-384",
+    "orig-in21k-ft-in1k-224",
+    "orig-in21k-ft-in1k",
+    "augreg-in1k",
+    "augreg-in1k-384",
+    "augreg-in21k",
+    "orig-in21k",
 )
 
 
@@ -102,8 +112,11 @@ def default_tag(model: str) -> str:
     if not entries:
         find(f"{model}:none")  # raises, naming the models that have weights
     ranked = [tag for tag in DEFAULT_TAG_ORDER if tag in entries] + sorted(set(entries) - set(DEFAULT_TAG_ORDER))
-    for wanted in (lambda e: e.num_classes == IN1K_CLASSES and e.image_size == 224,
-                   lambda e: e.num_classes == IN1K_CLASSES, lambda e: True):
+    for wanted in (
+        lambda e: e.num_classes == IN1K_CLASSES and e.image_size == 224,
+        lambda e: e.num_classes == IN1K_CLASSES,
+        lambda e: True,
+    ):
         for tag in ranked:
             if wanted(entries[tag]):
                 return tag

@@ -80,12 +80,23 @@ def convert_timm(
         pos = state["pos_embed.weight"]
         state["pos_embed.weight"] = torch.cat([pos.new_zeros(1, 1, pos.shape[-1]), pos], dim=1)
     config = ViTConfig(
-        image_size=image_size, patch_size=signature.patch_size, in_channels=state["patch_embed.proj.weight"].shape[1],
+        image_size=image_size,
+        patch_size=signature.patch_size,
+        in_channels=state["patch_embed.proj.weight"].shape[1],
         num_classes=state["head.weight"].shape[0] if "head.weight" in state else 0,
-        dim=signature.dim, depth=signature.depth, num_heads=num_heads, mlp_dim=signature.mlp_dim,
-        pool="token" if signature.class_token else "gap", gap_norm="after_pool" if signature.fc_norm else "before_pool",
-        representation_size=signature.representation_size, qkv_bias=signature.qkv_bias,
-        act=act, norm_eps=1e-6, pos_resample="bicubic", pos_resample_antialias=True,
-        preprocessing=dataclasses.replace(TIMM_PREPROCESSING), name=Path(source).stem,
+        dim=signature.dim,
+        depth=signature.depth,
+        num_heads=num_heads,
+        mlp_dim=signature.mlp_dim,
+        pool="token" if signature.class_token else "gap",
+        gap_norm="after_pool" if signature.fc_norm else "before_pool",
+        representation_size=signature.representation_size,
+        qkv_bias=signature.qkv_bias,
+        act=act,
+        norm_eps=1e-6,
+        pos_resample="bicubic",
+        pos_resample_antialias=True,
+        preprocessing=dataclasses.replace(TIMM_PREPROCESSING),
+        name=Path(source).stem,
     )
     return config, state

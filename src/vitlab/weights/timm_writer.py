@@ -38,22 +38,35 @@ def timm_config(model: VisionTransformer) -> dict[str, Any]:
     config = check_peer(model, TIMM)
     height, width = config.image_size
     model_args: dict[str, Any] = dict(
-        img_size=[height, width], patch_size=config.patch_size, in_chans=config.in_channels,
-        embed_dim=config.dim, depth=config.depth, num_heads=config.num_heads,
-        mlp_ratio=config.mlp_dim / config.dim, qkv_bias=config.qkv_bias,
-        class_token=config.class_token, global_pool=TIMM_POOL[config.pool],
+        img_size=[height, width],
+        patch_size=config.patch_size,
+        in_chans=config.in_channels,
+        embed_dim=config.dim,
+        depth=config.depth,
+        num_heads=config.num_heads,
+        mlp_ratio=config.mlp_dim / config.dim,
+        qkv_bias=config.qkv_bias,
+        class_token=config.class_token,
+        global_pool=TIMM_POOL[config.pool],
         # vit_jax's GAP normalises every token before the mean; timm's default for 'avg' normalises after.
         fc_norm=config.pool == "gap" and config.gap_norm == "after_pool",
-        pos_embed="learn" if config.pos_embed == "learned" else "none", no_embed_class=False,
+        pos_embed="learn" if config.pos_embed == "learned" else "none",
+        no_embed_class=False,
         act_layer=config.act,  # timm's names: 'gelu' (exact) and 'gelu_tanh'
-        drop_rate=config.head_dropout, pos_drop_rate=config.dropout if config.embed_dropout else 0.0, proj_drop_rate=config.dropout,
-        attn_drop_rate=config.attn_dropout, drop_path_rate=config.drop_path,
+        drop_rate=config.head_dropout,
+        pos_drop_rate=config.dropout if config.embed_dropout else 0.0,
+        proj_drop_rate=config.dropout,
+        attn_drop_rate=config.attn_dropout,
+        drop_path_rate=config.drop_path,
     )
     if (config.pos_resample, config.pos_resample_antialias) != ("bicubic", True) and config.pos_embed == "learned":
         log.info(
             "timm export: timm resamples E_pos bicubic with antialiasing at other sizes; this model resamples "
-            "%s (antialias %s): same logits at %dx%d, not at other sizes", config.pos_resample,
-            config.pos_resample_antialias, height, width,
+            "%s (antialias %s): same logits at %dx%d, not at other sizes",
+            config.pos_resample,
+            config.pos_resample_antialias,
+            height,
+            width,
         )
     # The model's own timm record (model/timm_api.py) minus what config.json keeps at its root.
     pretrained_cfg = {k: v for k, v in model.pretrained_cfg.items() if k not in ("architecture", "label_names")}
@@ -82,7 +95,7 @@ def timm_state_dict(model: VisionTransformer) -> dict[str, torch.Tensor]:
     backbone = model.config.backbone
     if backbone is not None and not backbone.layers:
         stem = "patch_embed.backbone.stem."
-        state = {("patch_embed.backbone." + k[len(stem):] if k.startswith(stem) else k): v for k, v in state.items()}
+        state = {("patch_embed.backbone." + k[len(stem) :] if k.startswith(stem) else k): v for k, v in state.items()}
     return state
 
 
@@ -117,10 +130,18 @@ def timm_bit_config(model: BiTResNet) -> dict[str, Any]:
         document["label_names"] = list(config.class_names)
     document["model_args"] = dict(in_chans=config.in_channels, drop_rate=config.head_dropout)
     document["pretrained_cfg"] = {
-        "tag": "vitlab", "custom_load": False, "input_size": [config.in_channels, height, width],
-        "fixed_input_size": False, "interpolation": pre.interpolation, "crop_pct": pre.crop_pct,
-        "crop_mode": "center", "mean": list(pre.mean), "std": list(pre.std), "num_classes": config.num_classes,
-        "first_conv": "stem.conv", "classifier": "head.fc",
+        "tag": "vitlab",
+        "custom_load": False,
+        "input_size": [config.in_channels, height, width],
+        "fixed_input_size": False,
+        "interpolation": pre.interpolation,
+        "crop_pct": pre.crop_pct,
+        "crop_mode": "center",
+        "mean": list(pre.mean),
+        "std": list(pre.std),
+        "num_classes": config.num_classes,
+        "first_conv": "stem.conv",
+        "classifier": "head.fc",
     }
     return document
 

@@ -62,13 +62,21 @@ def convert_torchvision(
     patch = signature.patch_size
     config = ViTConfig(
         image_size=infer_image_size(num_positions - 1, patch, overrides.get("image_size"), source),
-        patch_size=patch, in_channels=state["patch_embed.proj.weight"].shape[1],
+        patch_size=patch,
+        in_channels=state["patch_embed.proj.weight"].shape[1],
         num_classes=state["head.weight"].shape[0] if "head.weight" in state else 0,
-        dim=signature.dim, depth=signature.depth,
-        num_heads=num_heads, mlp_dim=signature.mlp_dim,
-        pool="token", representation_size=signature.representation_size, qkv_bias=signature.qkv_bias,
-        act="gelu", norm_eps=1e-6, pos_resample="bicubic_aligned", pos_resample_antialias=False,
-        preprocessing=dataclasses.replace(TORCHVISION_PREPROCESSING), name=Path(source).stem,
+        dim=signature.dim,
+        depth=signature.depth,
+        num_heads=num_heads,
+        mlp_dim=signature.mlp_dim,
+        pool="token",
+        representation_size=signature.representation_size,
+        qkv_bias=signature.qkv_bias,
+        act="gelu",
+        norm_eps=1e-6,
+        pos_resample="bicubic_aligned",
+        pos_resample_antialias=False,
+        preprocessing=dataclasses.replace(TORCHVISION_PREPROCESSING),
+        name=Path(source).stem,
     )
     return config, state
-
