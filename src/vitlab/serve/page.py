@@ -17,19 +17,25 @@ from .classify import ImageClassifier
 
 EMPTY_MESSAGE = "Upload an image to classify it."
 UPLOAD_TTL_S = 3600
-ROLLOUT_WORDS = ("The overlay is Attention Rollout (Abnar & Zuidema 2020; the paper's Fig. 6): where the "
-                 "classifier's token draws its information from, over all layers.")
+ROLLOUT_WORDS = (
+    "The overlay is Attention Rollout (Abnar & Zuidema 2020; the paper's Fig. 6): where the "
+    "classifier's token draws its information from, over all layers."
+)
 
 
 def describe(config: ViTConfig | BiTConfig) -> str:
     """One sentence on the model for the page's header."""
     height, width = config.image_size
     if isinstance(config, BiTConfig):
-        return (f"A BiT ResNet ({config.resnet.depth} layers, {config.num_classes} classes) sees the image at "
-                f"{height} x {width}. It has no attention, so there is no rollout overlay.")
+        return (
+            f"A BiT ResNet ({config.resnet.depth} layers, {config.num_classes} classes) sees the image at "
+            f"{height} x {width}. It has no attention, so there is no rollout overlay."
+        )
     kind = "A ResNet + ViT hybrid" if config.backbone is not None else "A Vision Transformer"
-    return (f"{kind} ({config.dim} wide, {config.depth} layers, {config.num_classes} classes, "
-            f"{config.effective_patch_size} px per token) sees the image at {height} x {width}. {ROLLOUT_WORDS}")
+    return (
+        f"{kind} ({config.dim} wide, {config.depth} layers, {config.num_classes} classes, "
+        f"{config.effective_patch_size} px per token) sees the image at {height} x {width}. {ROLLOUT_WORDS}"
+    )
 
 
 def build_page(classifier: ImageClassifier, title: str) -> gr.Blocks:
@@ -58,11 +64,18 @@ def build_page(classifier: ImageClassifier, title: str) -> gr.Blocks:
                 labels = gr.Label(num_top_classes=classifier.top_k, label="Top classes", elem_id="top")
             with gr.Column():
                 seen = gr.Image(label="What the model sees", type="pil", interactive=False, elem_id="model-input")
-                overlay = gr.Image(label="Attention rollout", type="pil", interactive=False, elem_id="overlay",
-                                   visible=classifier.has_overlay)
+                overlay = gr.Image(
+                    label="Attention rollout",
+                    type="pil",
+                    interactive=False,
+                    elem_id="overlay",
+                    visible=classifier.has_overlay,
+                )
         # api_name=False (no API endpoint) works in gradio 5 and 6; gradio 6 annotates it `str | None` only.
-        upload.upload(on_upload, inputs=upload, outputs=[labels, seen, overlay, message],
-                      api_name=False)  # type: ignore[arg-type]
-        upload.clear(lambda: (None, None, None, EMPTY_MESSAGE), outputs=[labels, seen, overlay, message],
-                     api_name=False)  # type: ignore[arg-type]
+        upload.upload(on_upload, inputs=upload, outputs=[labels, seen, overlay, message], api_name=False)  # type: ignore[arg-type]
+        upload.clear(
+            lambda: (None, None, None, EMPTY_MESSAGE),
+            outputs=[labels, seen, overlay, message],
+            api_name=False,  # type: ignore[arg-type]
+        )
     return page
