@@ -119,21 +119,7 @@ class AxialViT(VisionTransformer):
 
     config: AxialConfig
 
-    def build_block(self, config: ViTConfig, drop_path: float) -> nn.Module:
-        return AxialBlock(
-            config.dim,
-            config.num_heads,
-            config.mlp_dim,
-            config.head_dim,
-            config.qkv_bias,
-            config.dropout,
-            config.attn_dropout,
-            drop_path,
-            config.act,
-            config.norm_eps,
-            config.mlp_out_act,
-            config.proj_dropout,
-        )
+    block_type = AxialBlock
 
     def encode(  # type: ignore[override]  # weights per layer: a row and a column tensor
         self, images: torch.Tensor, need_weights: bool = False, prefix_only: bool = False

@@ -59,6 +59,10 @@ def per_layer(config: ViTConfig, make) -> nn.ModuleList:
 class VisionTransformer(TimmInterface, nn.Module):
     """The ViT; TimmInterface adds timm's attributes and methods (pretrained_cfg, forward_intermediates, ...)."""
 
+    # One encoder layer (Eq. 2-3); a family that changes only the layer (Axial-ViT) sets its own, which
+    # takes the EncoderBlock's arguments.
+    block_type: type[nn.Module] = EncoderBlock
+
     def __init__(self, config: ViTConfig) -> None:
         super().__init__()
         self.config = config
@@ -108,8 +112,8 @@ class VisionTransformer(TimmInterface, nn.Module):
         self.init_weights()
 
     def build_block(self, config: ViTConfig, drop_path: float) -> nn.Module:
-        """One encoder layer (Eq. 2-3); a family that changes only the layer (Axial-ViT) overrides this."""
-        return EncoderBlock(
+        """One encoder layer of the class's block_type."""
+        return self.block_type(
             config.dim,
             config.num_heads,
             config.mlp_dim,
