@@ -13,7 +13,10 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from vitlab.train.config import TrainConfig
 
 # Modules of vitlab.cli, each registering one or more subcommands.
 COMMAND_MODULES = [
@@ -93,6 +96,17 @@ def load_checkpoint(args: argparse.Namespace, **overrides):
     from vitlab.weights import load
 
     return load(args.ckpt, memory_limit=memory_limit(args), **overrides)
+
+
+def run_split(run: TrainConfig) -> dict[str, Any]:
+    """The load_datasets arguments that fix how `run` split its data: the fractions, the dev split and the seed."""
+    return {
+        "val_fraction": run.data.val_fraction,
+        "seed": run.run.seed,
+        "train_fraction": run.data.train_fraction,
+        "dev_fraction": run.data.dev_fraction,
+        "dev_split": run.data.dev_split,
+    }
 
 
 def writable_folder(path: str | os.PathLike, flag: str = "--out") -> Path:

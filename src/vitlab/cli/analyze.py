@@ -16,7 +16,7 @@ import logging
 
 import torch
 
-from . import DEVICE_HELP, add_checkpoint_argument, add_runtime_arguments, with_examples
+from . import DEVICE_HELP, add_checkpoint_argument, add_runtime_arguments, run_split, with_examples
 
 logger = logging.getLogger("vitlab")
 
@@ -122,11 +122,7 @@ def dataset_batches(args: argparse.Namespace, transform, model_names: list[str] 
         source,
         transform,
         transform,
-        val_fraction=base.data.val_fraction,
-        seed=base.run.seed,
-        train_fraction=base.data.train_fraction,
-        dev_fraction=base.data.dev_fraction,
-        dev_split=base.data.dev_split,
+        **run_split(base),
         max_bad_fraction=base.data.max_bad_fraction,
         check_splits=("val",),
     )

@@ -28,6 +28,7 @@ from . import (
     load_checkpoint,
     memory_limit,
     preview,
+    run_split,
     with_examples,
     writable_file,
 )
@@ -355,11 +356,7 @@ def trained_in_run(run, run_file: Path | None, settings: EvalSettings, splits) -
             run.data.source,
             None,
             None,
-            val_fraction=run.data.val_fraction,
-            seed=run.run.seed,
-            train_fraction=run.data.train_fraction,
-            dev_fraction=run.data.dev_fraction,
-            dev_split=run.data.dev_split,
+            **run_split(run),
             check_splits=(),
         ).train
     except (OSError, ValueError) as error:

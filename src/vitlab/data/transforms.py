@@ -154,12 +154,10 @@ def train_transform(
 ) -> v2.Compose:
     """Random crop + flip (+ RandAugment), then the Keras example's rotation and zoom and random
     erasing when asked."""
-    transform = build_transforms(
+    transform = preprocessed_transforms(
         image_size,
-        mean=preprocessing.mean,
-        std=preprocessing.std,
+        preprocessing,
         train=True,
-        interpolation=preprocessing.interpolation,
         scale=augment.crop_scale,
         ratio=augment.crop_ratio,
         hflip=augment.hflip,
@@ -176,13 +174,20 @@ def train_transform(
 
 def eval_transform(image_size: int | tuple[int, int], preprocessing: PreprocessingFields) -> v2.Compose:
     """Resize + centre crop to `image_size`, normalised with the preprocessing's mean/std."""
+    return preprocessed_transforms(image_size, preprocessing, train=False, crop_pct=preprocessing.crop_pct)
+
+
+def preprocessed_transforms(
+    image_size: int | tuple[int, int], preprocessing: PreprocessingFields, *, train: bool, **options: Any
+) -> v2.Compose:
+    """build_transforms with the preprocessing's mean, std and interpolation; `options` are the rest."""
     return build_transforms(
         image_size,
         mean=preprocessing.mean,
         std=preprocessing.std,
-        train=False,
+        train=train,
         interpolation=preprocessing.interpolation,
-        crop_pct=preprocessing.crop_pct,
+        **options,
     )
 
 

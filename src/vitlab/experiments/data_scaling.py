@@ -23,6 +23,7 @@ from .runner import (
     plot_lines,
     seeds_of,
     steps_of,
+    summary_row,
     train_run,
     vit_config,
 )
@@ -51,13 +52,7 @@ def run(settings: Settings) -> Results:
                     train_fraction=fraction,
                 )
                 rows.append(
-                    {
-                        "model": label,
-                        "fraction": fraction,
-                        "seed": seed,
-                        "train_images": result.summary["train_images"],
-                        "val_top1": result.summary["val_top1"],
-                    }
+                    summary_row(result, ("train_images", "val_top1"), model=label, fraction=fraction, seed=seed)
                 )
     results = Results(
         rows,

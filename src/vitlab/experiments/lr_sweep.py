@@ -17,26 +17,24 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 from functools import partial
 from typing import Any
 
 import numpy as np
 
-from vitlab.train import Trainer, TrainResult, get_recipe
-from vitlab.train.checkpoint import holds_checkpoints
+from vitlab.train import TrainResult, get_recipe
 from vitlab.train.config import ModelSpec
 from vitlab.train.paper_tables import DEV_FRACTIONS, TABLE_4, TABLE_4_BATCH_SIZE
 
 from .runner import (
-    RUNS,
-    TRAINING_SECONDS,
     Experiment,
     Results,
     Settings,
     describe_model,
+    fit_run,
     plot_lines,
     seeds_of,
+    summary_row,
     vit_config,
 )
 
@@ -64,22 +62,29 @@ def finetune_run(
         )
     else:
         architecture = vit_config(settings)
-    out = settings.out / RUNS / tag
-    config.run.out, config.run.seed, config.run.threads = str(out), seed, settings.threads
-    config.run.eval_every, config.run.log_every, config.run.keep_ckpts = steps, steps, 1
-    config.run.resume = holds_checkpoints(out)
-    trainer = Trainer(config, architecture=architecture)
-    started = time.perf_counter()
-    result = trainer.fit()
-    TRAINING_SECONDS.append(float(result.summary["wall_time_s"]))  # the report sums the runs' own times
-    log.info(
-        "%s: val top-1 %.4f after %d steps (%.0f s)",
-        tag,
-        result.summary["val_top1"],
-        steps,
-        time.perf_counter() - started,
-    )
-    return result
+    return fit_run(settings, tag, config, seed=seed, steps=steps, architecture=architecture)
+
+
+def seed_runs(
+    settings: Settings,
+    split: str,
+    lr: float,
+    seeds: tuple[int, ...],
+    *,
+    steps: int,
+    batch_size: int,
+    dev_fraction: float | None,
+) -> list[dict[str, Any]]:
+    """One run per seed at `lr`: the dev runs (`sweep-` tags) or the final ones on the whole training set (`final-`)."""
+    prefix = "sweep" if split == DEV else "final"
+    rows = []
+    for seed in seeds:
+        tag = f"{prefix}-{settings.row}-lr{lr:g}-seed{seed}"
+        result = finetune_run(
+            settings, tag, seed=seed, lr=lr, steps=steps, batch_size=batch_size, dev_fraction=dev_fraction
+        )
+        rows.append(summary_row(result, ("val_top1", "train_images"), split=split, lr=lr, seed=seed))
+    return rows
 
 
 def batch_size_for(settings: Settings, dev_fraction: float | None) -> int:
@@ -113,46 +118,10 @@ def run(settings: Settings) -> Results:
                 f"--row {settings.row}: the paper gives it one learning rate and no dev split; pass one --lrs value"
             )
         for lr in grid:
-            for seed in seeds:
-                result = finetune_run(
-                    settings,
-                    f"sweep-{settings.row}-lr{lr:g}-seed{seed}",
-                    seed=seed,
-                    lr=lr,
-                    steps=steps,
-                    batch_size=batch,
-                    dev_fraction=dev_fraction,
-                )
-                rows.append(
-                    {
-                        "split": DEV,
-                        "lr": lr,
-                        "seed": seed,
-                        "val_top1": result.summary["val_top1"],
-                        "train_images": result.summary["train_images"],
-                    }
-                )
+            rows += seed_runs(settings, DEV, lr, seeds, steps=steps, batch_size=batch, dev_fraction=dev_fraction)
     dev_means = {lr: float(np.mean([r["val_top1"] for r in rows if r["lr"] == lr])) for lr in grid} if rows else {}
     best = max(grid, key=lambda lr: (dev_means.get(lr, 0.0), -lr))
-    for seed in seeds:
-        result = finetune_run(
-            settings,
-            f"final-{settings.row}-lr{best:g}-seed{seed}",
-            seed=seed,
-            lr=best,
-            steps=steps,
-            batch_size=batch,
-            dev_fraction=None,
-        )
-        rows.append(
-            {
-                "split": TEST,
-                "lr": best,
-                "seed": seed,
-                "val_top1": result.summary["val_top1"],
-                "train_images": result.summary["train_images"],
-            }
-        )
+    rows += seed_runs(settings, TEST, best, seeds, steps=steps, batch_size=batch, dev_fraction=None)
     models = {} if settings.init else {"ViT": describe_model(vit_config(settings))}
     results = Results(
         rows,

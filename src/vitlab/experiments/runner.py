@@ -24,7 +24,7 @@ from vitlab.model import BiTConfig, ResNetConfig, ViTConfig, config_for, create_
 from vitlab.model.bit import bit_resnet_config
 from vitlab.train import Trainer, TrainResult, get_recipe
 from vitlab.train.checkpoint import holds_checkpoints
-from vitlab.train.config import ModelSpec
+from vitlab.train.config import ModelSpec, TrainConfig
 from vitlab.train.paper_tables import TABLE_4
 
 log = logging.getLogger("vitlab")
@@ -235,13 +235,26 @@ def train_run(
     config.schedule.steps, config.schedule.warmup_steps = steps, max(steps // 10, 1)
     if lr is not None:
         config.optim.lr = lr
+    return fit_run(settings, tag, config, seed=seed, steps=steps, architecture=architecture)
+
+
+def fit_run(
+    settings: Settings,
+    tag: str,
+    config: TrainConfig,
+    *,
+    seed: int,
+    steps: int,
+    architecture: ViTConfig | BiTConfig | None = None,
+) -> TrainResult:
+    """Fit `config` in DIR/runs/TAG (resuming what is there), evaluated and checkpointed once at the end."""
     out = settings.out / RUNS / tag
     config.run.out, config.run.seed, config.run.threads = str(out), seed, settings.threads
     config.run.eval_every, config.run.log_every, config.run.keep_ckpts = steps, steps, 1
     config.run.resume = holds_checkpoints(out)
     started = time.perf_counter()
     result = Trainer(config, architecture=architecture).fit()
-    TRAINING_SECONDS.append(float(result.summary["wall_time_s"]))
+    TRAINING_SECONDS.append(float(result.summary["wall_time_s"]))  # the report sums the runs' own times
     log.info(
         "%s: val top-1 %.4f after %d steps (%.0f s)",
         tag,
@@ -250,6 +263,11 @@ def train_run(
         time.perf_counter() - started,
     )
     return result
+
+
+def summary_row(result: TrainResult, metrics: tuple[str, ...], **keys: Any) -> dict[str, Any]:
+    """One results row: `keys`, then each of `metrics` from the run's summary, in that order (the CSV's columns)."""
+    return {**keys, **{name: result.summary[name] for name in metrics}}
 
 
 def seeds_of(settings: Settings, experiment: Experiment) -> tuple[int, ...]:
