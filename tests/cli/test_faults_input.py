@@ -216,3 +216,22 @@ def test_any_yaml_document_applies_or_raises_config_error_naming_the_file(docume
         apply_mapping(get_recipe("demo"), document, "cfg.yaml")
     except ConfigError as error:
         assert str(error).startswith("cfg.yaml: ")
+
+
+@pytest.mark.fault("exits")
+def test_a_reader_that_leaves_early_ends_the_command_quietly():
+    import os
+    import subprocess
+    import sys
+
+    # `vitlab models | head -1`: the pipe closes after the first line; no traceback, the status a shell reports.
+    # Unbuffered, so that the lines reach the pipe as they are printed and the later ones meet the closed end.
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    command = [sys.executable, "-m", "vitlab", "models"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    assert process.stdout is not None and process.stderr is not None
+    assert "width" in process.stdout.readline()
+    process.stdout.close()
+    error = process.stderr.read()
+    assert process.wait(timeout=120) == 141, error
+    assert "Traceback" not in error

@@ -193,9 +193,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         result = args.func(args)
+        sys.stdout.flush()  # a reader that left shows here, not at exit
     except KeyboardInterrupt:
         print("vitlab: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader left (`vitlab models | head`): stop quietly, as other tools do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so that exiting flushes nowhere
+        return 141
     except user_errors() as error:
         if args.verbose:
             raise

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+from vitlab.model import list_models  # importing vitlab.model registers every family
+from vitlab.model.registry import FAMILIES
+
 from . import with_examples
 
 EXAMPLES = (  # the end of --help
@@ -17,10 +20,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "models", help="list the registered models (ViT, hybrid, BiT, Axial-ViT)", **with_examples(*EXAMPLES)
     )
-    # The registry's families (tests/cli/test_names.py checks them), written out: the registry imports torch.
-    parser.add_argument(
-        "--family", choices=("vit", "hybrid", "bit", "axial", "all"), default="all", help="which family to list"
-    )
+    parser.add_argument("--family", choices=(*FAMILIES, "all"), default="all", help="which family to list")
     parser.add_argument("--params", action="store_true", help="also count parameters (builds each model)")
     parser.set_defaults(func=run)
 
@@ -37,7 +37,7 @@ def describe(config) -> str:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from vitlab.model import config_for, create_untrained, list_models
+    from vitlab.model import config_for, create_untrained
 
     for name in list_models(args.family):
         config = config_for(name)
