@@ -11,7 +11,7 @@ import logging
 import sys
 import typing
 
-from vitlab.train.config import BestMetric, DataParallel
+from vitlab.train.config import BestMetric, DataParallel, MppTarget, ObjectiveName
 
 from . import CKPT_HELP, add_memory_argument, add_runtime_arguments, with_examples
 
@@ -59,11 +59,13 @@ FLAG_KEYS.update(
         "tensorboard": "run.tensorboard",
     }
 )
+FLAG_KEYS.update({"objective": "objective.name", "mpp_target": "objective.mpp_target"})  # objectives.py
 SIGNAL_EXIT = {"SIGINT": 130, "SIGTERM": 143}
 TRAIN_EXAMPLES = (  # the end of --help
     "vitlab train --data digits --out runs/digits --steps 500",
     "vitlab train --data cifar10:DIR --out runs/c10 --keep-best-by val_top1 --early-stop-patience 5 --tensorboard",
     "vitlab train --config runs/c10/run.yaml --out runs/c10 --resume --epochs 300  # a longer total",
+    "vitlab train --recipe demo --data digits --out runs/mpp --objective mpp  # self-supervised (Sec. 4.6)",
 )
 FINETUNE_EXAMPLES = (
     "vitlab finetune --ckpt B/16:augreg-in21k --data cifar10:DIR --out runs/ft",
@@ -201,6 +203,16 @@ def _add_training_flags(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="repeated augmentation (DeiT): each image N times in a row, differently augmented",
     )
+    parser.add_argument(
+        "--objective",
+        choices=typing.get_args(ObjectiveName),
+        help="classify: the labels (default); mpp: masked patch prediction, self-supervised (paper Sec. 4.6)",
+    )
+    parser.add_argument(
+        "--mpp-target",
+        choices=typing.get_args(MppTarget),
+        help="mpp's target: the 3-bit mean colour (default, the paper's), a 4x4 patch of 3-bit colours, L2 on pixels",
+    )
     _add_outputs_flags(parser)
 
 
@@ -266,7 +278,6 @@ def build_config(args: argparse.Namespace):
 
 def run_train(args: argparse.Namespace) -> int:
     from vitlab.cli import writable_folder
-    from vitlab.evaluate import describe_top5
     from vitlab.train import Diverged, Interrupted, Trainer
 
     config = build_config(args)
@@ -291,10 +302,7 @@ def run_train(args: argparse.Namespace) -> int:
     summary = result.summary
     if not trainer.processes.is_main:  # under torchrun, process 0 reports
         return 0
-    top5 = describe_top5(summary["val_top5"], len(trainer.class_names))
-    print(
-        f"val top-1 {summary['val_top1']:.4f}  {top5}  after {summary['steps']} steps in {summary['wall_time_s']:.0f} s"
-    )
+    print(f"{trainer.objective.describe(summary)}  after {summary['steps']} steps in {summary['wall_time_s']:.0f} s")
     print(f"model folder: {result.out}  (vitlab.load({str(result.out)!r}))")
     print(f"training curve: {result.out / 'training_curve.png'}")
     return 0

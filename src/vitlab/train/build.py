@@ -40,6 +40,8 @@ def check_run(config: TrainConfig, architecture: ViTConfig | BiTConfig | None = 
     # best.py: DIR/best/ is written by process 0 from the whole model, and process 0 alone decides to stop.
     if config.run.data_parallel == "fsdp" and config.run.keep_best_by:
         raise ConfigError("run.keep_best_by: writing DIR/best/ needs the whole model, not run.data_parallel=fsdp")
+    if config.objective.name == "mpp" and from_environment().world_size > 1:  # objectives.py calls the model itself
+        raise ConfigError("objective.name=mpp: masked patch prediction runs in one process; not under torchrun")
     if config.run.early_stop_patience and from_environment().world_size > 1:
         raise ConfigError("run.early_stop_patience: early stopping runs in one process; not under torchrun")
     return config
@@ -84,14 +86,16 @@ def build_model_and_data(
     if splits.dev is not None:  # paper Appendix B.1.1 / Keras validation_split: validate on a dev split
         test_set, splits.val = splits.val, splits.dev
     names = list(splits.class_names)
-    if len(names) < 2:  # one class: every prediction right, nothing learned
+    if len(names) < 2 and config.objective.name == "classify":  # one class: every prediction right, nothing learned
         raise ConfigError(
             f"data.source={data.source!r}: {len(names)} class ({', '.join(map(str, names))}); "
             "classification needs at least 2"
         )
     limit = None if config.run.memory_limit is None else int(config.run.memory_limit * 2**30)
+    # Masked patch prediction trains no classifier: its model has none (fine-tuning attaches one).
+    classes = names if config.objective.name == "classify" else []
     check_memory(
-        vit_config.replace(num_classes=len(names), class_names=names),
+        vit_config.replace(num_classes=len(classes), class_names=classes or None),
         config.micro_batch_size,
         training=True,
         limit=limit,
@@ -99,13 +103,15 @@ def build_model_and_data(
     )  # before the model is allocated
     if spec.init:
         before = "a representation layer and " if getattr(model.config, "representation_size", None) else ""
-        model.reset_classifier(len(names), class_names=names)  # paper 3.2: a zero-initialised head for the new classes
+        model.reset_classifier(
+            len(classes), class_names=classes or None
+        )  # paper 3.2: a zero-initialised head for the new classes
         log.info(
             "%s: new zero-initialised head: %d x %d (%d classes), replacing %sthe %d-class head",
             spec.init,
             model.config.feature_dim,
-            len(names),
-            len(names),
+            len(classes),
+            len(classes),
             before,
             vit_config.num_classes,
         )
@@ -113,7 +119,7 @@ def build_model_and_data(
     else:
         torch.manual_seed(config.run.seed)
         model = create_untrained(
-            vit_config.replace(num_classes=len(names), class_names=names, preprocessing=preprocessing),
+            vit_config.replace(num_classes=len(classes), class_names=classes or None, preprocessing=preprocessing),
             memory_limit=limit,
         )
     log.info(

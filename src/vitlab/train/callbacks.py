@@ -19,10 +19,10 @@ from typing import Any, Protocol
 import torch
 from tqdm.auto import tqdm
 
-from vitlab.evaluate import describe_top5
 from vitlab.progress import progress_enabled
 
 from .config import TrainConfig
+from .objectives import Objective
 from .outputs import METRICS_FILE
 
 log = logging.getLogger("vitlab")
@@ -38,6 +38,7 @@ class TrainingRun(Protocol):
     steps_per_epoch: int
     class_names: list[str]
     metrics: list[dict[str, Any]]  # the evaluation rows so far, a resumed run's earlier ones included
+    objective: Objective  # what the loss and the evaluation rows measure (objectives.py)
 
     @property
     def lr(self) -> float: ...
@@ -112,11 +113,8 @@ class ProgressBar(Callback):
             )
 
     def on_evaluate(self, trainer: TrainingRun, row: dict[str, Any]) -> None:
-        top5 = describe_top5(row["val_top5"], len(trainer.class_names))
-        message = (
-            f"step {row['step']} epoch {row['epoch']:.2f}: val top-1 {row['val_top1']:.4f}  "
-            f"{top5}  train loss {row['loss']:.4f}"
-        )
+        described = trainer.objective.describe(row)
+        message = f"step {row['step']} epoch {row['epoch']:.2f}: {described}  train loss {row['loss']:.4f}"
         if self.bar is not None:
             self.bar.write(message, file=sys.stderr)
         else:

@@ -47,6 +47,10 @@ from vitlab.textfiles import parse_assignment  # noqa: F401
 DataParallel = Literal["ddp", "fsdp"]  # under torchrun: replicate the model, or shard it (distributed.py)
 # The evaluation numbers a run can keep its best model by (best.py); val_loss is lowest-best, the others highest.
 BestMetric = Literal["val_top1", "val_top5", "val_loss"]
+ObjectiveName = Literal["classify", "mpp"]  # what a run learns from its images (objectives.py)
+# Masked patch prediction's targets (paper Appendix B.1.2): the 3-bit mean colour (the paper's), a
+# 4x4 downsized patch of 3-bit colours, or L2 regression of the whole patch (masked_patch.py).
+MppTarget = Literal["mean-color", "4x4", "l2"]
 
 
 @dataclass
@@ -204,6 +208,15 @@ class RunSpec:
 
 
 @dataclass
+class ObjectiveSpec:
+    """What the loss asks of the model: the labels (`classify`), or masked patch prediction (`mpp`,
+    self-supervised: paper Sec. 4.6, Appendix B.1.2), which never reads the labels."""
+
+    name: ObjectiveName = "classify"
+    mpp_target: MppTarget = "mean-color"  # mpp only
+
+
+@dataclass
 class TrainConfig:
     recipe: str = "custom"
     model: ModelSpec = field(default_factory=ModelSpec)
@@ -212,6 +225,7 @@ class TrainConfig:
     optim: OptimSpec = field(default_factory=OptimSpec)
     schedule: ScheduleSpec = field(default_factory=ScheduleSpec)
     run: RunSpec = field(default_factory=RunSpec)
+    objective: ObjectiveSpec = field(default_factory=ObjectiveSpec)
 
     # How vitlab.config_fields sets keys. Setting one of a pair to a value clears the other: --steps
     # replaces a recipe's epochs. A warm-up of 0 means none and leaves the other warm-up alone; a length
@@ -255,6 +269,7 @@ def _range_checks(config: TrainConfig) -> list[tuple[str, bool, str]]:
     positive = "must be > 0"
     fraction = "must be in [0, 1)"
     return [
+        *_objective_checks(config),
         ("model.trainable_blocks", m.trainable_blocks is None or m.trainable_blocks >= 0, "must be >= 0 or null"),
         ("data.source", bool(d.source.strip()), "must name a data source"),
         ("data.batch_size", d.batch_size > 0, positive),
@@ -327,6 +342,29 @@ def _range_checks(config: TrainConfig) -> list[tuple[str, bool, str]]:
             "run.early_stop_patience",
             r.early_stop_patience is None or r.early_stop_patience >= 1,
             "must be >= 1 or null",
+        ),
+    ]
+
+
+def _objective_checks(config: TrainConfig) -> list[tuple[str, bool, str]]:
+    """What masked patch prediction cannot combine with: label mixing and smoothing (it reads no
+    labels), and the best-weights outputs, which rank by class accuracy and would save the mpp head."""
+    if config.objective.name != "mpp":
+        return []
+    a, r = config.augment, config.run
+    no_labels = "must be 0 with objective.name=mpp (masked patch prediction reads no labels)"
+    best = "is not available with objective.name=mpp (it ranks and saves class-prediction models)"
+    return [
+        ("augment.mixup", a.mixup == 0.0, no_labels),
+        ("augment.cutmix", a.cutmix == 0.0, no_labels),
+        ("augment.label_smoothing", a.label_smoothing == 0.0, no_labels),
+        ("run.keep_best", not r.keep_best, best),
+        ("run.keep_best_by", r.keep_best_by is None, best),
+        ("run.early_stop_patience", r.early_stop_patience is None, best),
+        (
+            "run.compile",
+            not r.compile,
+            "is not applied to the masked-patch forward; leave it off with objective.name=mpp",
         ),
     ]
 

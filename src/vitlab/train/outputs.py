@@ -16,12 +16,12 @@ from typing import Any, Protocol
 import torch
 from torch.utils.data import DataLoader
 
-from vitlab.evaluate import evaluate
 from vitlab.model import BiTResNet, VisionTransformer
 from vitlab.model.runtime import Precision
 from vitlab.weights import save_pretrained
 
 from .config import TrainConfig
+from .objectives import Objective
 from .plots import PLOT_FILE, plot_training_curve
 from .selection import BestWeights
 
@@ -82,6 +82,7 @@ class FinishedRun(Protocol):
     precision: Precision
     val_images: int
     test_loader: DataLoader | None
+    objective: Objective
 
     @property
     def wall_time_s(self) -> float: ...
@@ -95,6 +96,7 @@ def run_facts(run: FinishedRun) -> dict[str, Any]:
         train_images=run.train_images,
         wall_time_s=round(run.wall_time_s, 2),
         recipe=run.config.recipe,
+        objective=run.config.objective.name,
         data=run.config.data.source,
         device=run.device.type,
         precision=run.precision.name,
@@ -117,17 +119,14 @@ def write_model_folder(run: FinishedRun, model: VisionTransformer | BiTResNet) -
     }
     if best_step is not None:
         summary["best_step"] = best_step
+    if run.config.objective.name == "mpp":
+        summary["mpp_target"] = run.config.objective.mpp_target
     if run.test_loader is not None:
-        test = evaluate(model, run.test_loader, device=run.device, autocast=run.precision.autocast)
-        summary.update(
-            test_top1=test.top1,
-            test_top5=test.top5,
-            test_loss=test.loss,
-            test_images=test.count,
-            dev_images=run.val_images,
-        )
-        log.info("test top-1 %.4f, top-5 %.4f (%d images)", test.top1, test.top5, test.count)
-    save_pretrained(model, out, training=summary)
+        test, count = run.objective.evaluate(model, run.test_loader, run.device, run.precision.autocast)
+        summary.update({key.replace("val_", "test_"): value for key, value in test.items()})
+        summary.update(test_images=count, dev_images=run.val_images)
+        log.info("test: %s (%d images)", run.objective.describe(test), count)
+    save_pretrained(run.objective.saved_model(model), out, training=summary)
     (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
     title = f"{run.config.recipe} on {run.config.data.source}"
     plot_training_curve(rows, out / PLOT_FILE, title=title, step_rows=read_step_rows(out))

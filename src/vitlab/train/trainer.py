@@ -18,10 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
-from vitlab.data.transforms import batch_mixing
-from vitlab.evaluate import evaluate
 from vitlab.model import BiTConfig, ViTConfig
 from vitlab.model.runtime import resolve_device, resolve_precision, torch_threads
 
@@ -32,6 +29,7 @@ from .cadence import checkpoint_due, evaluation_due
 from .callbacks import Callback
 from .config import TrainConfig
 from .loader import epoch_sampler, shut_down_workers
+from .objectives import build_objective
 from .optim import build_ema, build_optimizer, build_schedule, clip_gradients, total_steps
 from .outcomes import Diverged, Interrupted, TrainResult
 from .outputs import RUN_FILE
@@ -92,7 +90,9 @@ class Trainer:
             config, splits, self.test_set, self.device.type == "cuda", self.processes
         )
         self.best = BestWeights(config.run.keep_best_by or "val_top1") if config.run.keep_best else None
-        self.mixing = batch_mixing(config.augment.mixup, config.augment.cutmix, len(self.class_names))
+        self.objective = build_objective(
+            config, self.model, len(self.class_names)
+        )  # before the optimiser sees its parameters
 
         self.model.to(self.device)
         self.model.set_grad_checkpointing(config.run.grad_checkpointing)
@@ -129,16 +129,11 @@ class Trainer:
     def train_step(self, micro_batches: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> float:
         """Forward and backward over the micro-batches, then one clipped optimiser step; the mean loss."""
         self.optimizer.zero_grad(set_to_none=True)
-        smoothing = self.config.augment.label_smoothing
         mean_loss = 0.0
         for images, labels in micro_batches:
             images = images.to(self.device, non_blocking=True)
             labels = labels.to(self.device, non_blocking=True)
-            if self.mixing is not None:
-                images, labels = self.mixing(images, labels)  # labels become (B, K) mixed one-hots
-            with self.precision.autocast():
-                logits = self.network(images)
-            loss = F.cross_entropy(logits.float(), labels, label_smoothing=smoothing)
+            loss = self.objective.loss(self.network, images, labels, self.precision.autocast)  # objectives.py
             scaled = loss / len(micro_batches)
             (self.scaler.scale(scaled) if self.scaler else scaled).backward()
             mean_loss += loss.item() / len(micro_batches)
@@ -257,10 +252,9 @@ class Trainer:
         return self.ema.module if self.ema is not None else self.model
 
     def evaluate_and_log(self) -> dict[str, Any]:
-        result = evaluate(self.eval_model, self.val_loader, device=self.device, autocast=self.precision.autocast)
+        numbers, _ = self.objective.evaluate(self.eval_model, self.val_loader, self.device, self.precision.autocast)
         row: dict[str, Any] = {"step": self.step, "epoch": round(self.step / self.steps_per_epoch, 4)}
-        row.update(loss=self.loss_sum / max(self.loss_count, 1), lr=self.lr)
-        row.update(val_top1=result.top1, val_top5=result.top5, val_loss=result.loss)
+        row.update(loss=self.loss_sum / max(self.loss_count, 1), lr=self.lr, **numbers)
         row.update(images_per_s=round(self.images_per_second, 2), wall_time_s=round(self.wall_time_s, 2))
         self.loss_sum, self.loss_count = 0.0, 0
         self.window_images, self.window_seconds = 0, 0.0

@@ -55,7 +55,9 @@ def _metadata(
 ) -> str:
     name = config.name or "vitlab-vit"
     results = []
-    if isinstance(metrics.get("val_top1"), (int, float)) and training.get("data"):
+    # A masked-patch pre-training run's val_top1 is its patch target's accuracy, not a classification result.
+    classified = training.get("objective", "classify") == "classify"
+    if classified and isinstance(metrics.get("val_top1"), (int, float)) and training.get("data"):
         dataset = str(training["data"])
         results.append(
             EvalResult(
