@@ -6,7 +6,7 @@ import argparse
 
 from . import with_examples
 
-NAMES = ("data-scaling", "posemb", "pooling", "pretrain-transfer", "lr-sweep")
+NAMES = ("data-scaling", "posemb", "pooling", "pretrain-transfer", "lr-sweep", "self-supervision")
 REPORT = "report"  # not an experiment: joins the experiments' outputs into one document
 
 
@@ -25,7 +25,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "position embeddings (Table 8); pooling: class token vs GAP over learning rates (Fig. 9); "
         "pretrain-transfer: FractalDB pre-training vs training from scratch; lr-sweep: the fine-tuning "
         "learning rate picked from Table 4's grid on a dev split of the training set, then trained on "
-        "all of it and tested (Appendix B.1.1). Writes DIR/NAME.md, "
+        "all of it and tested (Appendix B.1.1); self-supervision: masked patch pre-training vs scratch vs "
+        "supervised pre-training, fine-tuned on few labels (Sec. 4.6). Writes DIR/NAME.md, "
         ".json and .png; budgets are optimiser steps, so results do not depend on the machine. "
         "`vitlab experiment report --runs DIR --out docs/experiments.md` joins every registered "
         "experiment's outputs in DIR into one document.",
@@ -70,12 +71,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--pretrain-data",
         help="pretrain-transfer: a source to pre-train on (default: FractalDB generated into DIR/fractaldb)",
     )
-    parser.add_argument("--pretrain-steps", type=int, help="pretrain-transfer: pre-training steps (default 1000)")
+    parser.add_argument(
+        "--pretrain-steps", type=int, help="pretrain-transfer, self-supervision: pre-training steps (default 1000, 500)"
+    )
     parser.add_argument("--fractal-classes", type=int, default=100, help="FractalDB categories (default 100)")
     parser.add_argument(
         "--fractal-per-class", type=int, default=100, help="FractalDB images per category (default 100)"
     )
     parser.add_argument("--fractal-size", type=int, default=32, help="FractalDB image side in pixels (default 32)")
+    parser.add_argument(
+        "--label-fraction",
+        type=float,
+        help="self-supervision: the share of the labelled training images fine-tuned on (default 0.05)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -112,6 +120,7 @@ def run(args: argparse.Namespace) -> int:
         fractal_size=args.fractal_size,
         row=args.row,
         init=args.init,
+        label_fraction=args.label_fraction,
     )
     _, paths = run_experiment(args.name, settings)
     print(paths["md"].read_text())

@@ -30,6 +30,7 @@ HEADERS = {
     "fewshot_5": "5-shot (%)",
     "fewshot_10": "10-shot (%)",
     "fewshot_25": "25-shot (%)",
+    "paper_top1": "paper, ImageNet top-1 (%)",
 }
 
 

@@ -52,6 +52,7 @@ class Settings:
     fractal_classes: int = 100
     fractal_per_class: int = 100
     fractal_size: int = 32
+    label_fraction: float | None = None  # self-supervision: the share of labelled images fine-tuned on
 
     def __post_init__(self) -> None:
         self.out = Path(self.out)
@@ -71,6 +72,11 @@ class Settings:
             ("--fractal-classes", self.fractal_classes > 1, "must be at least 2"),
             ("--fractal-per-class", self.fractal_per_class > 0, positive),
             ("--fractal-size", self.fractal_size > 0, positive),
+            (
+                "--label-fraction",
+                self.label_fraction is None or 0 < self.label_fraction <= 1,
+                "must be in (0, 1]",
+            ),
             ("--row", self.row in TABLE_4, f"must be a Table 4 row: {', '.join(TABLE_4)}"),
         ]
         for option, ok, requirement in checks:
