@@ -65,7 +65,6 @@ TRAIN_EXAMPLES = (  # the end of --help
     "vitlab train --data digits --out runs/digits --steps 500",
     "vitlab train --data cifar10:DIR --out runs/c10 --keep-best-by val_top1 --early-stop-patience 5 --tensorboard",
     "vitlab train --config runs/c10/run.yaml --out runs/c10 --resume --epochs 300  # a longer total",
-    "vitlab train --recipe demo --data digits --out runs/mpp --objective mpp  # self-supervised (Sec. 4.6)",
 )
 FINETUNE_EXAMPLES = (
     "vitlab finetune --ckpt B/16:augreg-in21k --data cifar10:DIR --out runs/ft",
