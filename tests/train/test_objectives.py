@@ -10,7 +10,7 @@ import math
 import pytest
 import torch
 
-from helpers import one_line_error, tiny_config
+from helpers import one_line_error, tiny_config, write_class_folders
 from vitlab import load
 from vitlab.cli import main
 from vitlab.model import ConfigError, config_for
@@ -77,14 +77,19 @@ def test_the_4x4_target_averages_each_patch_into_16_cells_of_3_bit_colour():
     assert target.shape == (1, 1, 16) and target[0, 0].tolist() == expected
 
 
-def test_the_objective_never_reads_the_labels(tmp_path):
-    trainer = Trainer(tiny_config(tmp_path / "run", "demo", model=SMALL, **MPP))
+def test_the_objective_never_reads_the_labels_and_trains_on_a_one_class_folder(tmp_path):
+    write_class_folders(tmp_path / "images", {"unlabelled": 24})
+    data = {"source": str(tmp_path / "images"), "batch_size": 8}
+    with pytest.raises(ConfigError, match="classification needs at least 2"):
+        Trainer(tiny_config(tmp_path / "classify", "demo", model=SMALL, data=data))
+    trainer = Trainer(tiny_config(tmp_path / "run", "demo", model=SMALL, data=data, **MPP))
     images, labels = next(iter(trainer.train_loader))
     losses = []
     for given in (labels, torch.full_like(labels, -1)):
         torch.manual_seed(3)  # the same corruption
         losses.append(trainer.objective.loss(trainer.network, images, given, trainer.precision.autocast))
     trainer.close()
+    assert trainer.class_names == ["unlabelled"] and trainer.model.config.num_classes == 0
     assert torch.equal(losses[0], losses[1]) and losses[0] > 0
 
 
