@@ -129,5 +129,7 @@ def write_model_folder(run: FinishedRun, model: VisionTransformer | BiTResNet) -
     save_pretrained(run.objective.saved_model(model), out, training=summary)
     (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
     title = f"{run.config.recipe} on {run.config.data.source}"
+    if run.config.objective.name == "mpp":  # its val top-1 is the masked patches' target (objectives.py)
+        title += f", masked patch prediction ({run.config.objective.mpp_target})"
     plot_training_curve(rows, out / PLOT_FILE, title=title, step_rows=read_step_rows(out))
     return summary
