@@ -50,5 +50,5 @@ def test_self_supervision_smallest_configuration(tmp_path):
     assert run_yaml["model"]["init"] == str(tmp_path / "runs" / "pretrain-mpp")
     assert run_yaml["objective"]["name"] == "classify" and run_yaml["data"]["train_fraction"] == 0.1
     report = (tmp_path / "self-supervision.md").read_text()
-    assert "| masked patch pre-training | 143 |" in report and "79.9" in report and "83.9 (4 above)" in report
+    assert "| masked patch pre-training | 142 |" in report and "79.9" in report and "83.9 (4 above)" in report
     assert "self-supervision" in EXPERIMENTS
