@@ -62,8 +62,8 @@ class Objective(Protocol):
         the number of images."""
         ...
 
-    def describe(self, numbers: dict[str, Any]) -> str:
-        """One line of an evaluation row or summary, for the log."""
+    def describe(self, numbers: dict[str, Any], split: str = "val") -> str:
+        """One line of an evaluation row or summary (its val_* numbers) for the log, named `split`."""
         ...
 
     def saved_model(self, model: SavedModel) -> SavedModel:
@@ -92,8 +92,9 @@ class Classification:
         result = evaluate(model, loader, device=device, autocast=autocast)
         return dict(val_top1=result.top1, val_top5=result.top5, val_loss=result.loss), result.count
 
-    def describe(self, numbers: dict[str, Any]) -> str:
-        return f"val top-1 {numbers['val_top1']:.4f}  {describe_top5(numbers['val_top5'], self.num_classes)}"
+    def describe(self, numbers: dict[str, Any], split: str = "val") -> str:
+        top5 = describe_top5(numbers["val_top5"], self.num_classes)
+        return f"{split} top-1 {numbers['val_top1']:.4f}  {top5}"
 
     def saved_model(self, model: SavedModel) -> SavedModel:
         return model
@@ -167,8 +168,8 @@ class MaskedPatchPrediction:
             raise ConfigError("objective.name=mpp: the validation split holds no images")
         return dict(val_top1=hits / predictions, val_top5=None, val_loss=loss_sum / predictions), count
 
-    def describe(self, numbers: dict[str, Any]) -> str:
-        return f"masked patch prediction ({self.target_name}): val accuracy {numbers['val_top1']:.4f}"
+    def describe(self, numbers: dict[str, Any], split: str = "val") -> str:
+        return f"masked patch prediction ({self.target_name}): {split} accuracy {numbers['val_top1']:.4f}"
 
     def saved_model(self, model: SavedModel) -> SavedModel:
         if hasattr(model, HEAD):

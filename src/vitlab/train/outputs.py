@@ -125,7 +125,7 @@ def write_model_folder(run: FinishedRun, model: VisionTransformer | BiTResNet) -
         test, count = run.objective.evaluate(model, run.test_loader, run.device, run.precision.autocast)
         summary.update({key.replace("val_", "test_"): value for key, value in test.items()})
         summary.update(test_images=count, dev_images=run.val_images)
-        log.info("test: %s (%d images)", run.objective.describe(test), count)
+        log.info("%s (%d images)", run.objective.describe(test, "test"), count)
     save_pretrained(run.objective.saved_model(model), out, training=summary)
     (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
     title = f"{run.config.recipe} on {run.config.data.source}"
