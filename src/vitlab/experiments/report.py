@@ -4,6 +4,7 @@ run's numbers and the settings), NAME.png (the plot, drawn like the paper's figu
 from __future__ import annotations
 
 import json
+import textwrap
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -117,7 +118,8 @@ def write_report(
     FigureCanvasAgg(figure)
     axes = figure.subplots()
     experiment.plot(axes, summary)
-    axes.set_title(f"{experiment.name} on {settings.data}: {experiment.reproduces}", fontsize=9)
+    title = f"{experiment.name} on {settings.data}: {experiment.reproduces}"
+    axes.set_title(textwrap.fill(title, 80), fontsize=9)  # a long title wraps instead of running off the figure
     axes.grid(alpha=0.3)
     figure.savefig(paths["png"], dpi=120)
     return paths

@@ -156,7 +156,7 @@ def plot(axes: Axes, summary: list[dict[str, Any]]) -> None:
     axes.set_xticks(list(positions), labels)
     axes.set_ylim(0, 100)  # bars start at zero
     axes.set_ylabel("top-1 after fine-tuning (%)")
-    axes.legend(loc="lower right")
+    axes.legend(loc="upper center", bbox_to_anchor=(0.5, -0.1), ncols=2)  # below the axes, clear of the bars
 
 
 EXPERIMENT = Experiment(
