@@ -6,7 +6,7 @@ import argparse
 
 from . import with_examples
 
-NAMES = ("data-scaling", "posemb", "pooling", "pretrain-transfer", "lr-sweep")
+NAMES = ("data-scaling", "posemb", "pooling", "pretrain-transfer", "lr-sweep", "axial", "shape")
 REPORT = "report"  # not an experiment: joins the experiments' outputs into one document
 
 
@@ -25,7 +25,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "position embeddings (Table 8); pooling: class token vs GAP over learning rates (Fig. 9); "
         "pretrain-transfer: FractalDB pre-training vs training from scratch; lr-sweep: the fine-tuning "
         "learning rate picked from Table 4's grid on a dev split of the training set, then trained on "
-        "all of it and tested (Appendix B.1.1). Writes DIR/NAME.md, "
+        "all of it and tested (Appendix B.1.1); axial: ViT vs Axial-ViT, accuracy against FLOPs and measured "
+        "inference time (Fig. 13); shape: depth, width, MLP and patch size scaled one at a time (Fig. 8). "
+        "Writes DIR/NAME.md, "
         ".json and .png; budgets are optimiser steps, so results do not depend on the machine. "
         "`vitlab experiment report --runs DIR --out docs/experiments.md` joins every registered "
         "experiment's outputs in DIR into one document.",
@@ -76,6 +78,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--fractal-per-class", type=int, default=100, help="FractalDB images per category (default 100)"
     )
     parser.add_argument("--fractal-size", type=int, default=32, help="FractalDB image side in pixels (default 32)")
+    parser.add_argument(
+        "--sizes",
+        nargs="+",
+        metavar="WxL",
+        help="axial: width x depth of each ViT / Axial-ViT pair (default 32x2 64x2 64x4)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -112,6 +120,7 @@ def run(args: argparse.Namespace) -> int:
         fractal_size=args.fractal_size,
         row=args.row,
         init=args.init,
+        sizes=tuple(args.sizes) if args.sizes else None,
     )
     _, paths = run_experiment(args.name, settings)
     print(paths["md"].read_text())

@@ -5,6 +5,8 @@
     vitlab experiment pooling           --data digits --out runs/exp   # Fig. 9: class token vs GAP
     vitlab experiment pretrain-transfer --data digits --out runs/exp   # FractalDB pre-training
     vitlab experiment lr-sweep          --data digits --out runs/exp   # App. B.1.1: fine-tuning LR on a dev split
+    vitlab experiment axial             --data digits --out runs/exp   # Fig. 13: Axial-ViT vs ViT, FLOPs and time
+    vitlab experiment shape             --data digits --out runs/exp   # Fig. 8: depth, width, MLP, patch size
 
 Budgets are optimiser steps (--budget-steps), so results do not depend on the machine. Each writes
 DIR/NAME.md, NAME.json and NAME.png, and keeps every run's model folder in DIR/runs/.
@@ -18,14 +20,15 @@ from pathlib import Path
 
 import torch
 
-from . import data_scaling, lr_sweep, pooling, posemb, pretrain_transfer
+from . import axial, data_scaling, lr_sweep, pooling, posemb, pretrain_transfer, shape
 from .report import write_report
 from .runner import TRAINING_SECONDS, Experiment, Results, Settings
 
 log = logging.getLogger("vitlab")
 
 EXPERIMENTS: dict[str, Experiment] = {
-    module.EXPERIMENT.name: module.EXPERIMENT for module in (data_scaling, posemb, pooling, pretrain_transfer, lr_sweep)
+    module.EXPERIMENT.name: module.EXPERIMENT
+    for module in (data_scaling, posemb, pooling, pretrain_transfer, lr_sweep, axial, shape)
 }
 
 
