@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import torch
 
@@ -43,7 +43,7 @@ def calls_per_sample(warm: list[float], min_sample_s: float) -> int:
 
 
 def median_seconds(
-    steps: dict[str, Callable[[], object]], device: torch.device, rounds: int, warmup: int, min_sample_s: float
+    steps: Mapping[str, Callable[[], object]], device: torch.device, rounds: int, warmup: int, min_sample_s: float
 ) -> dict[str, float]:
     """The bench's measure of each step: `warmup` calls each, then `rounds` interleaved rounds of
     samples of calls_per_sample calls; the median seconds per call."""

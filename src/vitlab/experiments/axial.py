@@ -36,7 +36,7 @@ SIZES = ("32x2", "64x2", "64x4")
 HEAD_DIM = 16
 PATCH = 4
 TIMING_BATCH = 64
-TIMING = dict(rounds=7, warmup=2, min_sample_s=0.2)
+ROUNDS, WARMUP, MIN_SAMPLE_S = 7, 2, 0.2  # the bench's timing: warm-up calls, rounds, seconds per sample
 FAMILIES = {"ViT": "", "Axial-ViT": "Axial-"}  # label -> variant prefix
 PAPER = (
     "Fig. 13 (D.6): Axial-ViT-B/32 and -B/16 do better than their ViT-B counterparts, at the cost of "
@@ -71,8 +71,16 @@ def inference_ms(configs: dict[str, ViTConfig]) -> tuple[dict[str, float], dict[
     for label, config in configs.items():
         torch.manual_seed(0)
         steps[label] = inference_step(create_untrained(config.replace(num_classes=10)), images, torch.float32, Mode())
-    seconds = median_seconds(steps, device, **TIMING)  # type: ignore[arg-type]
-    timing = {"batch": TIMING_BATCH, "dtype": "fp32", "mode": "eager", **TIMING, "machine": describe(device)}
+    seconds = median_seconds(steps, device, ROUNDS, WARMUP, MIN_SAMPLE_S)
+    timing = {
+        "batch": TIMING_BATCH,
+        "dtype": "fp32",
+        "mode": "eager",
+        "rounds": ROUNDS,
+        "warmup": WARMUP,
+        "min_sample_s": MIN_SAMPLE_S,
+        "machine": describe(device),
+    }
     return {label: 1e3 * value / TIMING_BATCH for label, value in seconds.items()}, timing
 
 
