@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import statistics
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -24,7 +23,7 @@ from .implementations import IMPLEMENTATIONS, ONNXRUNTIME, OTHER_NUMERICS, build
 from .machine import describe, gemm_peak, load_average
 from .memory import step_peak_bytes
 from .steps import DTYPES, Case, Mode, make_step
-from .timing import calls_per_sample, interleaved, time_once
+from .timing import calls_per_sample, interleaved, repeated, time_once
 
 log = logging.getLogger("vitlab")
 
@@ -127,14 +126,6 @@ class CaseResult:
         if mine is None or other is None:
             return None
         return mine.images_per_s / other.images_per_s
-
-
-def repeated(step: Callable[[], object], calls: int) -> Callable[[], object]:
-    def run() -> None:
-        for _ in range(calls):
-            step()
-
-    return run
 
 
 def prepare(case: Case, implementation: str, mode: Mode, config: BenchConfig, device: torch.device):

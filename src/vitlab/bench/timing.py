@@ -35,6 +35,16 @@ def interleaved(steps: dict[str, Callable[[], object]], rounds: int, device: tor
     return seconds
 
 
+def repeated(step: Callable[[], object], calls: int) -> Callable[[], object]:
+    """`step` called `calls` times in a row: one timed sample."""
+
+    def run() -> None:
+        for _ in range(calls):
+            step()
+
+    return run
+
+
 def calls_per_sample(warm: list[float], min_sample_s: float) -> int:
     """Steps per timed sample so that one sample lasts at least `min_sample_s`, from the warm-up
     times: the slowest call after the first (which may compile), since on a shared machine too few
@@ -51,13 +61,5 @@ def median_seconds(
         name: calls_per_sample([time_once(step, device) for _ in range(warmup)], min_sample_s)
         for name, step in steps.items()
     }
-
-    def repeated(name: str) -> Callable[[], None]:
-        def run() -> None:
-            for _ in range(calls[name]):
-                steps[name]()
-
-        return run
-
-    seconds = interleaved({name: repeated(name) for name in steps}, rounds, device)
+    seconds = interleaved({name: repeated(step, calls[name]) for name, step in steps.items()}, rounds, device)
     return {name: statistics.median(values) / calls[name] for name, values in seconds.items()}
