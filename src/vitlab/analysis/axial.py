@@ -15,6 +15,13 @@ every ViT layer; with the residual left out it multiplies them into the C @ R pr
 The mean attention distance of an expanded R is the horizontal distance a row head attends over,
 of an expanded C the vertical one: `attention_distance` on the expanded list gives per sub-block,
 row then column, each head's distance in pixels.
+
+Attention Flow reads the same 2 x depth expanded layers as its layered graph (each sub-block's
+residual added as rollout adds it; a zero entry is no edge, so a row layer links only tokens of one
+row). Class relevance (Chefer et al.) takes the gradient of the class score with respect to the row
+and column weights themselves and expands it as the weights are expanded: entry (i, j), (i, j') of
+R's gradient is the gradient of row i's weight (j, j'), and the entries outside the blocks, where R
+is zero, contribute nothing to grad * A; its rule then runs over R_1, C_1, R_2, C_2, ... like rollout.
 """
 
 from __future__ import annotations
@@ -55,3 +62,25 @@ def token_attention(attentions: Sequence[torch.Tensor | AxialAttention]) -> list
     if all(isinstance(weights, AxialAttention) for weights in attentions):
         return expand_axial_attention(attentions)  # type: ignore[arg-type]
     raise ValueError("attention weights mix a ViT's and an Axial-ViT's")
+
+
+def weight_tensors(attentions: Sequence[torch.Tensor | AxialAttention]) -> list[torch.Tensor]:
+    """The tensors the encoder multiplied, in order: a ViT's per layer, an Axial-ViT's row then
+    column per layer (for torch.autograd.grad, which takes tensors only)."""
+    return [
+        tensor for weights in attentions for tensor in (weights if isinstance(weights, AxialAttention) else (weights,))
+    ]
+
+
+def regroup(attentions: Sequence[torch.Tensor | AxialAttention], tensors: Sequence[torch.Tensor]) -> list:
+    """`tensors` (one per `weight_tensors` entry, e.g. their gradients) in the layout of `attentions`."""
+    grouped: list[torch.Tensor | AxialAttention] = []
+    position = 0
+    for weights in attentions:
+        if isinstance(weights, AxialAttention):
+            grouped.append(AxialAttention(tensors[position], tensors[position + 1]))
+            position += 2
+        else:
+            grouped.append(tensors[position])
+            position += 1
+    return grouped

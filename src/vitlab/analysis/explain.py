@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from .axial import token_attention
 from .flow import MAX_FLOW_TOKENS, attention_flow
 from .plots import plot_attention_maps
 from .relevance import class_relevance
@@ -27,7 +28,8 @@ def flow_map(model: nn.Module, images: torch.Tensor) -> tuple[torch.Tensor, torc
     vit = require_attention(model)  # the caller checked already; this narrows the type
     config = vit.config
     with torch.no_grad():
-        logits, attentions = vit.forward_with_attention(images)
+        logits, weights = vit.forward_with_attention(images)
+    attentions = token_attention(weights)  # an Axial-ViT: R_1, C_1, R_2, C_2, ... as (T, T) layers
     tokens = attentions[0].shape[-1]
     if tokens > MAX_FLOW_TOKENS:
         raise ValueError(

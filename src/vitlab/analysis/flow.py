@@ -12,6 +12,10 @@ bounded by the narrowest edges, and so spreads its mass more evenly over the inp
 A maximum flow per (output, input) pair makes the cost grow fast: T^2 problems on a graph of
 L T^2 edges. `attention_flow` therefore refuses more than `max_tokens` tokens (default
 MAX_FLOW_TOKENS) unless told otherwise, and computes only the output rows asked for.
+
+An Axial-ViT enters as its expanded row and column matrices, R_1, C_1, R_2, C_2, ..., one graph
+layer per sub-block (analysis/axial.py): a row layer links only tokens of one grid row, a column
+layer only tokens of one column.
 """
 
 from __future__ import annotations

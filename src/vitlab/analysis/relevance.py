@@ -9,7 +9,11 @@ depends on the class: a weight counts only as far as raising it raises that clas
 
 The weights `model.forward_with_attention` returns are the very tensors the encoder multiplies
 with its values, so they sit in the autograd graph; their gradient is taken with
-torch.autograd.grad from the logits of the same pass.
+torch.autograd.grad from the logits of the same pass. An Axial-ViT's row and column weights are
+expanded to (T, T) matrices, the gradients alike, and the rule runs over the 2 x depth sub-blocks
+(analysis/axial.py). Its blocks hand out the weights reshaped per grid line, a view the rest of the
+pass never reads, so the gradient is taken with respect to what each attention module returned
+(caught by a forward hook, in call order) and reshaped to the handed-out layout.
 """
 
 from __future__ import annotations
@@ -20,6 +24,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from vitlab.model.attention import Attention
+
+from .axial import regroup, token_attention, weight_tensors
 from .rollout import output_token_map, require_attention
 
 
@@ -77,13 +84,27 @@ def class_relevance(model: nn.Module, images: torch.Tensor, target: int | Sequen
     # The images take part in the graph so that the attention has a gradient even when every
     # parameter is frozen.
     inputs = images.detach().requires_grad_(True)
-    with torch.enable_grad():
-        logits, attentions = vit.forward_with_attention(inputs)
-        chosen = resolve_targets(logits.detach(), target)
-        # Images are independent, so one backward of the summed scores gives each its own gradient.
-        score = logits.gather(1, chosen[:, None]).sum()
-        gradients = torch.autograd.grad(score, attentions)
-    relevance = relevance_rule([a.detach() for a in attentions], gradients)
+    used: list[torch.Tensor] = []  # the weights each attention module returned, in call order
+    hooks = [
+        module.register_forward_hook(lambda _module, _args, output: used.append(output[1]))
+        for module in vit.modules()
+        if isinstance(module, Attention)
+    ]
+    try:
+        with torch.enable_grad():
+            logits, weights = vit.forward_with_attention(inputs)
+            chosen = resolve_targets(logits.detach(), target)
+            # Images are independent, so one backward of the summed scores gives each its own gradient.
+            score = logits.gather(1, chosen[:, None]).sum()
+            tensors = weight_tensors(weights)
+            if [t.numel() for t in used] != [t.numel() for t in tensors]:
+                raise ValueError(f"{config.name}: its attention modules returned weights other than it hands out")
+            gradients = [grad.reshape(t.shape) for grad, t in zip(torch.autograd.grad(score, used), tensors)]
+    finally:
+        for hook in hooks:
+            hook.remove()
+    attentions = token_attention(regroup(weights, [tensor.detach() for tensor in tensors]))
+    relevance = relevance_rule(attentions, token_attention(regroup(weights, gradients)))
     grid = config.grid_for(images.shape)
     return RelevanceMaps(
         logits=logits.detach(),

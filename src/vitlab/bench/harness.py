@@ -10,10 +10,8 @@ memory of one step in that mode and its model FLOPs utilisation against this mac
 from __future__ import annotations
 
 import logging
-import math
 import statistics
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -25,7 +23,7 @@ from .implementations import IMPLEMENTATIONS, ONNXRUNTIME, OTHER_NUMERICS, build
 from .machine import describe, gemm_peak, load_average
 from .memory import step_peak_bytes
 from .steps import DTYPES, Case, Mode, make_step
-from .timing import interleaved, time_once
+from .timing import calls_per_sample, interleaved, repeated, time_once
 
 log = logging.getLogger("vitlab")
 
@@ -130,14 +128,6 @@ class CaseResult:
         return mine.images_per_s / other.images_per_s
 
 
-def repeated(step: Callable[[], object], calls: int) -> Callable[[], object]:
-    def run() -> None:
-        for _ in range(calls):
-            step()
-
-    return run
-
-
 def prepare(case: Case, implementation: str, mode: Mode, config: BenchConfig, device: torch.device):
     """Build, compile and warm up one contender; (step or None if it failed, Contender)."""
     start = time.perf_counter()
@@ -151,9 +141,7 @@ def prepare(case: Case, implementation: str, mode: Mode, config: BenchConfig, de
         first_line = str(error).splitlines()[0] if str(error) else repr(error)
         log.warning("  %s %s failed: %s", implementation, mode.name, first_line)
         return None, Contender(implementation, mode.name, time.perf_counter() - start, error=repr(error)[:300])
-    # The slowest warm-up call after the first (which compiles): a shared machine's stalls make too few
-    # calls per sample better than too many.
-    calls = max(1, math.ceil(config.min_sample_s / max(warm[1:] or warm)))
+    calls = calls_per_sample(warm, config.min_sample_s)
     return step, Contender(implementation, mode.name, time.perf_counter() - start, calls)
 
 

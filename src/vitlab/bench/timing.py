@@ -6,8 +6,10 @@ drift over all contenders alike, and the median over rounds ignores the odd stal
 
 from __future__ import annotations
 
+import math
+import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import torch
 
@@ -31,3 +33,33 @@ def interleaved(steps: dict[str, Callable[[], object]], rounds: int, device: tor
         for name in names[shift:] + names[:shift]:
             seconds[name].append(time_once(steps[name], device))
     return seconds
+
+
+def repeated(step: Callable[[], object], calls: int) -> Callable[[], object]:
+    """`step` called `calls` times in a row: one timed sample."""
+
+    def run() -> None:
+        for _ in range(calls):
+            step()
+
+    return run
+
+
+def calls_per_sample(warm: list[float], min_sample_s: float) -> int:
+    """Steps per timed sample so that one sample lasts at least `min_sample_s`, from the warm-up
+    times: the slowest call after the first (which may compile), since on a shared machine too few
+    calls per sample do less harm than too many."""
+    return max(1, math.ceil(min_sample_s / max(warm[1:] or warm)))
+
+
+def median_seconds(
+    steps: Mapping[str, Callable[[], object]], device: torch.device, rounds: int, warmup: int, min_sample_s: float
+) -> dict[str, float]:
+    """The bench's measure of each step: `warmup` calls each, then `rounds` interleaved rounds of
+    samples of calls_per_sample calls; the median seconds per call."""
+    calls = {
+        name: calls_per_sample([time_once(step, device) for _ in range(warmup)], min_sample_s)
+        for name, step in steps.items()
+    }
+    seconds = interleaved({name: repeated(step, calls[name]) for name, step in steps.items()}, rounds, device)
+    return {name: statistics.median(values) / calls[name] for name, values in seconds.items()}

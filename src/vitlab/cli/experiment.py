@@ -6,7 +6,7 @@ import argparse
 
 from . import with_examples
 
-NAMES = ("data-scaling", "posemb", "pooling", "pretrain-transfer", "lr-sweep", "self-supervision")
+NAMES = ("data-scaling", "posemb", "pooling", "pretrain-transfer", "lr-sweep", "self-supervision", "axial", "shape")
 REPORT = "report"  # not an experiment: joins the experiments' outputs into one document
 
 
@@ -26,7 +26,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "pretrain-transfer: FractalDB pre-training vs training from scratch; lr-sweep: the fine-tuning "
         "learning rate picked from Table 4's grid on a dev split of the training set, then trained on "
         "all of it and tested (Appendix B.1.1); self-supervision: masked patch pre-training vs scratch vs "
-        "supervised pre-training, fine-tuned on few labels (Sec. 4.6). Writes DIR/NAME.md, "
+        "supervised pre-training, fine-tuned on few labels (Sec. 4.6); axial: ViT vs Axial-ViT, accuracy against FLOPs and measured "
+        "inference time (Fig. 13); shape: depth, width, MLP and patch size scaled one at a time (Fig. 8). "
+        "Writes DIR/NAME.md, "
         ".json and .png; budgets are optimiser steps, so results do not depend on the machine. "
         "`vitlab experiment report --runs DIR --out docs/experiments.md` joins every registered "
         "experiment's outputs in DIR into one document.",
@@ -84,6 +86,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=float,
         help="self-supervision: the share of the labelled training images fine-tuned on (default 0.05)",
     )
+    parser.add_argument(
+        "--sizes",
+        nargs="+",
+        metavar="WxL",
+        help="axial: width x depth of each ViT / Axial-ViT pair (default 32x2 64x2 64x4)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -121,6 +129,7 @@ def run(args: argparse.Namespace) -> int:
         row=args.row,
         init=args.init,
         label_fraction=args.label_fraction,
+        sizes=tuple(args.sizes) if args.sizes else None,
     )
     _, paths = run_experiment(args.name, settings)
     print(paths["md"].read_text())

@@ -6,6 +6,8 @@
     vitlab experiment pretrain-transfer --data digits --out runs/exp   # FractalDB pre-training
     vitlab experiment lr-sweep          --data digits --out runs/exp   # App. B.1.1: fine-tuning LR on a dev split
     vitlab experiment self-supervision  --data digits --out runs/exp   # Sec. 4.6: masked patch prediction
+    vitlab experiment axial             --data digits --out runs/exp   # Fig. 13: Axial-ViT vs ViT, FLOPs and time
+    vitlab experiment shape             --data digits --out runs/exp   # Fig. 8: depth, width, MLP, patch size
 
 Budgets are optimiser steps (--budget-steps), so results do not depend on the machine. Each writes
 DIR/NAME.md, NAME.json and NAME.png, and keeps every run's model folder in DIR/runs/.
@@ -19,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from . import data_scaling, lr_sweep, pooling, posemb, pretrain_transfer, self_supervision
+from . import axial, data_scaling, lr_sweep, pooling, posemb, pretrain_transfer, self_supervision, shape
 from .report import write_report
 from .runner import TRAINING_SECONDS, Experiment, Results, Settings
 
@@ -27,7 +29,7 @@ log = logging.getLogger("vitlab")
 
 EXPERIMENTS: dict[str, Experiment] = {
     module.EXPERIMENT.name: module.EXPERIMENT
-    for module in (data_scaling, posemb, pooling, pretrain_transfer, lr_sweep, self_supervision)
+    for module in (data_scaling, posemb, pooling, pretrain_transfer, lr_sweep, self_supervision, axial, shape)
 }
 
 

@@ -32,6 +32,11 @@ HEADERS = {
     "fewshot_10": "10-shot (%)",
     "fewshot_25": "25-shot (%)",
     "paper_top1": "paper, ImageNet top-1 (%)",
+    "size": "width x depth",
+    "mflops": "forward MFLOPs / image",
+    "ms_per_image": "inference ms / image",
+    "axis": "scaled axis",
+    "shape": "depth / width / MLP / patch",
 }
 
 
@@ -114,12 +119,16 @@ def write_report(
     parts.append(f"Plot: `{paths['png'].name}`; every run's numbers: `{paths['json'].name}`.")
     paths["md"].write_text("\n\n".join(parts) + "\n")
 
-    figure = Figure(figsize=(6.4, 4.4), layout="constrained")
+    plots = (experiment.plot, *experiment.panels)  # one panel each, side by side
+    figure = Figure(figsize=(6.4 * len(plots), 4.4), layout="constrained")
     FigureCanvasAgg(figure)
-    axes = figure.subplots()
-    experiment.plot(axes, summary)
-    title = f"{experiment.name} on {settings.data}: {experiment.reproduces}"
-    axes.set_title(textwrap.fill(title, 80), fontsize=9)  # a long title wraps instead of running off the figure
-    axes.grid(alpha=0.3)
+    for axes, plot in zip(figure.subplots(1, len(plots), squeeze=False)[0], plots):
+        plot(axes, summary)
+        axes.grid(alpha=0.3)
+    title = textwrap.fill(f"{experiment.name} on {settings.data}: {experiment.reproduces}", 80 * len(plots))
+    if len(plots) == 1:  # a long title wraps instead of running off the figure
+        axes.set_title(title, fontsize=9)
+    else:
+        figure.suptitle(title, fontsize=9)
     figure.savefig(paths["png"], dpi=120)
     return paths

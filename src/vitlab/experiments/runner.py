@@ -10,6 +10,7 @@ same settings is resumed, so an experiment stopped part-way continues where it s
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
@@ -21,6 +22,7 @@ from matplotlib.axes import Axes
 
 from vitlab.bench.flops import model_flops
 from vitlab.model import BiTConfig, ResNetConfig, ViTConfig, config_for, create_untrained
+from vitlab.model.axial import AxialConfig
 from vitlab.model.bit import bit_resnet_config
 from vitlab.train import Trainer, TrainResult, get_recipe
 from vitlab.train.checkpoint import holds_checkpoints
@@ -53,6 +55,7 @@ class Settings:
     fractal_per_class: int = 100
     fractal_size: int = 32
     label_fraction: float | None = None  # self-supervision: the share of labelled images fine-tuned on
+    sizes: tuple[str, ...] | None = None  # axial: WIDTHxDEPTH of each ViT / Axial-ViT pair, e.g. 64x4
 
     def __post_init__(self) -> None:
         self.out = Path(self.out)
@@ -78,6 +81,11 @@ class Settings:
                 "must be in (0, 1]",
             ),
             ("--row", self.row in TABLE_4, f"must be a Table 4 row: {', '.join(TABLE_4)}"),
+            (
+                "--sizes",
+                self.sizes is None or (self.sizes and all(re.fullmatch(r"[1-9]\d*x[1-9]\d*", s) for s in self.sizes)),
+                "must be WIDTHxDEPTH, e.g. 64x4",
+            ),
         ]
         for option, ok, requirement in checks:
             if not ok:
@@ -117,6 +125,7 @@ class Experiment:
     columns: tuple[str, ...]  # of the Markdown table, from Results.summary()
     plot: Callable[[Axes, list[dict[str, Any]]], None]
     options: tuple[str, ...] = ()  # Settings fields it reads besides COMMON
+    panels: tuple[Callable[[Axes, list[dict[str, Any]]], None], ...] = ()  # more plots beside `plot`
 
 
 @dataclass
@@ -201,7 +210,8 @@ def describe_model(config: ViTConfig | BiTConfig) -> dict[str, Any]:
         r = config.resnet
         words = f"BiT ResNetV2, units {r.layers}, width {r.width}, stride {r.stride}"
     else:
-        words = f"ViT /{config.patch_size}, D {config.dim}, {config.depth} layers, MLP {config.mlp_dim}"
+        kind = "Axial-ViT" if isinstance(config, AxialConfig) else "ViT"
+        words = f"{kind} /{config.patch_size}, D {config.dim}, {config.depth} layers, MLP {config.mlp_dim}"
         if config.backbone is not None:
             b = config.backbone
             words = f"ResNet units {b.layers}, width {b.width}, stride {b.stride} + " + words
