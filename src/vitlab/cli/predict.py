@@ -1,20 +1,32 @@
-"""`vitlab predict`: class probabilities for image files, from a model vitlab loads or an ONNX file."""
+"""`vitlab predict`: class probabilities for image files, from a model vitlab loads or an ONNX file.
+
+Files stream through DataLoader workers in batches (vitlab.data.stream), so memory stays the same
+for ten files or a million; results are printed, or written as they come to --out (CSV or JSON
+lines), which a rerun resumes (vitlab.evaluate.prediction_files).
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
+from pathlib import Path
 
 from . import add_checkpoint_argument, add_runtime_arguments, with_examples
+
+log = logging.getLogger("vitlab")
 
 EXAMPLES = (  # the end of --help
     "vitlab predict --ckpt runs/demo img.png",
     "vitlab predict --ckpt runs/demo photos/ --topk 3 --json",
+    "vitlab predict --ckpt B/16:augreg-in21k-ft-in1k photos/ --out top5.csv --features features.npy",
 )
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    from vitlab.evaluate.stream import FAST_CHOICES, FAST_MIN_IMAGES
+
     predict = subparsers.add_parser("predict", help="class probabilities for image files", **with_examples(*EXAMPLES))
     add_checkpoint_argument(predict)
     predict.add_argument("images", nargs="+", metavar="IMAGE_OR_DIR", help="image files or folders of them")
@@ -27,6 +39,31 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="onnx: --ckpt is a file from `vitlab export --format onnx`, run by onnxruntime",
     )
     predict.add_argument("--batch-size", type=int, default=64, metavar="N")
+    predict.add_argument(
+        "--workers", type=int, metavar="N", help="decoding worker processes (default: the CPUs less one, at most 8)"
+    )
+    predict.add_argument(
+        "--out",
+        metavar="FILE",
+        help="write results as they come to FILE.csv or FILE.jsonl instead of printing them; "
+        "rerun with the same --out to resume",
+    )
+    predict.add_argument(
+        "--features", metavar="FILE.npy", help="also the pre-logits features, a row per file (needs --out)"
+    )
+    predict.add_argument(
+        "--fast",
+        choices=FAST_CHOICES,
+        default="auto",
+        help="optimize_for_inference's compiled path; auto: for bf16/fp16 over at least "
+        f"{FAST_MIN_IMAGES} images (default auto)",
+    )
+    predict.add_argument(
+        "--draft",
+        action="store_true",
+        help="decode JPEGs at a reduced scale still above the model's resize (faster; other pixels than "
+        "`vitlab eval` sees)",
+    )
     add_runtime_arguments(predict)
     predict.set_defaults(func=run_predict)
 
@@ -43,46 +80,148 @@ def _load_for_inference(args: argparse.Namespace, **overrides):
     return model.to(device).eval(), device, precision
 
 
-def run_predict(args: argparse.Namespace) -> int:
+def _check_arguments(args: argparse.Namespace) -> None:
     from vitlab.cli import UserError
-    from vitlab.data import BadImageError, read_image
-    from vitlab.data.images import image_files
-    from vitlab.evaluate import predict_images
+    from vitlab.evaluate.prediction_files import SUFFIXES
 
     if args.topk < 1:
         raise UserError(f"--topk must be >= 1, got {args.topk}")
     if args.batch_size < 1:
         raise UserError(f"--batch-size must be >= 1, got {args.batch_size}")
-    files = image_files(args.images)
-    images, readable = [], []
-    for path in files:
-        try:
-            images.append(read_image(path))
-            readable.append(path)
-        except BadImageError as error:
-            print(f"vitlab predict: skipping {error}", file=sys.stderr)
-    if not images:
-        raise UserError("none of the images can be read")
+    if args.workers is not None and args.workers < 0:
+        raise UserError(f"--workers must be >= 0, got {args.workers}")
+    if args.out and Path(args.out).suffix not in SUFFIXES:
+        raise UserError(f"--out {args.out}: the file name must end in {' or '.join(SUFFIXES)}")
+    if args.features and not args.out:
+        raise UserError("--features needs --out: its rows follow the rows of that file")
+    if args.features and Path(args.features).suffix != ".npy":
+        raise UserError(f"--features {args.features}: the file name must end in .npy")
+    if args.features and args.runtime == "onnx":
+        raise UserError("--features needs --runtime torch: the exported ONNX graph gives logits only")
+
+
+def run_predict(args: argparse.Namespace) -> int:
+    import numpy as np
+    import torch
+
+    from vitlab.cli import UserError
+    from vitlab.data.images import image_files
+    from vitlab.data.stream import ImageFiles, PathTable, default_workers, file_loader
+    from vitlab.data.transforms import eval_resize, eval_transform
+    from vitlab.evaluate.prediction_files import FeatureFile, PredictionWriter, file_fingerprint, model_fingerprint
+    from vitlab.evaluate.stream import StreamPredictor, choose_path
+    from vitlab.progress import progress
+
+    _check_arguments(args)
+    paths = PathTable(str(path) for path in image_files(args.images))
     if args.runtime == "onnx":  # same preprocessing and top-k: the ONNX file runs as a vitlab model
         from vitlab.export import OnnxModel
+        from vitlab.model.runtime import resolve_precision
 
-        predictions = predict_images(OnnxModel(args.ckpt), images, topk=args.topk, batch_size=args.batch_size)
+        model = OnnxModel(args.ckpt)
+        device, precision = torch.device("cpu"), resolve_precision("fp32", torch.device("cpu"))
+        fingerprint = file_fingerprint(args.ckpt)
     else:
-        model, _, precision = _load_for_inference(args)
-        predictions = predict_images(
-            model, images, topk=args.topk, batch_size=args.batch_size, autocast=precision.autocast
+        model, device, precision = _load_for_inference(args)
+        fingerprint = model_fingerprint(model)
+    config = model.config
+    options = {
+        "images": list(args.images),
+        "model": fingerprint,
+        "runtime": args.runtime,
+        "precision": precision.name,
+        "topk": args.topk,
+        "image_size": list(config.image_size),
+        "preprocessing": [
+            list(config.preprocessing.mean),
+            list(config.preprocessing.std),
+            config.preprocessing.crop_pct,
+            config.preprocessing.interpolation,
+        ],
+        "draft": args.draft,
+        "features": args.features,
+    }
+    writer = PredictionWriter(Path(args.out), options, args.topk) if args.out else None
+    done = writer.done if writer else set()
+    todo = np.fromiter((i for i, path in enumerate(paths) if path not in done), dtype=np.int64)
+    if writer and done:
+        log.info(
+            "%s: %d of %d files already predicted, %d to go", args.out, len(paths) - len(todo), len(paths), len(todo)
         )
-    if args.json:
-        print(
-            json.dumps(
-                [
-                    {"path": str(path), "top": [{"label": label, "prob": prob} for label, prob in p.top]}
-                    for path, p in zip(readable, predictions)
-                ],
-                indent=2,
-            )
-        )
-    else:
-        for path, prediction in zip(readable, predictions):
-            print(f"{path}: " + ", ".join(f"{label} ({prob:.3f})" for label, prob in prediction.top))
-    return 0 if len(readable) == len(files) else 1
+    features = None
+    if args.features:
+        features = FeatureFile(Path(args.features), len(paths), config.feature_dim, resume=bool(done))
+
+    fast, why = (
+        (False, "onnxruntime") if args.runtime == "onnx" else choose_path(args.fast, precision.name, device, len(todo))
+    )
+    log.info(
+        "predicting %d images on %s in %s, %s path (%s)",
+        len(todo),
+        device.type,
+        precision.name,
+        "fast" if fast else "eager",
+        why,
+    )
+    predictor = StreamPredictor(
+        model,
+        topk=args.topk,
+        device=device,
+        dtype=precision.dtype or torch.float32,
+        autocast=precision.autocast,
+        fast=fast,
+        features=features is not None,
+        batch_size=args.batch_size,
+    )
+    workers = default_workers() if args.workers is None else args.workers
+    draft = max(eval_resize(config.image_size, config.preprocessing.crop_pct)) if args.draft else None
+    transform = eval_transform(config.image_size, config.preprocessing, normalize=False)
+    dataset = ImageFiles(paths, transform, positions=todo, draft=draft)
+    loader = file_loader(dataset, args.batch_size, workers if len(todo) > args.batch_size else 0, device.type == "cuda")
+    output = writer or Printed(args.json)
+    predicted = skipped = 0
+    try:
+        for results in predictor.stream(progress(loader, "predict", total=len(loader))):
+            rows = [(paths[result.position], result) for result in results]
+            for result in results:
+                if result.skipped:
+                    print(f"vitlab predict: skipping {result.skipped}", file=sys.stderr)
+            skipped += sum(result.skipped is not None for result in results)
+            predicted += sum(result.skipped is None for result in results)
+            if features is not None:
+                features.write(results)  # before the rows: a row written has its features
+            output.write(rows)
+    finally:  # what was written stays readable for the next run to resume
+        if writer is not None:
+            writer.close()
+        if features is not None:
+            features.close()
+    if writer is None:
+        output.close()
+    skipped += writer.skipped_before if writer else 0
+    if not predicted and len(done) == (writer.skipped_before if writer else 0):
+        raise UserError("none of the images can be read")
+    if writer is not None:
+        print(f"{len(paths)} files: {len(paths) - skipped} predicted, {skipped} skipped; written to {args.out}")
+    return 0 if skipped == 0 else 1
+
+
+class Printed:
+    """Results on stdout: a line per image as it comes, or (--json) one JSON list at the end."""
+
+    def __init__(self, as_json: bool) -> None:
+        self.as_json = as_json
+        self.rows: list[dict] = []
+
+    def write(self, rows) -> None:
+        for path, result in rows:
+            if result.top is None:
+                continue
+            if self.as_json:
+                self.rows.append({"path": path, "top": [{"label": name, "prob": prob} for name, prob in result.top]})
+            else:
+                print(f"{path}: " + ", ".join(f"{name} ({prob:.3f})" for name, prob in result.top), flush=True)
+
+    def close(self) -> None:
+        if self.as_json and self.rows:
+            print(json.dumps(self.rows, indent=2))

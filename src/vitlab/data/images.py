@@ -136,15 +136,19 @@ def _name(source: Source, name: str | None) -> str:
     return "<bytes>" if isinstance(source, (bytes, bytearray, memoryview)) else str(source)
 
 
-def read_image(source: Source, *, name: str | None = None) -> Image.Image:
+def read_image(source: Source, *, name: str | None = None, draft: int | None = None) -> Image.Image:
     """Decode a file path or encoded bytes into an RGB PIL image, or raise BadImageError.
 
     Applies the EXIF orientation, takes the first frame of an animation and composites
-    transparency onto white.
+    transparency onto white. `draft=S` lets a JPEG decode at 1/2, 1/4 or 1/8 scale when both sides
+    stay at least S pixels (PIL's Image.draft): faster, but other pixels than a full decode resized,
+    so only prediction offers it (`vitlab predict --draft`), never evaluation or training.
     """
     name = _name(source, name)
     with _decoding(name), _open(source, name) as image:
         check_size(image.width, image.height, name)
+        if draft is not None and image.format == "JPEG":
+            image.draft(image.mode, (draft, draft))
         image.seek(0)  # animated GIF/WebP/APNG, multi-page TIFF: the first frame
         image.load()
         return _to_rgb(ImageOps.exif_transpose(image))

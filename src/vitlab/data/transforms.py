@@ -53,8 +53,10 @@ def build_transforms(
     ratio: tuple[float, float] = (3 / 4, 4 / 3),
     hflip: bool = True,
     randaugment: tuple[int, int] | None = None,
+    normalize: bool = True,
 ) -> v2.Compose:
-    """The transform for one split: an RGB PIL image -> normalised float tensor (3, H, W).
+    """The transform for one split: an RGB PIL image -> normalised float tensor (3, H, W); with
+    `normalize=False` it stops at the uint8 tensor, for BatchNormalize to finish on whole batches.
 
     `randaugment` is (number of ops, magnitude out of 10), e.g. (2, 10) as in AugReg: timm's
     `rand-m10-n2` (see randaugment.py). Tiny images such as the
@@ -89,10 +91,28 @@ def build_transforms(
         steps += [v2.Resize(resize, interpolation=mode), v2.CenterCrop((height, width))]
     steps += [
         v2.ToImage(),  # PIL -> uint8 tv_tensors.Image (3, H, W)
-        v2.ToDtype(torch.float32, scale=True),  # uint8 [0, 255] -> float [0, 1]
-        v2.Normalize(mean=[float(m) for m in mean], std=[float(s) for s in std]),
     ]
+    if normalize:
+        steps += BatchNormalize(mean, std).steps
     return v2.Compose(steps)
+
+
+class BatchNormalize:
+    """uint8 images (..., 3, H, W) -> float32 normalised by mean/std: the last two steps of
+    build_transforms, the same operations in the same order, so a batch normalised here (on the model's
+    device, after a quarter of the bytes crossed from the loader) has exactly the numbers of images
+    normalised one by one."""
+
+    def __init__(self, mean: Sequence[float], std: Sequence[float]) -> None:
+        self.steps = [
+            v2.ToDtype(torch.float32, scale=True),  # uint8 [0, 255] -> float [0, 1]
+            v2.Normalize(mean=[float(m) for m in mean], std=[float(s) for s in std]),
+        ]
+
+    def __call__(self, images: torch.Tensor) -> torch.Tensor:
+        for step in self.steps:
+            images = step(images)
+        return images.as_subclass(torch.Tensor)
 
 
 class PreprocessingFields(Protocol):
@@ -172,9 +192,21 @@ def train_transform(
     return v2.Compose([transform, *after]) if after else transform
 
 
-def eval_transform(image_size: int | tuple[int, int], preprocessing: PreprocessingFields) -> v2.Compose:
-    """Resize + centre crop to `image_size`, normalised with the preprocessing's mean/std."""
-    return preprocessed_transforms(image_size, preprocessing, train=False, crop_pct=preprocessing.crop_pct)
+def eval_transform(
+    image_size: int | tuple[int, int], preprocessing: PreprocessingFields, *, normalize: bool = True
+) -> v2.Compose:
+    """Resize + centre crop to `image_size`, normalised with the preprocessing's mean/std (with
+    `normalize=False`, uint8: BatchNormalize(preprocessing.mean, preprocessing.std) finishes it)."""
+    return preprocessed_transforms(
+        image_size, preprocessing, train=False, crop_pct=preprocessing.crop_pct, normalize=normalize
+    )
+
+
+def eval_resize(image_size: int | tuple[int, int], crop_pct: float) -> tuple[int, int]:
+    """The (height, width) the evaluation resize makes before its centre crop: both sides when
+    image_size is not square, else the shorter side (height and width equal here)."""
+    height, width = _size_pair(image_size)
+    return math.floor(height / crop_pct), math.floor(width / crop_pct)
 
 
 def preprocessed_transforms(

@@ -28,6 +28,17 @@ def eval_transform(config: ViTConfig | BiTConfig) -> v2.Compose:
     return transforms.eval_transform(config.image_size, config.preprocessing)
 
 
+def class_names(config: ViTConfig | BiTConfig) -> list[str]:
+    """The name of each output class (its number where the config names none); a feature extractor
+    has none to predict."""
+    if config.num_classes == 0:
+        raise ValueError(
+            f"{config.name or 'this model'} is a feature extractor (num_classes=0): it has no classes to predict, "
+            f"its output is the {config.feature_dim}-wide representation; fine-tune it with num_classes=K"
+        )
+    return list(config.class_names or [str(i) for i in range(config.num_classes)])
+
+
 @dataclass
 class Prediction:
     """The top classes of one image, most probable first: (label, probability) pairs."""
@@ -52,12 +63,7 @@ def predict_images(
     config = model_config(model)
     if topk < 1:
         raise ValueError(f"topk must be >= 1, got {topk}")
-    if config.num_classes == 0:
-        raise ValueError(
-            f"{config.name or 'this model'} is a feature extractor (num_classes=0): it has no classes to predict, "
-            f"its output is the {config.feature_dim}-wide representation; fine-tune it with num_classes=K"
-        )
-    names = config.class_names or [str(i) for i in range(config.num_classes)]
+    names = class_names(config)
     transform = eval_transform(config)
     device = next(model.parameters()).device
     model.eval()
@@ -66,8 +72,16 @@ def predict_images(
     for start in progress(starts, "predict", total=len(starts)):
         batch = torch.stack([transform(image) for image in images[start : start + batch_size]]).to(device)
         with autocast():
-            probabilities = model(batch).float().softmax(dim=1)  # (B, K)
-        values, indices = probabilities.topk(min(topk, probabilities.shape[1]), dim=1)
-        for row_values, row_indices in zip(values.tolist(), indices.tolist()):
-            predictions.append(Prediction([(names[i], p) for i, p in zip(row_indices, row_values)]))
+            logits = model(batch)
+        predictions += [Prediction(top) for top in top_classes(logits, names, topk)]
     return predictions
+
+
+def top_classes(logits: torch.Tensor, names: Sequence[str], topk: int) -> list[list[tuple[str, float]]]:
+    """The `topk` most probable (name, probability) pairs of each row of (B, K) logits."""
+    probabilities = logits.float().softmax(dim=1)  # (B, K)
+    values, indices = probabilities.topk(min(topk, probabilities.shape[1]), dim=1)
+    return [
+        [(names[i], p) for i, p in zip(row_indices, row_values)]
+        for row_values, row_indices in zip(values.tolist(), indices.tolist())
+    ]

@@ -28,11 +28,13 @@ class InferenceModel(nn.Module):
             param.requires_grad_(False)
         self.network = torch.compile(self.model) if compile else self.model
 
-    def forward(self, images: torch.Tensor) -> torch.Tensor:
+    def forward(self, images: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, ...]:
         # Inductor reads `freezing` when it compiles: at the first call and at any recompilation (a new
         # batch size). Passed as torch.compile(options=...) instead, it is not applied.
         with torch.inference_mode(), torch._inductor.config.patch(freezing=True):
-            return self.network(images.to(self.dtype)).float()
+            output = self.network(images.to(self.dtype))
+            # a module may return several tensors (logits and features): each comes back as float32
+            return tuple(t.float() for t in output) if isinstance(output, tuple) else output.float()
 
 
 def optimize_for_inference(

@@ -1,0 +1,166 @@
+"""Prediction results written as they come, and read back to resume an interrupted run.
+
+`--out FILE.csv` (columns path, status, error, label_1, prob_1, ... label_K, prob_K) or `FILE.jsonl`
+(one object a file: {"path", "top": [{"label", "prob"}]} or {"path", "skipped": why}). Beside it,
+FILE.options.json records what produced the rows (model fingerprint, top-k, preprocessing, ...): a
+rerun with the same --out skips the files already written when its options are the same and says
+what differs otherwise. A last line cut short by the interruption is dropped and redone.
+
+`--features FILE.npy` holds one float32 row of pre-logits features per listed file, row i for file i
+(the CSV's order); rows of skipped files are NaN. It is written in place, row by row, so memory does
+not grow with the file count.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+import torch
+
+from .stream import FileResult
+
+SUFFIXES = (".csv", ".jsonl")
+
+
+def options_file(out: Path) -> Path:
+    return out.with_name(out.name + ".options.json")
+
+
+def model_fingerprint(model: torch.nn.Module) -> str:
+    """sha256 of the parameter names and bytes: the same for the same weights, however loaded."""
+    digest = hashlib.sha256()
+    for name, tensor in model.state_dict().items():
+        digest.update(name.encode())
+        digest.update(tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+def file_fingerprint(path: str | os.PathLike) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()[:16]
+
+
+def _complete_lines(path: Path) -> list[str]:
+    """The file's complete lines; a last line without its newline is cut off the file itself."""
+    data = path.read_bytes()
+    end = data.rfind(b"\n") + 1
+    if end < len(data):
+        with open(path, "r+b") as handle:
+            handle.truncate(end)
+    return data[:end].decode("utf-8").splitlines()
+
+
+class PredictionWriter:
+    """Appends one row per FileResult to `out`, flushed per batch; `done` holds the paths already there."""
+
+    def __init__(self, out: Path, options: dict[str, Any], topk: int) -> None:
+        if out.suffix not in SUFFIXES:
+            raise ValueError(f"--out {out}: the file name must end in {' or '.join(SUFFIXES)}")
+        self.out, self.topk, self.csv = out, topk, out.suffix == ".csv"
+        self.done: set[str] = set()
+        self.skipped_before = 0
+        meta = options_file(out)
+        if out.exists() and out.stat().st_size > 0:
+            if not meta.is_file():
+                raise ValueError(f"{out} exists without its {meta.name}: not a vitlab prediction file to resume")
+            before = json.loads(meta.read_text())
+            differs = [
+                f"{key} {before.get(key)!r} then, {options.get(key)!r} now"
+                for key in sorted(set(before) | set(options))
+                if before.get(key) != options.get(key)
+            ]
+            if differs:
+                raise ValueError(
+                    f"{out} was written with other options ({'; '.join(differs)}): pass another --out to start anew"
+                )
+            self._read_done()
+        else:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            meta.write_text(json.dumps(options, indent=1) + "\n")
+            out.write_text("")
+        self.handle: IO[str] = open(out, "a", newline="", encoding="utf-8")
+        if self.csv and out.stat().st_size == 0:
+            header = ["path", "status", "error"]
+            header += [f"{field}_{k}" for k in range(1, topk + 1) for field in ("label", "prob")]
+            csv.writer(self.handle).writerow(header)
+
+    def _read_done(self) -> None:
+        lines = _complete_lines(self.out)
+        if self.csv:
+            for row in csv.DictReader(io.StringIO("\n".join(lines) + "\n")):
+                self._seen(row["path"], row["status"] == "skipped")
+        else:
+            for line in lines:
+                row = json.loads(line)
+                self._seen(row["path"], "skipped" in row)
+
+    def _seen(self, path: str, skipped: bool) -> None:
+        self.done.add(path)
+        self.skipped_before += skipped
+
+    def write(self, rows: Sequence[tuple[str, FileResult]]) -> None:
+        """(path, result) pairs, in order; flushed so that an interruption loses no finished batch."""
+        if self.csv:
+            writer = csv.writer(self.handle)
+            for path, result in rows:
+                cells = [path, "skipped" if result.skipped else "ok", result.skipped or ""]
+                for label, prob in result.top or []:
+                    cells += [label, repr(prob)]
+                writer.writerow(cells)
+        else:
+            for path, result in rows:
+                row: dict[str, Any] = {"path": path}
+                if result.skipped:
+                    row["skipped"] = result.skipped
+                else:
+                    row["top"] = [{"label": label, "prob": prob} for label, prob in result.top or []]
+                self.handle.write(json.dumps(row) + "\n")
+        self.handle.flush()
+
+    def close(self) -> None:
+        self.handle.close()
+
+
+class FeatureFile:
+    """An .npy of (rows, dim) float32 written row by row in place; an existing one of that shape is reused."""
+
+    def __init__(self, path: Path, rows: int, dim: int, resume: bool) -> None:
+        shape = (rows, dim)
+        if resume and path.is_file():
+            found = np.load(path, mmap_mode="r")
+            if found.shape != shape or found.dtype != np.float32:
+                raise ValueError(
+                    f"--features {path} holds {found.dtype} {found.shape}, this run writes float32 {shape}: "
+                    "pass another --features or --out"
+                )
+            self.offset = found.offset
+            del found
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            created = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=shape)
+            self.offset = created.offset  # the header's length; the rows follow
+            del created
+        self.row_bytes = dim * 4
+        self.dim = dim
+        self.handle = open(path, "r+b")
+
+    def write(self, results: Sequence[FileResult]) -> None:
+        for result in results:
+            row = result.features if result.features is not None else np.full(self.dim, np.nan, np.float32)
+            self.handle.seek(self.offset + result.position * self.row_bytes)
+            self.handle.write(np.ascontiguousarray(row, dtype=np.float32).tobytes())
+        self.handle.flush()
+
+    def close(self) -> None:
+        self.handle.close()
