@@ -94,6 +94,7 @@ class PredictionWriter:
             header = ["path", "status", "error"]
             header += [f"{field}_{k}" for k in range(1, topk + 1) for field in ("label", "prob")]
             csv.writer(self.handle).writerow(header)
+            self.handle.flush()
 
     def _read_done(self) -> None:
         lines = _complete_lines(self.out)

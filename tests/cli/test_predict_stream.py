@@ -1,0 +1,164 @@
+"""`vitlab predict --out`: rows written as batches finish, resumed after an interruption, a bad file
+skipped and named, features rows equal to the model's pre-logits, and --draft offered by predict only."""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from helpers import one_line_error, randomise_
+from vitlab.cli import build_parser, main
+from vitlab.data import read_image
+from vitlab.evaluate import stream
+from vitlab.evaluate.predict import eval_transform
+from vitlab.model import create_model
+
+COUNT = 7  # files, predicted in batches of 2: four batches, the last one short
+
+
+@pytest.fixture(scope="module")
+def model_folder(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("predict") / "model"
+    options = dict(image_size=16, depth=1, dim=16, num_heads=2, mlp_dim=32, num_classes=6)
+    randomise_(create_model("Ti/4", **options)).save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture
+def pictures(tmp_path):
+    rng = np.random.default_rng(0)
+    folder = tmp_path / "pictures"
+    folder.mkdir()
+    for index in range(COUNT):
+        Image.fromarray(rng.integers(0, 256, (20 + index, 24, 3), dtype=np.uint8)).save(folder / f"{index}.png")
+    return folder
+
+
+def predict(model_folder, *argv: str) -> int:
+    return main(
+        ["predict", "--ckpt", str(model_folder), "--batch-size", "2", "--workers", "0", "--device", "cpu", *argv]
+    )
+
+
+def read_rows(path):
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_rows_are_written_as_each_batch_finishes(model_folder, pictures, tmp_path, monkeypatch):
+    out = tmp_path / "top.csv"
+    lines_seen = []
+    run = stream.StreamPredictor.run
+
+    def watched(self, batch):
+        lines_seen.append(len(out.read_text().splitlines()))  # what is on disk as this batch starts
+        return run(self, batch)
+
+    monkeypatch.setattr(stream.StreamPredictor, "run", watched)
+    assert predict(model_folder, str(pictures), "--out", str(out), "--topk", "3") == 0
+    assert lines_seen == [1, 3, 5, 7]  # the header, then two rows per finished batch
+    rows = read_rows(out)
+    assert [row["path"] for row in rows] == [str(pictures / f"{i}.png") for i in range(COUNT)]
+    probs = np.array([[float(row[f"prob_{k}"]) for k in (1, 2, 3)] for row in rows])
+    assert np.all(np.diff(probs, axis=1) <= 0) and np.all(probs > 0) and len({row["label_1"] for row in rows}) > 1
+
+
+def test_an_interrupted_run_resumes_where_it_stopped(model_folder, pictures, tmp_path, monkeypatch, caplog, capsys):
+    whole, out = tmp_path / "whole.csv", tmp_path / "top.csv"
+    assert predict(model_folder, str(pictures), "--out", str(whole)) == 0
+    run, calls = stream.StreamPredictor.run, []
+
+    def stops_at_the_third(self, batch):
+        calls.append(len(batch.positions))
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return run(self, batch)
+
+    monkeypatch.setattr(stream.StreamPredictor, "run", stops_at_the_third)
+    assert predict(model_folder, str(pictures), "--out", str(out)) == 130
+    text = out.read_text()
+    assert len(text.splitlines()) == 5  # the header and two batches
+    out.write_text(text + text.splitlines()[-1][:9])  # and a row cut short by the interruption
+    calls.clear()
+    monkeypatch.setattr(stream.StreamPredictor, "run", run)
+    with caplog.at_level(logging.INFO, logger="vitlab"):
+        assert predict(model_folder, str(pictures), "--out", str(out)) == 0
+    assert "4 of 7 files already predicted, 3 to go" in caplog.text
+    assert read_rows(out) == read_rows(whole)  # every file once, in order, the same numbers
+
+
+@pytest.mark.fault("bad-input", kinds=2)
+def test_a_rerun_with_other_options_is_refused_naming_them(model_folder, pictures, tmp_path, capsys):
+    out = tmp_path / "top.jsonl"
+    assert predict(model_folder, str(pictures), "--out", str(out)) == 0
+    capsys.readouterr()
+    line = one_line_error(
+        capsys, ["predict", "--ckpt", str(model_folder), str(pictures), "--out", str(out), "--topk", "3"]
+    )
+    assert "was written with other options (topk 5 then, 3 now)" in line, line
+    (tmp_path / "other.csv").write_text("path\nx.png\n")
+    line = one_line_error(
+        capsys, ["predict", "--ckpt", str(model_folder), str(pictures), "--out", str(tmp_path / "other.csv")]
+    )
+    assert "other.csv exists without its other.csv.options.json" in line, line
+
+
+@pytest.mark.fault("images", kinds=1)
+def test_a_bad_file_is_skipped_named_and_recorded(model_folder, pictures, tmp_path, capsys):
+    (pictures / "3.png").write_bytes(b"")
+    out, features = tmp_path / "top.jsonl", tmp_path / "features.npy"
+    assert predict(model_folder, str(pictures), "--out", str(out), "--features", str(features)) == 1
+    err = capsys.readouterr().err
+    assert [line for line in err.splitlines() if "skipping" in line] == [
+        f"vitlab predict: skipping {pictures / '3.png'}: empty file (0 bytes)"
+    ]
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [row["path"] for row in rows] == [str(pictures / f"{i}.png") for i in range(COUNT)]
+    assert rows[3] == {"path": str(pictures / "3.png"), "skipped": f"{pictures / '3.png'}: empty file (0 bytes)"}
+    assert all(len(row["top"]) == 5 for i, row in enumerate(rows) if i != 3)
+    matrix = np.load(features)
+    assert np.isnan(matrix[3]).all() and np.isfinite(np.delete(matrix, 3, axis=0)).all()
+
+
+def test_features_are_the_models_pre_logits_row_by_row(model_folder, pictures, tmp_path):
+    import vitlab
+
+    out, features = tmp_path / "top.csv", tmp_path / "features.npy"
+    assert predict(model_folder, str(pictures), "--out", str(out), "--features", str(features)) == 0
+    model = vitlab.load(model_folder).eval()
+    paths = [row["path"] for row in read_rows(out)]
+    transform = eval_transform(model.config)
+    with torch.no_grad():
+        batch = torch.stack([transform(read_image(path)) for path in paths])
+        expected = model.forward_head(model.forward_features(batch), pre_logits=True)
+        probabilities = model(batch).softmax(dim=1)
+    matrix = np.load(features)
+    assert matrix.shape == (COUNT, 16) and matrix.std(axis=0).min() > 1e-4  # rows differ image to image
+    np.testing.assert_allclose(matrix, expected.numpy(), rtol=1e-5, atol=1e-5)
+    top1 = [float(row["prob_1"]) for row in read_rows(out)]
+    np.testing.assert_allclose(top1, probabilities.max(dim=1).values.numpy(), rtol=1e-5)
+
+
+def test_draft_decoding_is_offered_by_predict_only(model_folder, tmp_path, capsys):
+    rng = np.random.default_rng(1)
+    photo = tmp_path / "photo.jpg"
+    Image.fromarray(rng.integers(0, 256, (375, 500, 3), dtype=np.uint8)).resize((500, 375)).save(photo, quality=90)
+    assert read_image(photo).size == (500, 375)
+    assert read_image(photo, draft=18).size == (63, 47)  # 1/8 scale: both sides still at least 18
+    outputs = {}
+    for flags in ((), ("--draft",)):
+        assert predict(model_folder, str(photo), "--json", *flags) == 0
+        outputs[flags] = json.loads(capsys.readouterr().out)[0]["top"]
+    assert outputs[()] != outputs[("--draft",)]  # other pixels, other probabilities
+    parser = build_parser()
+    assert parser.parse_args(["predict", "--ckpt", "m", "x.jpg", "--draft"]).draft
+    for command in (["eval", "--ckpt", "m"], ["train"]):
+        with pytest.raises(SystemExit):
+            parser.parse_args([*command, "--draft"])
+    capsys.readouterr()
