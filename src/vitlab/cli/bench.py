@@ -40,6 +40,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's choice)")
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory step")
     parser.add_argument("--out", default="build/bench", help="folder for bench.json and bench.md")
+    parser.add_argument(
+        "--pipeline",
+        choices=("predict",),
+        help="instead: files on disk -> top-5, vitlab's predict pipeline against timm's (pipeline.json, "
+        "pipeline.md in --out; --rounds, --threads apply)",
+    )
+    parser.add_argument(
+        "--pipeline-files", type=int, default=512, metavar="N", help="JPEGs for --pipeline (default 512)"
+    )
+    parser.add_argument("--workers", type=int, default=1, help="DataLoader workers of each --pipeline (default 1)")
     parser.set_defaults(func=run)
 
 
@@ -50,6 +60,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.pipeline:
+        return run_pipeline(args)
     specs = (
         [CaseSpec.parse(text, args.image_size, args.batch) for text in args.cases]
         if args.cases
@@ -74,4 +86,16 @@ def run(args: argparse.Namespace) -> int:
                 f"vitlab / best peer ({case['best_peer']}) = {ratio:.2f}x"
             )
     print(f"wrote {json_path} and {md_path}")
+    return 0
+
+
+def run_pipeline(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from vitlab.bench.pipeline import PipelineConfig, run_pipeline
+
+    config = PipelineConfig(files=args.pipeline_files, workers=args.workers, rounds=args.rounds, threads=args.threads)
+    results = run_pipeline(config, Path(args.out))
+    print(results["markdown"])
+    print(f"wrote {Path(args.out) / 'pipeline.json'} and {Path(args.out) / 'pipeline.md'}")
     return 0

@@ -6,7 +6,8 @@ dev_split, data.train_fraction), the bad-image limit, the device, precision and 
 the accuracy in its summary.json (a run with a dev split: --split dev gives its val_top1, --split val
 its test_top1). A flag that differs from the run says so in the log, and a scored image the run
 trained on is a warning.
-Only the scored split's images are checked. The report goes to RUN/eval_summary.json (or --out) as
+Only the scored split's images are checked, as the evaluation reads them (an unreadable one is
+skipped, named in the log and in the report's "skipped"; more than the bad-image limit stops it). The report goes to RUN/eval_summary.json (or --out) as
 JSON, named as the run's own summary.json (RUN/eval.json, its earlier name, is written with it for
 readers of that name): top-1/top-5 and loss, the expected calibration error (metrics.ece, 15 bins as
 Guo et al. 2017), the accuracy of each class (per_class), and with --real-labels real.json the
@@ -184,6 +185,7 @@ def resolve_settings(args: argparse.Namespace, run, run_file: Path | None) -> Ev
 
 def run_eval(args: argparse.Namespace) -> int:
     from vitlab.data import load_datasets
+    from vitlab.data.skipping import SkipLog, scored_dataset
     from vitlab.evaluate import evaluate
     from vitlab.evaluate.breakdown import PredictionLog
     from vitlab.evaluate.details import write_details
@@ -226,7 +228,6 @@ def run_eval(args: argparse.Namespace) -> int:
             "(its summary's test_top1)",
             settings.dev_fraction,
         )
-    check_splits = ("train", "dev", "val") if args.split == "all" else (args.split,)
     assert settings.data is not None  # resolve_settings refuses a run without one
     splits = load_datasets(
         settings.data,
@@ -238,7 +239,7 @@ def run_eval(args: argparse.Namespace) -> int:
         dev_fraction=settings.dev_fraction,
         dev_split=settings.dev_split,
         max_bad_fraction=settings.max_bad_fraction,
-        check_splits=check_splits,
+        check_splits=(),  # the scored files are checked as they are read, during the evaluation (SkipLog)
     )
     names = model.config.class_names
     if names is not None and list(names) != list(splits.class_names):
@@ -279,18 +280,20 @@ def run_eval(args: argparse.Namespace) -> int:
     if real is not None:  # refused before the evaluation, not after it
         label_sets = match_real_labels([Path(key).name for key in scored_keys], real, args.real_labels)
 
-    import torch
-
-    dataset = parts[0] if len(parts) == 1 else torch.utils.data.ConcatDataset(parts)
-    loader = eval_loader(dataset, settings.batch_size, args.workers, pin_memory=device.type == "cuda")
+    dataset, collate = scored_dataset(parts)
+    loader = eval_loader(dataset, settings.batch_size, args.workers, device.type == "cuda", collate)
+    checked = SkipLog(loader, len(dataset), settings.max_bad_fraction, f"{settings.data} {args.split}")
     predictions = PredictionLog()
     result = evaluate(
         model,
-        progress(loader, "eval", total=len(loader)),
+        progress(checked if collate else loader, "eval", total=len(loader)),
         device=device,
         autocast=precision.autocast,
         on_batch=predictions,
     )
+    if label_sets is not None and checked.skipped:  # the ReaL lists of the images scored
+        gaps = {index for index, _, _ in checked.skipped}
+        label_sets = [labels for index, labels in enumerate(label_sets) if index not in gaps]
     details = write_details(
         predictions,
         output_names(model.config, splits.class_names),
@@ -306,6 +309,7 @@ def run_eval(args: argparse.Namespace) -> int:
         "metrics": {**result.to_dict(), "ece": details.pop("ece")},
         **details,
         "trained_images_scored": overlap,  # null: no run.yaml to tell
+        "skipped": [{"file": name, "reason": reason} for _, name, reason in checked.skipped],
         "settings": {
             **dataclasses.asdict(settings),
             "precision": precision.name,

@@ -192,5 +192,11 @@ def images_of(loader: DataLoader) -> int:
     return len(dataset)
 
 
-def eval_loader(dataset: Dataset, batch_size: int, workers: int, pin_memory: bool = False) -> DataLoader:
-    return _tracked(DataLoader(dataset, batch_size=batch_size, shuffle=False, **_loader_options(workers, pin_memory)))
+def eval_loader(
+    dataset: Dataset, batch_size: int, workers: int, pin_memory: bool = False, collate_fn: Any = None
+) -> DataLoader:
+    return _tracked(
+        DataLoader(
+            dataset, batch_size=batch_size, shuffle=False, collate_fn=collate_fn, **_loader_options(workers, pin_memory)
+        )
+    )
