@@ -168,8 +168,8 @@ def test_draft_decoding_is_offered_by_predict_only(model_folder, tmp_path, capsy
 def test_the_fast_path_gives_the_eager_numbers_and_says_so(model_folder, pictures, tmp_path, caplog):
     with caplog.at_level(logging.INFO, logger="vitlab"):
         assert predict(model_folder, str(pictures), "--out", str(tmp_path / "fast.csv"), "--fast", "on") == 0
-    assert "fast path (--fast on)" in caplog.text
-    assert predict(model_folder, str(pictures), "--out", str(tmp_path / "eager.csv")) == 0
+        assert "fast path (--fast on)" in caplog.text
+        assert predict(model_folder, str(pictures), "--out", str(tmp_path / "eager.csv")) == 0
     assert "eager path (fp32 on CPU" in caplog.text
     fast, eager = read_rows(tmp_path / "fast.csv"), read_rows(tmp_path / "eager.csv")
     assert [row["label_1"] for row in fast] == [row["label_1"] for row in eager]
