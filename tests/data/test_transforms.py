@@ -150,3 +150,34 @@ def test_random_erasing_fills_a_rectangle_of_the_normalised_image_with_noise():
         assert 0.02 <= box.numel() / changed.numel() <= 1 / 3
         noise = after[:, changed]  # standard-normal noise in normalised units, as timm's pixel mode draws it
         assert abs(float(noise.mean())) < 0.3 and 0.8 < float(noise.std()) < 1.2
+
+
+def _old_to_tensor(mean, std) -> v2.Compose:
+    """The three v2 steps that build_transforms ended with before ToNormalized."""
+    return v2.Compose(
+        [v2.ToImage(), v2.ToDtype(torch.float32, scale=True), v2.Normalize(mean=list(mean), std=list(std))]
+    )
+
+
+@pytest.mark.parametrize("mean, std", [((0.5,) * 3, (0.5,) * 3), ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))])
+def test_to_normalized_is_bit_for_bit_the_old_three_steps(mean, std):
+    from vitlab.data.transforms import ToNormalized
+
+    pixels = np.random.default_rng(1).integers(0, 256, (37, 53, 3), dtype=np.uint8)
+    image = Image.fromarray(pixels)
+    old, new = _old_to_tensor(mean, std)(image), ToNormalized(mean, std)(image)
+    assert new.shape == (3, 37, 53) and new.dtype == torch.float32 and new.std() > 0.5
+    assert torch.equal(new, old.as_subclass(torch.Tensor))
+    assert torch.equal(ToNormalized(mean, std)(torch.from_numpy(pixels).permute(2, 0, 1)), new)
+
+
+def test_training_transform_output_is_the_old_pipelines():
+    """The same seed gives the same augmented tensor as the pipeline ending in the v2 steps."""
+    image = Image.fromarray(np.random.default_rng(2).integers(0, 256, (40, 60, 3), dtype=np.uint8))
+    new = build_transforms(24, train=True, randaugment=(2, 10), **HALF)
+    old = v2.Compose([*new.transforms[:-1], _old_to_tensor(HALF["mean"], HALF["std"])])
+    for seed in range(4):
+        random.seed(seed), torch.manual_seed(seed)
+        expected = old(image).as_subclass(torch.Tensor)
+        random.seed(seed), torch.manual_seed(seed)
+        assert torch.equal(new(image), expected)
