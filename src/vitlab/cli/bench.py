@@ -10,12 +10,14 @@ EXAMPLES = (  # the end of --help
     "vitlab bench Ti/16:infer:fp32",
     "vitlab bench --preset tiny --out build/bench",
     "vitlab bench B/16:train:bf16:8:vitlab,timm --device cuda",
+    "vitlab bench --pipeline train-input --out build/bench-input",
 )
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     from vitlab.bench.harness import ALL_MODES
     from vitlab.bench.implementations import IMPLEMENTATIONS
+    from vitlab.bench.input_pipeline import PIPELINES
     from vitlab.bench.presets import PRESETS
 
     parser = subparsers.add_parser(
@@ -39,6 +41,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
     parser.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's choice)")
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory step")
+    parser.add_argument(
+        "--pipeline",
+        choices=PIPELINES,
+        help="time an input pipeline instead of models: train-input is vitlab's training input against timm's, "
+        "per core (--rounds and --out apply; python -m vitlab.bench.input_pipeline --help lists the rest)",
+    )
     parser.add_argument("--out", default="build/bench", help="folder for bench.json and bench.md")
     parser.add_argument(
         "--pipeline",
@@ -58,6 +66,10 @@ def run(args: argparse.Namespace) -> int:
 
     from vitlab.bench import PRESETS, BenchConfig, CaseSpec, run_bench, write
 
+    if args.pipeline:
+        from vitlab.bench.input_pipeline import main as pipeline_main
+
+        return pipeline_main(["--rounds", str(args.rounds), "--out", args.out])
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.pipeline:

@@ -1,0 +1,57 @@
+"""The training input pipeline benchmark (input_pipeline.py) as a Markdown section."""
+
+from __future__ import annotations
+
+
+def markdown(results: dict, settings: tuple[tuple[str, str], ...]) -> str:
+    config, machine, augment = results["config"], results["machine"], results["augment"]
+    per_core = results["images_per_s_per_core"]
+    where = "in one process on one thread" if not config["workers"] else f"in {config['workers']} worker processes"
+    lines = [
+        "### Training input pipeline per core: vitlab against timm",
+        "",
+        f"{config['images']} JPEG files of 500 x 375 pixels ({results['file_kb']:.0f} KB on average) -> decode, "
+        f"the `{config['recipe']}` recipe's augmentation at {config['image_size']} px (crop area "
+        f"{augment['crop_scale']}, flip {augment['hflip']}, RandAugment {augment['randaugment']}, "
+        f"Mixup {augment['mixup']}, CutMix {augment['cutmix']}) -> normalised float batches of {config['batch']}, "
+        f"{where}; {config['rounds']} interleaved rounds of {config['batches_per_round']} batches, median.",
+        "",
+        f"Machine: {machine['cpu']}, {machine['cpu_count']} cores, CPU capability {machine['cpu_capability']}, "
+        f"torch {machine['torch']}; load average at start {machine['load_average']}, "
+        f"at end {results['load_average_end']} (a shared machine: the ratio, from one interleaved run, is the figure).",
+        "",
+        "| pipeline | loader images/s per core | vitlab / timm | with the batch mixing on the CPU too | vitlab / timm |",
+        "|---|---:|---:|---:|---:|",
+        f"| vitlab | {per_core['vitlab']:.1f} | {results['vitlab_over_timm']:.2f}x "
+        f"| {per_core['vitlab with mixing']:.1f} | {results['vitlab_over_timm_with_mixing']:.2f}x |",
+        f"| timm | {per_core['timm']:.1f} | | {per_core['timm with mixing']:.1f} | |",
+        "",
+        "The loader's batches are what its workers deliver; both vitlab's trainer and timm's train.py mix "
+        "batches on the training device, so the mixing column adds a cost a GPU run does not pay on the CPU.",
+        "",
+        "Where the time goes (milliseconds per image, one image at a time, "
+        f"{config['profile_images']} images; batching and mixing not included):",
+        "",
+        "| vitlab stage | ms | timm stage | ms |",
+        "|---|---:|---|---:|",
+    ]
+    mine, theirs = (
+        list(results["profile_ms_per_image"]["vitlab"].items()),
+        list(results["profile_ms_per_image"]["timm"].items()),
+    )
+    for index in range(max(len(mine), len(theirs))):
+        left = mine[index] if index < len(mine) else ("", None)
+        right = theirs[index] if index < len(theirs) else ("", None)
+        cells = [f"{name} | {'' if ms is None else f'{ms:.3f}'}" for name, ms in (left, right)]
+        lines.append(f"| {cells[0]} | {cells[1]} |")
+    lines += [
+        "",
+        "The same augmentation on both sides:",
+        "",
+        "| vitlab | timm |",
+        "|---|---|",
+        *[f"| {mine_setting} | {their_setting} |" for mine_setting, their_setting in settings],
+        "",
+        results["gpu_feed"],
+    ]
+    return "\n".join(lines) + "\n"
