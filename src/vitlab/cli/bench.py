@@ -10,7 +10,6 @@ EXAMPLES = (  # the end of --help
     "vitlab bench Ti/16:infer:fp32",
     "vitlab bench --preset tiny --out build/bench",
     "vitlab bench B/16:train:bf16:8:vitlab,timm --device cuda",
-    "vitlab bench --pipeline train-input --out build/bench-input",
 )
 
 
