@@ -6,7 +6,8 @@
 Reports images/s, peak memory, and model FLOPs utilisation against both the measured bf16 GEMM peak
 and the GPU's nominal dense bf16 peak (H200: ~790 TFLOP/s, pass --nominal-tflops for another GPU).
 Writes bench.json and bench.md like `vitlab bench`, plus summary.txt with the MFU against the
-nominal peak. vitlab runs from source but imports its dependencies (pyproject.toml) and timm; on a
+nominal peak. It also times the input pipeline that decodes and augments on the device against the CPU
+one and compares their outputs (gpu_input.py; --no-input skips it). vitlab runs from source but imports its dependencies (pyproject.toml) and timm; on a
 machine without a network, install them into a folder beforehand and put it on PYTHONPATH:
 `pip install --target DIR --python-version 3.12 --only-binary=:all: timm safetensors ...`.
 """
@@ -20,6 +21,8 @@ from pathlib import Path
 
 import torch
 
+from .gpu_input import input_section
+from .gpu_input import summary_lines as input_summary
 from .harness import BenchConfig, CaseSpec, run_bench
 from .report import write
 from .steps import Case
@@ -58,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--modes", default=",".join(MODES), help="comma-separated modes to try")
     parser.add_argument("--nominal-tflops", type=float, default=H200_BF16_TFLOPS)
+    parser.add_argument("--no-input", action="store_true", help="skip the input pipeline's timing and comparison")
     parser.add_argument("--out", default="build/bench-gpu")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
@@ -73,6 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     results = run_bench(config)
     lines = summary(results, args.nominal_tflops)
+    if not args.no_input:
+        results["input_pipeline"] = input_section(Path(args.out) / "images", torch.device(args.device), args.tiny)
+        lines += input_summary(results["input_pipeline"])
     results["summary"] = lines
     json_path, md_path = write(results, args.out)
     (Path(args.out) / "summary.txt").write_text("\n".join(lines) + "\n")

@@ -50,6 +50,7 @@ FLAG_KEYS = {
     "trainable_blocks": "model.trainable_blocks",
     "reprob": "augment.reprob",
     "repeats": "augment.repeats",
+    "decode_device": "data.decode_device",
 }
 # What a run keeps and logs besides the last model (vitlab.train.best, vitlab.train.run_logs).
 FLAG_KEYS.update(
@@ -211,6 +212,14 @@ def _add_training_flags(parser: argparse.ArgumentParser) -> None:
         "--mpp-target",
         choices=typing.get_args(MppTarget),
         help="mpp's target: the 3-bit mean colour (default, the paper's), a 4x4 patch of 3-bit colours, L2 on pixels",
+    )
+    parser.add_argument(
+        "--gpu-decode",
+        dest="decode_device",
+        action="store_const",
+        const="cuda",
+        help="decode JPEGs, crop, flip and normalise on the training GPU (data.decode_device=cuda); "
+        "a run on the CPU falls back to the CPU pipeline and logs it",
     )
     _add_outputs_flags(parser)
 

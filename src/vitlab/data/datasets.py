@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -111,8 +112,15 @@ class EncodedImages(LabelledImages):
         self._failed: set[int] = set()  # per process: each DataLoader worker holds its own copy
 
     def read(self, source: Any) -> Image.Image:
-        """Decode one image; subclasses that store bytes elsewhere override this."""
+        """Decode one image; subclasses that store bytes elsewhere override this and `encoded`."""
         return read_image(source)
+
+    def encoded(self, source: Any) -> bytes:
+        """The file's bytes, undecoded (for decoding on the training device: device_decode.py)."""
+        try:
+            return Path(source).read_bytes()
+        except OSError as error:
+            raise BadImageError(str(source), f"cannot read file ({error.strerror or error})") from None
 
     def check(self, source: Any, decode: bool) -> None:
         """Raise BadImageError if `source` cannot be used (`decode=False`: headers only)."""
@@ -129,17 +137,21 @@ class EncodedImages(LabelledImages):
         return len(self.sources)
 
     def __getitem__(self, index: int) -> tuple[Any, int]:
+        return self.first_readable(index, self.read, self.transform)
+
+    def first_readable(self, index: int, read: Callable[[Any], Any], transform: Callable | None) -> tuple[Any, int]:
+        """(transform(read(source)), label) of image `index`, or of the next one that `read` can read."""
         for offset in range(len(self.sources)):
             candidate = (index + offset) % len(self.sources)
             if candidate in self._failed:
                 continue
             try:
-                image = self.read(self.sources[candidate])
+                image = read(self.sources[candidate])
             except BadImageError as error:
                 self._record_failure(candidate, error)
                 continue
             label = self.labels[candidate]
-            return (self.transform(image) if self.transform else image), label
+            return (transform(image) if transform else image), label
         raise TooManyBadImagesError(f"no image in {self.description} can be decoded")
 
     def _record_failure(self, index: int, error: BadImageError) -> None:

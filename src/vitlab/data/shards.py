@@ -58,6 +58,9 @@ class ShardImages(EncodedImages):
     def read(self, source: Member):
         return read_image(read_member(source), name=str(source))
 
+    def encoded(self, source: Member) -> bytes:
+        return read_member(source)
+
     def check(self, source: Member, decode: bool) -> None:
         check_image(read_member(source), name=str(source), decode=decode)
 

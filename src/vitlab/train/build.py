@@ -11,9 +11,12 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from vitlab.data import DataSplits, load_datasets
+from vitlab.data.datasets import EncodedImages, LabelledImages
+from vitlab.data.device_decode import DeviceDecodedImages, DrawCrop, device_transform, unsupported_augmentation
 from vitlab.data.transforms import eval_transform, resolve_preprocessing, train_transform
 from vitlab.model import BiTConfig, BiTResNet, ConfigError, VisionTransformer, ViTConfig, config_for, create_untrained
 from vitlab.model.budget import check_memory
+from vitlab.model.runtime import resolve_device
 from vitlab.weights import load
 
 from .config import ModelSpec, TrainConfig
@@ -42,6 +45,12 @@ def check_run(config: TrainConfig, architecture: ViTConfig | BiTConfig | None = 
         raise ConfigError("run.keep_best_by: writing DIR/best/ needs the whole model, not run.data_parallel=fsdp")
     if config.objective.name == "mpp" and from_environment().world_size > 1:  # objectives.py calls the model itself
         raise ConfigError("objective.name=mpp: masked patch prediction runs in one process; not under torchrun")
+    unsupported = unsupported_augmentation(config.augment) if config.data.decode_device == "cuda" else None
+    if unsupported:
+        raise ConfigError(
+            f"augment.{unsupported}: data.decode_device='cuda' crops, flips and normalises on the GPU only; "
+            f"{unsupported} runs in the CPU pipeline (data.decode_device='cpu')"
+        )
     if config.run.early_stop_patience and from_environment().world_size > 1:
         raise ConfigError("run.early_stop_patience: early stopping runs in one process; not under torchrun")
     return config
@@ -70,9 +79,11 @@ def build_model_and_data(
     preprocessing = resolve_preprocessing(
         vit_config.preprocessing, mean=data.mean, std=data.std, crop_pct=data.crop_pct, interpolation=data.interpolation
     )
+    cpu_transform = train_transform(vit_config.image_size, preprocessing, config.augment)
+    on_device = data.decode_device == "cuda" and decodes_on_cuda(config)
     splits = load_datasets(
         data.source,
-        train_transform(vit_config.image_size, preprocessing, config.augment),
+        device_transform(vit_config.image_size, preprocessing, config.augment) if on_device else cpu_transform,
         eval_transform(vit_config.image_size, preprocessing),
         val_fraction=data.val_fraction,
         seed=config.run.seed,
@@ -82,6 +93,11 @@ def build_model_and_data(
         dev_split=data.dev_split,
         max_bad_fraction=data.max_bad_fraction,
     )
+    if on_device and not isinstance(splits.train, EncodedImages):
+        log.warning(
+            "data.decode_device='cuda': %s holds decoded pixels, so the CPU pipeline augments them", data.source
+        )
+        splits.train.transform = cpu_transform
     test_set = None
     if splits.dev is not None:  # paper Appendix B.1.1 / Keras validation_split: validate on a dev split
         test_set, splits.val = splits.val, splits.dev
@@ -136,6 +152,15 @@ def build_model_and_data(
     return model.train(), splits, test_set
 
 
+def decodes_on_cuda(config: TrainConfig) -> bool:
+    """Whether data.decode_device='cuda' can be honoured: the run trains on a CUDA GPU. Otherwise the CPU
+    pipeline decodes, and one line of the log says so (a config written for a GPU machine still runs)."""
+    if resolve_device(config.run.device).type == "cuda":
+        return True
+    log.warning("data.decode_device='cuda': the run trains on the CPU (no CUDA GPU), so the CPU pipeline decodes")
+    return False
+
+
 def steps_per_epoch(config: TrainConfig, train_images: int) -> int:
     """Optimiser steps in one pass over the training images (a last partial batch is dropped)."""
     steps = train_images // config.data.batch_size
@@ -152,10 +177,23 @@ def build_loaders(
 ) -> tuple[DataLoader, DataLoader, DataLoader | None]:
     """The training loader (micro-batches in the resumable order), the validation and the test loader."""
     micro, workers = config.micro_batch_size, config.data.workers
+    train_set: LabelledImages | DeviceDecodedImages = splits.train
+    collate = None
+    if isinstance(splits.train.transform, DrawCrop):  # data.decode_device='cuda' on a CUDA run (device_decode.py)
+        assert isinstance(splits.train, EncodedImages), splits.train
+        train_set = DeviceDecodedImages(splits.train)
+        collate = train_set.collate()
     eval_batch = config.data.eval_batch_size or 2 * micro
     return (
         train_loader(
-            splits.train, micro, config.run.seed, workers, pin_memory, processes, repeats=config.augment.repeats
+            train_set,
+            micro,
+            config.run.seed,
+            workers,
+            pin_memory,
+            processes,
+            repeats=config.augment.repeats,
+            collate=collate,
         ),
         eval_loader(splits.val, eval_batch, workers, pin_memory),
         eval_loader(test_set, eval_batch, workers, pin_memory) if test_set is not None else None,

@@ -51,6 +51,7 @@ ObjectiveName = Literal["classify", "mpp"]  # what a run learns from its images 
 # Masked patch prediction's targets (paper Appendix B.1.2): the 3-bit mean colour (the paper's), a
 # 4x4 downsized patch of 3-bit colours, or L2 regression of the whole patch (masked_patch.py).
 MppTarget = Literal["mean-color", "4x4", "l2"]
+DecodeDevice = Literal["cpu", "cuda"]  # where training images are decoded and augmented (data.decode_device)
 
 
 @dataclass
@@ -126,6 +127,9 @@ class DataSpec:
     std: tuple[float, float, float] | None = None
     crop_pct: float | None = None
     interpolation: Interpolation | None = None
+    # "cuda": decode JPEGs, crop, flip and normalise on the training GPU (data/device_decode.py); a run
+    # that trains on the CPU, or whose source holds decoded pixels, uses the CPU pipeline and logs it.
+    decode_device: DecodeDevice = "cpu"
 
 
 @dataclass

@@ -19,7 +19,7 @@ from __future__ import annotations
 import atexit
 import signal
 import weakref
-from collections.abc import Iterator, Sized
+from collections.abc import Callable, Iterator, Sized
 from typing import Any, Protocol
 
 import torch
@@ -160,9 +160,11 @@ def train_loader(
     pin_memory: bool,
     processes: Processes = Processes(),
     repeats: int = 1,
+    collate: Callable[[list], Any] | None = None,
 ) -> DataLoader:
     """Micro-batches of the training split in the resumable seeded order (last partial batch dropped);
-    under torchrun, this process's slice of each (see distributed.py)."""
+    under torchrun, this process's slice of each (see distributed.py). `collate`: the DataLoader's
+    collate_fn (None: torch's default)."""
     sampler = EpochSampler(len(dataset), seed, repeats)
     # BatchSampler groups any keys; torch's stubs type its sampler as one of int indices.
     whole = BatchSampler(sampler, micro_batch, drop_last=True)  # type: ignore[arg-type]
@@ -171,7 +173,12 @@ def train_loader(
         check_batch(micro_batch, processes)
         batches = RankSlices(whole, processes, strided=repeats > 1)
     return _tracked(
-        DataLoader(SeededSamples(dataset, seed), batch_sampler=batches, **_loader_options(workers, pin_memory))
+        DataLoader(
+            SeededSamples(dataset, seed),
+            batch_sampler=batches,
+            collate_fn=collate,
+            **_loader_options(workers, pin_memory),
+        )
     )
 
 

@@ -1,0 +1,118 @@
+"""The device input pipeline (data/device_decode.py) against the CPU one: outputs compared, and timed.
+
+Both pipelines get the same samples under the same seeds, so the same crops and flips; what differs is
+the decoder (nvJPEG on a GPU against libjpeg-turbo through PIL: each rounds its inverse DCT and
+upsamples chroma its own way) and the resize (torch's antialiased bicubic against PIL's: the same
+kernel, a = -0.5, rounded differently). Neither shifts a picture, so the differences are a level or two
+of 255 on most pixels and larger only along sharp edges of the chroma planes. TOLERANCE states what
+the comparison accepts, in levels of 255 (before normalisation).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from vitlab.data.datasets import EncodedImages
+from vitlab.data.device_decode import DeviceDecodedImages, device_transform
+from vitlab.data.transforms import train_transform
+from vitlab.model.config import Preprocessing
+from vitlab.train.config import AugmentSpec
+from vitlab.train.loader import train_loader
+
+from .machine import synchronize
+
+# Mean |difference| over all values, and the share of values more than OUTLIER levels apart.
+TOLERANCE = {"mean_levels": 2.0, "outlier_levels": 16.0, "outlier_fraction": 0.01}
+AUGMENT = AugmentSpec(crop_scale=(0.35, 1.0), hflip=True)  # small-data's crop and flip, which the device runs
+
+
+def _datasets(files: list[str], image_size: int) -> tuple[EncodedImages, DeviceDecodedImages]:
+    preprocessing, size = Preprocessing(), (image_size, image_size)
+    labels = [0] * len(files)
+    cpu = EncodedImages(files, labels, train_transform(size, preprocessing, AUGMENT))
+    device = EncodedImages(files, labels, device_transform(size, preprocessing, AUGMENT))
+    return cpu, DeviceDecodedImages(device)
+
+
+def compare_pipelines(files: list[str], image_size: int, device: torch.device, seed: int = 0) -> dict:
+    """The CPU pipeline's batch against the device pipeline's, of the same samples, in levels of 255."""
+    cpu, on_device = _datasets(files, image_size)
+    expected, _ = next(iter(train_loader(cpu, len(files), seed, 0, False)))
+    batch, _ = next(iter(train_loader(on_device, len(files), seed, 0, False, collate=on_device.collate())))
+    got = batch.to(device).cpu()
+    levels = (got - expected).abs() * 0.5 * 255  # the default std 0.5 undone
+    result = {
+        "images": len(files),
+        "mean_levels": levels.mean().item(),
+        "max_levels": levels.max().item(),
+        "outlier_fraction": (levels > TOLERANCE["outlier_levels"]).float().mean().item(),
+        "tolerance": TOLERANCE,
+    }
+    result["within_tolerance"] = (
+        result["mean_levels"] <= TOLERANCE["mean_levels"]
+        and result["outlier_fraction"] <= TOLERANCE["outlier_fraction"]
+    )
+    return result
+
+
+def time_pipelines(files: list[str], image_size: int, device: torch.device, batch: int, rounds: int) -> dict:
+    """Images/s of the device pipeline's decode-and-augment step (the bytes already read, as the loader's
+    workers hand them over) and of the CPU pipeline in this process, median of `rounds`."""
+    cpu, on_device = _datasets(files, image_size)
+    encoded = next(iter(train_loader(on_device, batch, 0, 0, False, collate=on_device.collate())))[0]
+    cpu_loader = train_loader(cpu, batch, 0, 0, False)
+
+    def device_step() -> None:
+        encoded.to(device)
+
+    def cpu_step() -> None:
+        next(iter(cpu_loader))
+
+    seconds: dict[str, list[float]] = {"device": [], "cpu": []}
+    for step in (device_step, cpu_step):
+        step()  # warm-up (nvJPEG's handles, the first kernels)
+    for _ in range(rounds):
+        for name, step in (("device", device_step), ("cpu", cpu_step)):
+            synchronize(device)
+            start = time.perf_counter()
+            step()
+            synchronize(device)
+            seconds[name].append(time.perf_counter() - start)
+    return {
+        "batch": batch,
+        "device": str(device),
+        "device_images_per_s": batch / statistics.median(seconds["device"]),
+        "cpu_images_per_s_one_process": batch / statistics.median(seconds["cpu"]),
+        "torch_threads": torch.get_num_threads(),
+    }
+
+
+def input_section(folder: Path, device: torch.device, tiny: bool) -> dict:
+    """Write the files, compare the pipelines and time them: gpu.py's input-pipeline part."""
+    from .input_pipeline import write_photos
+
+    count, size, batch = (4, 32, 4) if tiny else (256, 224, 128)
+    files = [path for path, _ in write_photos(folder, count, classes=1)]
+    return {
+        "comparison": compare_pipelines(files, size, device),
+        "timing": time_pipelines(files, size, device, batch, rounds=2 if tiny else 5),
+        "image_size": size,
+    }
+
+
+def summary_lines(section: dict) -> list[str]:
+    comparison, timing = section["comparison"], section["timing"]
+    verdict = "within" if comparison["within_tolerance"] else "OUTSIDE"
+    return [
+        f"input pipeline at {section['image_size']} px, batch {timing['batch']}: decode + crop + flip + normalise on "
+        f"{timing['device']} {timing['device_images_per_s']:.0f} images/s; CPU pipeline in one process "
+        f"({timing['torch_threads']} threads) {timing['cpu_images_per_s_one_process']:.0f} images/s",
+        f"  device vs CPU pipeline on {comparison['images']} images: mean {comparison['mean_levels']:.2f} levels of "
+        f"255, max {comparison['max_levels']:.0f}, {100 * comparison['outlier_fraction']:.2f}% of values above "
+        f"{TOLERANCE['outlier_levels']:.0f} levels: {verdict} the tolerance (mean <= {TOLERANCE['mean_levels']}, "
+        f"<= {100 * TOLERANCE['outlier_fraction']:.0f}% above {TOLERANCE['outlier_levels']:.0f})",
+    ]

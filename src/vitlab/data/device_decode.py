@@ -1,0 +1,212 @@
+"""The training pipeline with decoding on the training device (data.decode_device="cuda").
+
+The loader's workers only read each file's bytes and header and draw the sample's random crop and
+flip, under the sample's seed (train/loader.py) and with the same draws as the CPU pipeline's
+v2.RandomResizedCrop and v2.RandomHorizontalFlip, so a sample gets the same crop either way. The
+batch moves to the GPU as an EncodedBatch: its `.to(device)` decodes the JPEGs there in one call
+(torchvision.io.decode_jpeg, nvJPEG on CUDA), applies each file's EXIF orientation, crops, resizes
+(antialiased bicubic, as PIL's), flips and normalises, and returns the (B, 3, H, W) float batch the
+trainer expects. Files that are not JPEG are decoded on the CPU (torchvision.io.decode_image).
+
+Only crop, flip and normalisation run there: RandAugment, the Keras rotation and zoom and random
+erasing are PIL or per-sample CPU operations, and a run that asks for them is refused
+(`unsupported_augmentation`). `device="cpu"` runs the same code on the CPU, which is how it is tested
+without a GPU.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from PIL import Image
+from torchvision.io import ImageReadMode, decode_image, decode_jpeg
+from torchvision.transforms import InterpolationMode, v2
+from torchvision.transforms.v2 import functional as F
+
+from .datasets import EncodedImages
+from .images import BadImageError, check_size
+
+JPEG_MAGIC = b"\xff\xd8"
+EXIF_ORIENTATION = 0x0112
+
+
+@dataclass(frozen=True)
+class EncodedSample:
+    """One file's bytes and the crop (top, left, height, width, in the oriented image) and flip drawn for it."""
+
+    data: torch.Tensor  # uint8 (N,), the encoded file
+    name: str  # the file, for errors
+    orientation: int  # EXIF orientation 1-8 (1: as stored)
+    box: tuple[int, int, int, int]
+    flip: bool
+
+
+def device_transform(image_size: tuple[int, int], preprocessing: Any, augment: Any) -> DrawCrop:
+    """The training transform of the device pipeline (in place of transforms.train_transform)."""
+    pipeline = DevicePipeline(image_size, preprocessing.mean, preprocessing.std, preprocessing.interpolation)
+    return DrawCrop(augment.crop_scale, augment.crop_ratio, augment.hflip, pipeline)
+
+
+def unsupported_augmentation(augment: Any) -> str | None:
+    """The first augmentation field the device pipeline does not run, or None."""
+    for name in ("randaugment", "rotation", "zoom", "reprob"):
+        if getattr(augment, name):
+            return name
+    return None
+
+
+class DrawCrop:
+    """In the worker: header -> the sample's crop and flip, drawn as v2.RandomResizedCrop and
+    v2.RandomHorizontalFlip draw them (the same generator calls, in the same order)."""
+
+    def __init__(
+        self, scale: tuple[float, float], ratio: tuple[float, float], hflip: bool, pipeline: DevicePipeline
+    ) -> None:
+        self.crop = v2.RandomResizedCrop(1, scale=scale, ratio=ratio)  # only its make_params is used
+        self.hflip, self.pipeline = hflip, pipeline
+
+    def __call__(self, header: Any) -> EncodedSample:  # read_header's (bytes, width, height, orientation, name)
+        data, width, height, orientation, name = header
+        shape_only = torch.empty(1, 1, 1).expand(3, height, width)  # what make_params reads: the size
+        params = self.crop.make_params([shape_only])
+        flip = self.hflip and bool(torch.rand(1) < 0.5)  # v2's RandomHorizontalFlip: flips unless rand >= p
+        box = (params["top"], params["left"], params["height"], params["width"])
+        tensor = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+        return EncodedSample(tensor, name, orientation, box, flip)
+
+
+def read_header(data: bytes, name: str) -> tuple[bytes, int, int, int, str]:
+    """(bytes, width, height after the EXIF orientation, orientation, name); BadImageError as read_image."""
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            check_size(image.width, image.height, name)
+            orientation = int(image.getexif().get(EXIF_ORIENTATION, 1))
+            width, height = image.size
+    except BadImageError:
+        raise
+    except Exception as error:
+        raise BadImageError(name, str(error) or type(error).__name__) from None
+    orientation = orientation if 1 <= orientation <= 8 else 1
+    if orientation >= 5:  # turned by 90 degrees: width and height swap
+        width, height = height, width
+    return data, width, height, orientation, name
+
+
+class DeviceDecodedImages(torch.utils.data.Dataset):
+    """`dataset`'s images as EncodedSamples (bytes, crop, flip), unreadable files skipped as EncodedImages
+    skips them; the dataset's transform is the DrawCrop (`device_transform`)."""
+
+    def __init__(self, dataset: EncodedImages) -> None:
+        assert isinstance(dataset.transform, DrawCrop), dataset.transform
+        self.dataset: EncodedImages = dataset
+        self.draw: DrawCrop = dataset.transform
+
+    def collate(self) -> CollateEncoded:
+        return CollateEncoded(self.draw.pipeline)
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int) -> tuple[EncodedSample, int]:
+        dataset = self.dataset
+        return dataset.first_readable(
+            index, lambda source: read_header(dataset.encoded(source), str(source)), self.draw
+        )
+
+
+def orient(image: torch.Tensor, orientation: int) -> torch.Tensor:
+    """(C, H, W) as stored -> as shown: EXIF orientation 2-8, as PIL's ImageOps.exif_transpose."""
+    if orientation == 2:
+        return image.flip(-1)
+    if orientation == 3:
+        return image.flip(-1, -2)
+    if orientation == 4:
+        return image.flip(-2)
+    if orientation == 5:
+        return image.transpose(-1, -2)
+    if orientation == 6:
+        return torch.rot90(image, -1, (-2, -1))
+    if orientation == 7:
+        return image.transpose(-1, -2).flip(-1, -2)
+    if orientation == 8:
+        return torch.rot90(image, 1, (-2, -1))
+    return image
+
+
+def _decode_one(sample: EncodedSample, device: torch.device, jpeg: bool) -> torch.Tensor:
+    """One file on `device` (a JPEG) or on the CPU (anything else), or BadImageError naming it."""
+    try:
+        if jpeg:
+            return decode_jpeg(sample.data, mode=ImageReadMode.RGB, device=device)
+        return decode_image(sample.data, mode=ImageReadMode.RGB).to(device)
+    except RuntimeError as error:
+        raise BadImageError(sample.name, f"cannot be decoded on {device} ({error})") from None
+
+
+@dataclass
+class DevicePipeline:
+    """What EncodedBatch.to does after decoding: the crop's output size and the normalisation."""
+
+    size: tuple[int, int]
+    mean: Sequence[float]
+    std: Sequence[float]
+    interpolation: str = "bicubic"
+
+    def decode(self, samples: Sequence[EncodedSample], device: torch.device) -> list[torch.Tensor]:
+        """uint8 (3, H, W) per sample on `device`: the JPEGs in one decode_jpeg call, the rest on the CPU."""
+        jpegs = [i for i, s in enumerate(samples) if bytes(s.data[:2].tolist()) == JPEG_MAGIC]
+        images: list[torch.Tensor | None] = [None] * len(samples)
+        decoded: list[torch.Tensor] = []
+        try:
+            if jpegs:
+                decoded = decode_jpeg([samples[i].data for i in jpegs], mode=ImageReadMode.RGB, device=device)
+        except RuntimeError:  # one file of the batch: which (a header check passes a truncated JPEG)
+            decoded = [_decode_one(samples[i], device, jpeg=True) for i in jpegs]
+        for i, image in zip(jpegs, decoded):
+            images[i] = image
+        for i, sample in enumerate(samples):
+            if images[i] is None:
+                images[i] = _decode_one(sample, device, jpeg=False)
+        return [orient(image, s.orientation) for image, s in zip(images, samples) if image is not None]
+
+    def __call__(self, samples: Sequence[EncodedSample], device: torch.device) -> torch.Tensor:
+        mode = InterpolationMode(self.interpolation)
+        crops = []
+        for image, sample in zip(self.decode(samples, device), samples):
+            top, left, height, width = sample.box
+            crop = F.resized_crop(image, top, left, height, width, list(self.size), interpolation=mode, antialias=True)
+            crops.append(crop.flip(-1) if sample.flip else crop)
+        batch = torch.stack(crops).to(torch.float32).mul_(1.0 / 255)  # ToNormalized's arithmetic, on the batch
+        mean = torch.tensor([float(m) for m in self.mean], device=batch.device).view(1, -1, 1, 1)
+        std = torch.tensor([float(s) for s in self.std], device=batch.device).view(1, -1, 1, 1)
+        return batch.sub_(mean).div_(std)
+
+
+class EncodedBatch:
+    """A batch of EncodedSamples from the loader; `.to(device)` is the decoded, augmented (B, 3, H, W) batch."""
+
+    def __init__(self, samples: list[EncodedSample], pipeline: DevicePipeline) -> None:
+        self.samples, self.pipeline = samples, pipeline
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def pin_memory(self) -> EncodedBatch:  # the DataLoader's pin_memory thread calls this; bytes stay as they are
+        return self
+
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> torch.Tensor:
+        return self.pipeline(self.samples, torch.device(device))
+
+
+class CollateEncoded:
+    """The DataLoader's collate_fn: [(EncodedSample, label)] -> (EncodedBatch, labels (B,))."""
+
+    def __init__(self, pipeline: DevicePipeline) -> None:
+        self.pipeline = pipeline
+
+    def __call__(self, items: list[tuple[EncodedSample, int]]) -> tuple[EncodedBatch, torch.Tensor]:
+        return EncodedBatch([s for s, _ in items], self.pipeline), torch.tensor([label for _, label in items])
