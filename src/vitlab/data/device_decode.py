@@ -138,13 +138,18 @@ def orient(image: torch.Tensor, orientation: int) -> torch.Tensor:
 
 
 def _decode_one(sample: EncodedSample, device: torch.device, jpeg: bool) -> torch.Tensor:
-    """One file on `device` (a JPEG) or on the CPU (anything else), or BadImageError naming it."""
-    try:
-        if jpeg:
+    """One file on `device` (a JPEG) or on the CPU (anything else, and a JPEG that nvJPEG refuses, such as
+    some CMYK ones), or BadImageError naming it."""
+    if jpeg:
+        try:
             return decode_jpeg(sample.data, mode=ImageReadMode.RGB, device=device)
+        except RuntimeError:
+            pass
+    try:
         return decode_image(sample.data, mode=ImageReadMode.RGB).to(device)
     except RuntimeError as error:
-        raise BadImageError(sample.name, f"cannot be decoded on {device} ({error})") from None
+        reason = str(error).split(", ", 2)[-1].splitlines()[0][:200]  # torchvision's "function, source:line, why"
+        raise BadImageError(sample.name, f"cannot be decoded ({reason})") from None
 
 
 @dataclass
