@@ -32,6 +32,9 @@ def test_smallest_run_measures_both_sides_and_renders_the_section(smallest):
     assert {"decode", "RandomResizedCrop", "RandAugment", "ToNormalized"} <= set(stages["vitlab"])
     assert {"decode", "RandAugment", "Normalize"} <= set(stages["timm"])
     assert all(ms > 0 for ms in stages["vitlab"].values())
+    operations = results["randaugment_ms_per_op"]
+    assert len(operations) == 15 and all(ms["vitlab"] > 0 and ms["timm"] > 0 for ms in operations.values())
+    assert f"| Rotate | {operations['Rotate']['vitlab']:.3f} |" in results["markdown"]
     assert f"| vitlab | {per_core['vitlab']:.1f} | {results['vitlab_over_timm']:.2f}x" in results["markdown"]
     assert "not reported until the GPU bench" in results["markdown"]
 

@@ -44,6 +44,7 @@ from vitlab.train.recipes import get_recipe
 
 from .feeding import gpu_feed_line
 from .machine import describe, load_average
+from .randaugment_ops import op_times
 from .timing import interleaved
 
 log = logging.getLogger("vitlab")
@@ -62,7 +63,7 @@ class PipelineConfig:
     classes: int = 4
     batch: int = 32
     batches_per_round: int = 2
-    rounds: int = 5
+    rounds: int = 7
     workers: int = 0  # 0: all in this process, one thread: images/s per core
     profile_images: int = 32
     benchmarks: str = "docs/benchmarks"  # where a GPU bench JSON with a B/16 training step would be
@@ -240,6 +241,10 @@ def run_pipeline_bench(config: PipelineConfig, out: Path) -> dict:
         "vitlab": profile(read_image, train_transform(config.image_size, preprocessing, augment), paths),
         "timm": profile(lambda path: Image.open(path).convert("RGB"), timm_transform, paths),
     }
+    randaugment_ops = None
+    if augment.randaugment is not None:
+        crop = read_image(paths[0]).resize((config.image_size, config.image_size), Image.Resampling.BICUBIC)
+        randaugment_ops = op_times(crop, augment.randaugment[1], preprocessing.interpolation)
     cores = max(1, config.workers)
     per_core = {name: value / cores for name, value in speed.items()}
     results: dict[str, Any] = {
@@ -256,6 +261,7 @@ def run_pipeline_bench(config: PipelineConfig, out: Path) -> dict:
         "vitlab_over_timm": speed["vitlab"] / speed["timm"],
         "vitlab_over_timm_with_mixing": speed["vitlab with mixing"] / speed["timm with mixing"],
         "profile_ms_per_image": stages,
+        "randaugment_ms_per_op": randaugment_ops,
     }
     results["gpu_feed"] = gpu_feed_line(Path(config.benchmarks), per_core["vitlab"])
     from .input_report import markdown

@@ -44,6 +44,18 @@ def markdown(results: dict, settings: tuple[tuple[str, str], ...]) -> str:
         right = theirs[index] if index < len(theirs) else ("", None)
         cells = [f"{name} | {'' if ms is None else f'{ms:.3f}'}" for name, ms in (left, right)]
         lines.append(f"| {cells[0]} | {cells[1]} |")
+    if results.get("randaugment_ms_per_op"):
+        lines += [
+            "",
+            f"Each RandAugment operation on one {config['image_size']} px crop (always applied, the fastest of 15 calls):",
+            "",
+            "| operation | vitlab ms | timm ms |",
+            "|---|---:|---:|",
+            *[
+                f"| {name} | {ms['vitlab']:.3f} | {ms['timm']:.3f} |"
+                for name, ms in results["randaugment_ms_per_op"].items()
+            ],
+        ]
     lines += [
         "",
         "The same augmentation on both sides:",
