@@ -11,7 +11,8 @@ trainer expects. Files that are not JPEG are decoded on the CPU (torchvision.io.
 Only crop, flip and normalisation run there: RandAugment, the Keras rotation and zoom and random
 erasing are PIL or per-sample CPU operations, and a run that asks for them is refused
 (`unsupported_augmentation`). `device="cpu"` runs the same code on the CPU, which is how it is tested
-without a GPU.
+without a GPU. (torchvision 0.29 marks its decoders deprecated in favour of TorchCodec, which vitlab does
+not depend on; they work as before.)
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from torchvision.transforms.v2 import functional as F
 
 from .datasets import EncodedImages
 from .images import BadImageError, check_size
+from .transforms import size_pair
 
 JPEG_MAGIC = b"\xff\xd8"
 EXIF_ORIENTATION = 0x0112
@@ -45,9 +47,9 @@ class EncodedSample:
     flip: bool
 
 
-def device_transform(image_size: tuple[int, int], preprocessing: Any, augment: Any) -> DrawCrop:
+def device_transform(image_size: int | tuple[int, int], preprocessing: Any, augment: Any) -> DrawCrop:
     """The training transform of the device pipeline (in place of transforms.train_transform)."""
-    pipeline = DevicePipeline(image_size, preprocessing.mean, preprocessing.std, preprocessing.interpolation)
+    pipeline = DevicePipeline(size_pair(image_size), preprocessing.mean, preprocessing.std, preprocessing.interpolation)
     return DrawCrop(augment.crop_scale, augment.crop_ratio, augment.hflip, pipeline)
 
 

@@ -31,7 +31,7 @@ INTERPOLATIONS = {name: InterpolationMode(name) for name in INTERPOLATION_NAMES}
 PIL_INTERPOLATIONS = {name: Image.Resampling[name.upper()] for name in INTERPOLATION_NAMES}
 
 
-def _size_pair(image_size: int | Sequence[int]) -> tuple[int, int]:
+def size_pair(image_size: int | Sequence[int]) -> tuple[int, int]:
     if isinstance(image_size, int):
         pair: tuple[int, ...] = (image_size, image_size)
     else:
@@ -64,7 +64,7 @@ def build_transforms(
     8x8 digits want `crop_pct=1.0` and a gentle `scale` such as (0.6, 1.0): the default area range
     would crop single strokes.
     """
-    height, width = _size_pair(image_size)
+    height, width = size_pair(image_size)
     if interpolation not in INTERPOLATIONS:
         raise ValueError(f"unknown interpolation {interpolation!r}; choose one of {sorted(INTERPOLATIONS)}")
     if not crop_pct_ok(crop_pct):
