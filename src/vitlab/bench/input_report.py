@@ -6,7 +6,8 @@ from __future__ import annotations
 def markdown(results: dict, settings: tuple[tuple[str, str], ...]) -> str:
     config, machine, augment = results["config"], results["machine"], results["augment"]
     per_core = results["images_per_s_per_core"]
-    where = "in one process on one thread" if not config["workers"] else f"in {config['workers']} worker processes"
+    workers = config["workers"]
+    where = f"in {workers} worker process{'es' if workers > 1 else ''}" if workers else "in one process on one thread"
     lines = [
         "### Training input pipeline per core: vitlab against timm",
         "",
