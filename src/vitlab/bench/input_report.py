@@ -30,8 +30,8 @@ def markdown(results: dict, settings: tuple[tuple[str, str], ...]) -> str:
         "The loader's batches are what its workers deliver; both vitlab's trainer and timm's train.py mix "
         "batches on the training device, so the mixing column adds a cost a GPU run does not pay on the CPU.",
         "",
-        "Where the time goes (milliseconds per image, one image at a time, "
-        f"{config['profile_images']} images; batching and mixing not included):",
+        "Where the time goes (milliseconds per image, one image at a time over "
+        f"{config['profile_images']} images, the fastest of 3 passes per stage; batching and mixing not included):",
         "",
         "| vitlab stage | ms | timm stage | ms |",
         "|---|---:|---|---:|",
