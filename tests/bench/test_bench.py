@@ -212,6 +212,6 @@ def test_gpu_script_runs_tiny_on_cpu(tmp_path, capsys):
     assert "of 790 TFLOP/s" in summary and "vitlab / timm = " in summary
     assert (tmp_path / "bench.json").exists()
     # The input pipeline decoding on the device (here the CPU) against the CPU one: timed, and the same images.
-    assert "input pipeline at 32 px, batch 4: decode + crop + flip + normalise on cpu" in summary
+    assert "input pipeline at 32 px, batch 4: decode + crop + flip + RandAugment + normalise on cpu" in summary
     comparison = json.loads((tmp_path / "bench.json").read_text())["input_pipeline"]["comparison"]
     assert comparison["within_tolerance"] and comparison["mean_levels"] < 0.5 and "within the tolerance" in summary

@@ -18,6 +18,8 @@ from vitlab.data.device_decode import (
     read_header,
     unsupported_augmentation,
 )
+from vitlab.data.randaugment import FILL, OPERATIONS
+from vitlab.data.tensor_randaugment import TENSOR_OPERATIONS
 
 PIXELS = np.random.default_rng(0).integers(0, 256, (5, 7, 3), dtype=np.uint8)  # not square: turns show
 
@@ -55,8 +57,26 @@ def test_unreadable_headers_and_files_are_named(kind):
         DevicePipeline((4, 4), (0.5,) * 3, (0.5,) * 3)([sample], torch.device("cpu"))
 
 
-def test_only_crop_and_flip_are_run_on_the_device():
-    plain = dict(randaugment=None, rotation=0.0, zoom=0.0, reprob=0.0)
+def test_the_keras_layers_and_erasing_are_not_run_on_the_device():
+    plain = dict(randaugment=(2, 10), rotation=0.0, zoom=0.0, reprob=0.0)
     assert unsupported_augmentation(SimpleNamespace(**plain)) is None
-    assert unsupported_augmentation(SimpleNamespace(**{**plain, "randaugment": (2, 10)})) == "randaugment"
+    assert unsupported_augmentation(SimpleNamespace(**{**plain, "zoom": 0.1})) == "zoom"
     assert unsupported_augmentation(SimpleNamespace(**{**plain, "reprob": 0.25})) == "reprob"
+
+
+@pytest.mark.parametrize("name", list(OPERATIONS))
+@pytest.mark.parametrize("sign", [1, -1])
+def test_each_tensor_operation_is_the_pil_ones(name, sign):
+    """Within rounding (and, for the geometric ones, the bicubic kernel's a) of the PIL operation."""
+    pil = Image.fromarray(PIXELS).resize((40, 32), Image.Resampling.BICUBIC)  # smooth: no aliasing to compare
+    tensor = torch.from_numpy(np.array(pil)).permute(2, 0, 1).contiguous()
+    operation, argument = OPERATIONS[name], OPERATIONS[name].level(9.0)
+    if operation.signed:
+        argument = sign * argument
+    expected = torch.from_numpy(np.array(operation.apply(pil, argument, Image.Resampling.BICUBIC, FILL)))
+    got = TENSOR_OPERATIONS[name](tensor, argument, "bicubic", FILL)
+    assert got.dtype == torch.uint8 and got.shape == tensor.shape
+    difference = (got.permute(1, 2, 0).float() - expected.float()).abs()
+    assert difference.mean() <= 1.0 and difference.max() <= 6, (difference.mean(), difference.max())
+    change = (expected.float() - torch.from_numpy(np.array(pil)).float()).abs().mean()
+    assert change < 1 or difference.mean() < change / 4, "closer to the input than to PIL's output"

@@ -63,6 +63,18 @@ def test_device_batches_decoded_on_the_cpu_are_the_cpu_pipelines(tmp_path):
         assert (batch - cpu_images).abs().max() * 0.5 * 255 <= 3.0
 
 
+def test_randaugment_on_the_device_draws_and_applies_the_cpu_pipelines_operations(tmp_path):
+    paths = write_files(tmp_path, 8)
+    augment = AugmentSpec(crop_scale=(0.35, 1.0), hflip=True, randaugment=(2, 10))
+    cpu = EncodedImages(paths, [0] * 8, train_transform(16, Preprocessing(), augment))
+    device = DeviceDecodedImages(EncodedImages(paths, [0] * 8, device_transform(16, Preprocessing(), augment)))
+    expected, _ = next(iter(train_loader(cpu, 8, 3, 0, False)))
+    batch, _ = next(iter(train_loader(device, 8, 3, 0, False, collate=device.collate())))
+    assert sum(len(sample.operations) for sample in batch.samples) >= 4  # 8 images x 2 draws at p 0.5
+    levels = (batch.to("cpu") - expected).abs() * 0.5 * 255
+    assert levels.mean() < 1.0 and (levels > 16).float().mean() < 0.01
+
+
 def test_the_comparison_sees_a_wrong_pipeline(tmp_path, monkeypatch):
     paths = write_files(tmp_path, 4)
     assert compare_pipelines(paths, 16, torch.device("cpu"))["within_tolerance"]
@@ -103,7 +115,7 @@ def test_on_a_cuda_run_the_loader_hands_over_encoded_batches(tmp_path, monkeypat
 
 
 @pytest.mark.fault("bad-config", kinds=1)
-@pytest.mark.parametrize("augment", [{"randaugment": (2, 10)}, {"reprob": 0.25}])
+@pytest.mark.parametrize("augment", [{"rotation": 10.0}, {"reprob": 0.25}])
 def test_augmentation_the_device_does_not_run_is_refused(tmp_path, augment):
     config = tiny_config(tmp_path, data={"decode_device": "cuda"}, augment={**PLAIN, **augment})
     with pytest.raises(ConfigError, match=f"augment.{next(iter(augment))}: data.decode_device='cuda'"):

@@ -5,12 +5,12 @@ flip, under the sample's seed (train/loader.py) and with the same draws as the C
 v2.RandomResizedCrop and v2.RandomHorizontalFlip, so a sample gets the same crop either way. The
 batch moves to the GPU as an EncodedBatch: its `.to(device)` decodes the JPEGs there in one call
 (torchvision.io.decode_jpeg, nvJPEG on CUDA), applies each file's EXIF orientation, crops, resizes
-(antialiased bicubic, as PIL's), flips and normalises, and returns the (B, 3, H, W) float batch the
-trainer expects. Files that are not JPEG are decoded on the CPU (torchvision.io.decode_image).
+(antialiased bicubic, as PIL's), flips, applies the RandAugment operations drawn for it
+(tensor_randaugment.py) and normalises, and returns the (B, 3, H, W) float batch the trainer expects.
+Files that are not JPEG are decoded on the CPU (torchvision.io.decode_image).
 
-Only crop, flip and normalisation run there: RandAugment, the Keras rotation and zoom and random
-erasing are PIL or per-sample CPU operations, and a run that asks for them is refused
-(`unsupported_augmentation`). `device="cpu"` runs the same code on the CPU, which is how it is tested
+The Keras rotation and zoom and random erasing run on the normalised CPU tensor and are not ported: a
+run that asks for them with device decoding is refused (`unsupported_augmentation`). `device="cpu"` runs the same code on the CPU, which is how it is tested
 without a GPU. (torchvision 0.29 marks its decoders deprecated in favour of TorchCodec, which vitlab does
 not depend on; they work as before.)
 """
@@ -30,6 +30,8 @@ from torchvision.transforms.v2 import functional as F
 
 from .datasets import EncodedImages
 from .images import BadImageError, check_size
+from .randaugment import FILL, RandAugment
+from .tensor_randaugment import apply_operations
 from .transforms import size_pair
 
 JPEG_MAGIC = b"\xff\xd8"
@@ -45,31 +47,42 @@ class EncodedSample:
     orientation: int  # EXIF orientation 1-8 (1: as stored)
     box: tuple[int, int, int, int]
     flip: bool
+    operations: tuple[tuple[str, Any], ...] = ()  # RandAugment's, as RandAugment.draw gave them
 
 
 def device_transform(image_size: int | tuple[int, int], preprocessing: Any, augment: Any) -> DrawCrop:
     """The training transform of the device pipeline (in place of transforms.train_transform)."""
     pipeline = DevicePipeline(size_pair(image_size), preprocessing.mean, preprocessing.std, preprocessing.interpolation)
-    return DrawCrop(augment.crop_scale, augment.crop_ratio, augment.hflip, pipeline)
+    randaugment = None
+    if augment.randaugment is not None:
+        num_ops, magnitude = augment.randaugment
+        randaugment = RandAugment(num_ops, magnitude)  # draws only; its fill and interpolation are the pipeline's
+    return DrawCrop(augment.crop_scale, augment.crop_ratio, augment.hflip, pipeline, randaugment)
 
 
 def unsupported_augmentation(augment: Any) -> str | None:
     """The first augmentation field the device pipeline does not run, or None."""
-    for name in ("randaugment", "rotation", "zoom", "reprob"):
+    for name in ("rotation", "zoom", "reprob"):
         if getattr(augment, name):
             return name
     return None
 
 
 class DrawCrop:
-    """In the worker: header -> the sample's crop and flip, drawn as v2.RandomResizedCrop and
-    v2.RandomHorizontalFlip draw them (the same generator calls, in the same order)."""
+    """In the worker: header -> the sample's crop, flip and RandAugment operations, drawn as
+    v2.RandomResizedCrop, v2.RandomHorizontalFlip and RandAugment draw them (the same generator calls,
+    in the same order)."""
 
     def __init__(
-        self, scale: tuple[float, float], ratio: tuple[float, float], hflip: bool, pipeline: DevicePipeline
+        self,
+        scale: tuple[float, float],
+        ratio: tuple[float, float],
+        hflip: bool,
+        pipeline: DevicePipeline,
+        randaugment: RandAugment | None = None,
     ) -> None:
         self.crop = v2.RandomResizedCrop(1, scale=scale, ratio=ratio)  # only its make_params is used
-        self.hflip, self.pipeline = hflip, pipeline
+        self.hflip, self.pipeline, self.randaugment = hflip, pipeline, randaugment
 
     def __call__(self, header: Any) -> EncodedSample:  # read_header's (bytes, width, height, orientation, name)
         data, width, height, orientation, name = header
@@ -77,8 +90,9 @@ class DrawCrop:
         params = self.crop.make_params([shape_only])
         flip = self.hflip and bool(torch.rand(1) < 0.5)  # v2's RandomHorizontalFlip: flips unless rand >= p
         box = (params["top"], params["left"], params["height"], params["width"])
+        operations = tuple(self.randaugment.draw()) if self.randaugment is not None else ()
         tensor = torch.frombuffer(bytearray(data), dtype=torch.uint8)
-        return EncodedSample(tensor, name, orientation, box, flip)
+        return EncodedSample(tensor, name, orientation, box, flip, operations)
 
 
 def read_header(data: bytes, name: str) -> tuple[bytes, int, int, int, str]:
@@ -186,7 +200,8 @@ class DevicePipeline:
         for image, sample in zip(self.decode(samples, device), samples):
             top, left, height, width = sample.box
             crop = F.resized_crop(image, top, left, height, width, list(self.size), interpolation=mode, antialias=True)
-            crops.append(crop.flip(-1) if sample.flip else crop)
+            crop = crop.flip(-1) if sample.flip else crop
+            crops.append(apply_operations(crop, sample.operations, self.interpolation, FILL))
         batch = torch.stack(crops).to(torch.float32).mul_(1.0 / 255)  # ToNormalized's arithmetic, on the batch
         mean = torch.tensor([float(m) for m in self.mean], device=batch.device).view(1, -1, 1, 1)
         std = torch.tensor([float(s) for s in self.std], device=batch.device).view(1, -1, 1, 1)

@@ -131,7 +131,9 @@ class RandAugment:
         """The operation's argument before any random sign (degrees, shear, fraction of the side, ...)."""
         return OPERATIONS[name].level(self.magnitude)
 
-    def __call__(self, image: Image.Image) -> Image.Image:
+    def draw(self) -> list[tuple[str, Any]]:
+        """The operations one image gets, with their signed arguments, drawn from Python's `random`."""
+        drawn = []
         for name in random.choices(self.operations, k=self.num_ops):
             if random.random() >= self.prob:
                 continue
@@ -140,7 +142,12 @@ class RandAugment:
             if operation.signed and random.random() < 0.5:
                 assert argument is not None  # a signed operation's level is a number
                 argument = -argument
-            image = operation.apply(image, argument, self.interpolation, self.fill)
+            drawn.append((name, argument))
+        return drawn
+
+    def __call__(self, image: Image.Image) -> Image.Image:
+        for name, argument in self.draw():
+            image = OPERATIONS[name].apply(image, argument, self.interpolation, self.fill)
         return image
 
     def __repr__(self) -> str:

@@ -48,8 +48,8 @@ def check_run(config: TrainConfig, architecture: ViTConfig | BiTConfig | None = 
     unsupported = unsupported_augmentation(config.augment) if config.data.decode_device == "cuda" else None
     if unsupported:
         raise ConfigError(
-            f"augment.{unsupported}: data.decode_device='cuda' crops, flips and normalises on the GPU only; "
-            f"{unsupported} runs in the CPU pipeline (data.decode_device='cpu')"
+            f"augment.{unsupported}: data.decode_device='cuda' runs the crop, flip and RandAugment on the GPU; "
+            f"{unsupported} runs in the CPU pipeline only (data.decode_device='cpu')"
         )
     if config.run.early_stop_patience and from_environment().world_size > 1:
         raise ConfigError("run.early_stop_patience: early stopping runs in one process; not under torchrun")
