@@ -37,6 +37,15 @@ def test_smallest_run_measures_both_sides_and_renders_the_section(smallest):
     assert f"| Rotate | {operations['Rotate']['vitlab']:.3f} |" in results["markdown"]
     assert f"| vitlab | {per_core['vitlab']:.1f} | {results['vitlab_over_timm']:.2f}x" in results["markdown"]
     assert "not reported until the GPU bench" in results["markdown"]
+    # the settings table pairs each setting with timm's, with the run's values on both sides
+    assert (
+        "| crop_scale=(0.35, 1.0), crop_ratio=(0.75, 1.33) | scale=(0.35, 1.0), ratio=(0.75, 1.33) |"
+        in results["markdown"]
+    )
+    assert (
+        "fill (128, 128, 128) | auto_augment='rand-m10-n2' (fill: round(255 x mean) = (128, 128, 128))"
+        in results["markdown"]
+    )
 
 
 def test_cores_to_feed_the_gpu_come_from_a_measured_gpu_bench(tmp_path):

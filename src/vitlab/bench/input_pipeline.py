@@ -7,7 +7,7 @@ The bench writes photo-like 500 x 375 JPEG files (ImageNet's typical size) into 
 each side reads them in the same interleaved rounds (timing.py): vitlab through its own dataset
 (EncodedImages, read_image), transform (train_transform of a recipe's augmentation) and loader
 (train_loader, seeded per sample), then its batch mixing; timm through ImageDataset,
-create_transform(is_training=True, ...) with the same settings (SETTINGS says which is which), a
+create_transform(is_training=True, ...) with the same settings (`settings` pairs them), a
 torch DataLoader and timm's Mixup. With `workers=0` (the default) everything runs in this process on
 one thread, so images/s is images/s per core. The loaders' batches are the headline figure: in
 training both vitlab's trainer and timm's train.py mix batches on the training device, not in the
@@ -36,6 +36,7 @@ from PIL import Image
 
 from vitlab.data.datasets import EncodedImages
 from vitlab.data.images import read_image
+from vitlab.data.randaugment import FILL
 from vitlab.data.transforms import batch_mixing, train_transform
 from vitlab.model.config import Preprocessing
 from vitlab.train.config import AugmentSpec
@@ -101,7 +102,7 @@ def recipe_augment(config: PipelineConfig) -> AugmentSpec:
 
 
 def timm_settings(augment: AugmentSpec, preprocessing: Preprocessing) -> dict:
-    """create_transform's arguments for vitlab's augmentation (SETTINGS explains the mapping)."""
+    """create_transform's arguments for vitlab's augmentation."""
     options: dict = dict(
         is_training=True,
         scale=augment.crop_scale,
@@ -112,6 +113,7 @@ def timm_settings(augment: AugmentSpec, preprocessing: Preprocessing) -> dict:
         mean=preprocessing.mean,
         std=preprocessing.std,
         re_prob=augment.reprob,
+        re_mode="pixel",  # vitlab's random erasing (transforms.random_erasing)
         color_jitter=None,
     )
     if augment.randaugment is not None:
@@ -119,19 +121,35 @@ def timm_settings(augment: AugmentSpec, preprocessing: Preprocessing) -> dict:
         options["auto_augment"] = f"rand-m{magnitude}-n{num_ops}"
     if augment.rotation or augment.zoom:
         raise ValueError("timm has no Keras rotation or zoom: choose a recipe without augment.rotation/zoom")
-    return options
+    return options  # settings() lists them beside vitlab's
 
 
-SETTINGS = (  # (vitlab's AugmentSpec / Preprocessing field, timm's create_transform / Mixup argument)
-    ("crop_scale, crop_ratio", "scale, ratio (RandomResizedCropAndInterpolation)"),
-    ("hflip=True", "hflip=0.5"),
-    ("interpolation (crop and RandAugment)", "interpolation (crop and RandAugment's resample)"),
-    ("randaugment=(N, M): timm's 15 operations, p 0.5, fill 128", "auto_augment='rand-mM-nN' (fill: mean x 255)"),
-    ("mean, std (ToNormalized)", "mean, std (ToTensor, Normalize)"),
-    ("reprob", "re_prob (pixel mode)"),
-    ("mixup, cutmix: v2.RandomChoice of MixUp and CutMix", "Mixup(mixup_alpha, cutmix_alpha, switch_prob=0.5)"),
-    ("label_smoothing: in the loss, not in the pipeline", "Mixup(label_smoothing=...) in the targets"),
-)
+def settings(augment: AugmentSpec, preprocessing: Preprocessing, timm_options: dict) -> list[tuple[str, str]]:
+    """(vitlab's setting, timm's) row by row, with this run's values."""
+    mix = f"mixup={augment.mixup}, cutmix={augment.cutmix}"
+    timm_fill = tuple(min(255, round(255 * m)) for m in preprocessing.mean)  # timm's create_transform
+    return [
+        (
+            f"crop_scale={augment.crop_scale}, crop_ratio=({augment.crop_ratio[0]:.3g}, {augment.crop_ratio[1]:.3g})",
+            f"scale={timm_options['scale']}, ratio=({timm_options['ratio'][0]:.3g}, {timm_options['ratio'][1]:.3g})",
+        ),
+        (f"hflip={augment.hflip}", f"hflip={timm_options['hflip']}"),
+        (
+            f"interpolation={preprocessing.interpolation} (crop, RandAugment)",
+            f"interpolation={timm_options['interpolation']}",
+        ),
+        (
+            f"randaugment={augment.randaugment}: timm's 15 operations, p 0.5, fill {FILL}",
+            f"auto_augment={timm_options.get('auto_augment')!r} (fill: round(255 x mean) = {timm_fill})",
+        ),
+        (f"mean={preprocessing.mean}, std={preprocessing.std} (ToNormalized)", "the same (ToTensor, Normalize)"),
+        (f"reprob={augment.reprob} (pixel mode)", f"re_prob={timm_options['re_prob']}, re_mode='pixel'"),
+        (f"{mix}: v2.RandomChoice of MixUp and CutMix", f"Mixup({mix.replace('=', '_alpha=')}, switch_prob=0.5)"),
+        (
+            f"label_smoothing={augment.label_smoothing}, in the loss",
+            f"Mixup(label_smoothing={augment.label_smoothing}), in the targets",
+        ),
+    ]
 
 
 class Contender:
@@ -272,7 +290,8 @@ def run_pipeline_bench(config: PipelineConfig, out: Path) -> dict:
     results["gpu_feed"] = gpu_feed_line(Path(config.benchmarks), per_core["vitlab"])
     from .input_report import markdown
 
-    results["markdown"] = markdown(results, SETTINGS)
+    results["settings"] = settings(augment, preprocessing, results["timm_settings"])
+    results["markdown"] = markdown(results)
     return results
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 
-def markdown(results: dict, settings: tuple[tuple[str, str], ...]) -> str:
+def markdown(results: dict) -> str:
     config, machine, augment = results["config"], results["machine"], results["augment"]
     per_core = results["images_per_s_per_core"]
     workers = config["workers"]
@@ -63,7 +63,7 @@ def markdown(results: dict, settings: tuple[tuple[str, str], ...]) -> str:
         "",
         "| vitlab | timm |",
         "|---|---|",
-        *[f"| {mine_setting} | {their_setting} |" for mine_setting, their_setting in settings],
+        *[f"| {mine_setting} | {their_setting} |" for mine_setting, their_setting in results["settings"]],
         "",
         results["gpu_feed"],
     ]
