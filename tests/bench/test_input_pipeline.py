@@ -83,3 +83,11 @@ def test_cli_hook_writes_json_with_the_doc_keys(tmp_path, capsys, monkeypatch):
     assert {"kind", "machine", "markdown"} <= set(results)
     assert (tmp_path / "train-input.md").read_text() == results["markdown"]
     assert "vitlab / timm" in capsys.readouterr().out
+
+
+@pytest.mark.fault("bad-input", kinds=1)
+def test_cli_refuses_cases_with_a_pipeline_in_one_line(tmp_path, capsys):
+    assert cli_main(["bench", "Ti/16:infer:fp32", "--pipeline", "train-input", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "not the CASEs Ti/16:infer:fp32" in err
+    assert not (tmp_path / "train-input.json").exists()

@@ -68,6 +68,11 @@ def run(args: argparse.Namespace) -> int:
     if args.pipeline:
         from vitlab.bench.input_pipeline import main as pipeline_main
 
+        if args.cases:
+            raise ValueError(
+                f"--pipeline {args.pipeline} times an input pipeline, not the CASEs {' '.join(args.cases)}"
+            )
+
         return pipeline_main(["--rounds", str(args.rounds), "--out", args.out])
     if args.threads:
         torch.set_num_threads(args.threads)
