@@ -80,3 +80,16 @@ def test_each_tensor_operation_is_the_pil_ones(name, sign):
     assert difference.mean() <= 1.0 and difference.max() <= 6, (difference.mean(), difference.max())
     change = (expected.float() - torch.from_numpy(np.array(pil)).float()).abs().mean()
     assert change < 1 or difference.mean() < change / 4, "closer to the input than to PIL's output"
+
+
+def test_files_that_are_not_jpeg_are_decoded_as_the_cpu_pipeline_decodes_them():
+    """A PNG with transparency (composited onto white by read_image) alone in a batch: no JPEG to decode."""
+    rgba = np.dstack([PIXELS, np.full(PIXELS.shape[:2], 0, np.uint8)])  # fully transparent: white
+    buffer = io.BytesIO()
+    Image.fromarray(rgba, "RGBA").save(buffer, "PNG")
+    header = read_header(buffer.getvalue(), "clear.png")
+    sample = EncodedSample(
+        torch.frombuffer(bytearray(header[0]), dtype=torch.uint8), "clear.png", 1, (0, 0, 5, 7), False
+    )
+    batch = DevicePipeline((5, 7), (0.5,) * 3, (0.5,) * 3)([sample], torch.device("cpu"))
+    assert batch.shape == (1, 3, 5, 7) and torch.equal(batch, torch.ones_like(batch))  # white: (1 - 0.5) / 0.5

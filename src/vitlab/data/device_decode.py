@@ -7,7 +7,10 @@ batch moves to the GPU as an EncodedBatch: its `.to(device)` decodes the JPEGs t
 (torchvision.io.decode_jpeg, nvJPEG on CUDA), applies each file's EXIF orientation, crops, resizes
 (antialiased bicubic, as PIL's), flips, applies the RandAugment operations drawn for it
 (tensor_randaugment.py) and normalises, and returns the (B, 3, H, W) float batch the trainer expects.
-Files that are not JPEG are decoded on the CPU (torchvision.io.decode_image).
+Files that are not JPEG, and JPEGs the device's decoder refuses, are decoded on the CPU by read_image,
+as the CPU pipeline decodes them. A JPEG that passes the header check and still cannot be decoded stops
+the run, naming the file, where the CPU pipeline would skip it (a dataset's check when it is loaded,
+which decodes splits of up to 50,000 images, finds such files first).
 
 The Keras rotation and zoom and random erasing run on the normalised CPU tensor and are not ported: a
 run that asks for them with device decoding is refused (`unsupported_augmentation`). `device="cpu"` runs the same code on the CPU, which is how it is tested
@@ -22,14 +25,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 from PIL import Image
-from torchvision.io import ImageReadMode, decode_image, decode_jpeg
+from torchvision.io import ImageReadMode, decode_jpeg
 from torchvision.transforms import InterpolationMode, v2
 from torchvision.transforms.v2 import functional as F
 
 from .datasets import EncodedImages
-from .images import BadImageError, check_size
+from .images import BadImageError, check_size, read_image
 from .randaugment import FILL, RandAugment
 from .tensor_randaugment import apply_operations
 from .transforms import size_pair
@@ -153,19 +157,19 @@ def orient(image: torch.Tensor, orientation: int) -> torch.Tensor:
     return image
 
 
-def _decode_one(sample: EncodedSample, device: torch.device, jpeg: bool) -> torch.Tensor:
-    """One file on `device` (a JPEG) or on the CPU (anything else, and a JPEG that nvJPEG refuses, such as
-    some CMYK ones), or BadImageError naming it."""
-    if jpeg:
-        try:
-            return decode_jpeg(sample.data, mode=ImageReadMode.RGB, device=device)
-        except RuntimeError:
-            pass
+def _decode_on_cpu(sample: EncodedSample, device: torch.device) -> torch.Tensor:
+    """A file that is not a JPEG, or a JPEG the device's decoder refuses (some CMYK ones): decoded by
+    read_image, as the CPU pipeline decodes it (EXIF orientation applied, transparency on white), or
+    BadImageError naming it."""
+    pixels = np.array(read_image(bytes(sample.data.numpy()), name=sample.name))  # (H, W, 3) uint8, shown
+    return torch.from_numpy(pixels).permute(2, 0, 1).contiguous().to(device)
+
+
+def _decode_jpeg_or_none(sample: EncodedSample, device: torch.device) -> torch.Tensor | None:
     try:
-        return decode_image(sample.data, mode=ImageReadMode.RGB).to(device)
-    except RuntimeError as error:
-        reason = str(error).split(", ", 2)[-1].splitlines()[0][:200]  # torchvision's "function, source:line, why"
-        raise BadImageError(sample.name, f"cannot be decoded ({reason})") from None
+        return decode_jpeg(sample.data, mode=ImageReadMode.RGB, device=device)
+    except RuntimeError:
+        return None
 
 
 @dataclass
@@ -181,18 +185,15 @@ class DevicePipeline:
         """uint8 (3, H, W) per sample on `device`: the JPEGs in one decode_jpeg call, the rest on the CPU."""
         jpegs = [i for i, s in enumerate(samples) if bytes(s.data[:2].tolist()) == JPEG_MAGIC]
         images: list[torch.Tensor | None] = [None] * len(samples)
-        decoded: list[torch.Tensor] = []
         try:
-            if jpegs:
-                decoded = decode_jpeg([samples[i].data for i in jpegs], mode=ImageReadMode.RGB, device=device)
-        except RuntimeError:  # one file of the batch: which (a header check passes a truncated JPEG)
-            decoded = [_decode_one(samples[i], device, jpeg=True) for i in jpegs]
+            decoded = (
+                decode_jpeg([samples[i].data for i in jpegs], mode=ImageReadMode.RGB, device=device) if jpegs else []
+            )
+        except RuntimeError:  # one file of the batch cannot: each alone, the refused ones on the CPU
+            decoded = [_decode_jpeg_or_none(samples[i], device) for i in jpegs]
         for i, image in zip(jpegs, decoded):
-            images[i] = image
-        for i, sample in enumerate(samples):
-            if images[i] is None:
-                images[i] = _decode_one(sample, device, jpeg=False)
-        return [orient(image, s.orientation) for image, s in zip(images, samples) if image is not None]
+            images[i] = None if image is None else orient(image, samples[i].orientation)
+        return [_decode_on_cpu(s, device) if image is None else image for image, s in zip(images, samples)]
 
     def __call__(self, samples: Sequence[EncodedSample], device: torch.device) -> torch.Tensor:
         mode = InterpolationMode(self.interpolation)
