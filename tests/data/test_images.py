@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import io
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from PIL import Image
+from PIL import Image, ImageOps
 
 from helpers import (
     BAD_IMAGES,
@@ -21,7 +23,7 @@ from helpers import (
     truncated,
 )
 from vitlab.data import BadImageError, read_image
-from vitlab.data.images import MAX_IMAGE_PIXELS, check_image
+from vitlab.data.images import MAX_IMAGE_PIXELS, _to_rgb, check_image
 
 
 @pytest.mark.fault("images")
@@ -109,3 +111,19 @@ def test_arbitrary_bytes_give_rgb_or_bad_image_error(data):
         assert error.name == "<bytes>" and error.reason
     else:
         assert image.mode == "RGB" and image.width * image.height >= 1
+
+
+def test_read_image_gives_the_pixels_of_the_copying_steps_it_replaced():
+    """read_image turns and keeps RGB images in place; the pixels are those of exif_transpose's copy
+    converted to RGB, as it returned before."""
+    pixels = np.random.default_rng(0).integers(0, 256, (6, 10, 3), dtype=np.uint8)
+    for orientation, fmt in ((6, "JPEG"), (1, "JPEG"), (3, "PNG")):
+        exif = Image.Exif()
+        exif[0x0112] = orientation
+        buffer = io.BytesIO()
+        Image.fromarray(pixels).save(buffer, fmt, exif=exif.tobytes())
+        with Image.open(io.BytesIO(buffer.getvalue())) as image:
+            old = np.asarray(_to_rgb(ImageOps.exif_transpose(image)))
+        new = read_image(buffer.getvalue())
+        assert new.mode == "RGB" and np.array_equal(np.asarray(new), old), (orientation, fmt)
+        assert new.size == ((6, 10) if orientation == 6 else (10, 6))

@@ -151,7 +151,8 @@ def read_image(source: Source, *, name: str | None = None, draft: int | None = N
             image.draft(image.mode, (draft, draft))
         image.seek(0)  # animated GIF/WebP/APNG, multi-page TIFF: the first frame
         image.load()
-        return _to_rgb(ImageOps.exif_transpose(image))
+        ImageOps.exif_transpose(image, in_place=True)  # in place: no copy when there is nothing to turn
+        return image if image.mode == "RGB" else _to_rgb(image)  # RGB already: no converted copy
 
 
 def check_size(width: int, height: int, name: str) -> None:
