@@ -218,7 +218,7 @@ def _add_training_flags(parser: argparse.ArgumentParser) -> None:
         dest="decode_device",
         action="store_const",
         const="cuda",
-        help="decode JPEGs, crop, flip, RandAugment and normalise on the training GPU (data.decode_device=cuda); "
+        help="decode JPEGs, crop, flip, RandAugment, normalise and erase on the training GPU (data.decode_device=cuda); "
         "a run on the CPU falls back to the CPU pipeline and logs it",
     )
     _add_outputs_flags(parser)

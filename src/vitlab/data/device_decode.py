@@ -12,8 +12,9 @@ as the CPU pipeline decodes them. A JPEG that passes the header check and still 
 the run, naming the file, where the CPU pipeline would skip it (a dataset's check when it is loaded,
 which decodes splits of up to 50,000 images, finds such files first).
 
-The Keras rotation and zoom and random erasing run on the normalised CPU tensor and are not ported: a
-run that asks for them with device decoding is refused (`unsupported_augmentation`). `device="cpu"` runs the same code on the CPU, which is how it is tested
+Random erasing's box and noise are drawn in the worker too (v2.RandomErasing's draws) and pasted into
+the normalised batch. The Keras rotation and zoom are not ported: a run that asks for them with device
+decoding is refused (`unsupported_augmentation`). `device="cpu"` runs the same code on the CPU, which is how it is tested
 without a GPU. (torchvision 0.29 marks its decoders deprecated in favour of TorchCodec, which vitlab does
 not depend on; they work as before.)
 """
@@ -36,7 +37,7 @@ from .datasets import EncodedImages
 from .images import BadImageError, check_size, read_image
 from .randaugment import FILL, RandAugment
 from .tensor_randaugment import apply_operations
-from .transforms import size_pair
+from .transforms import random_erasing, size_pair
 
 JPEG_MAGIC = b"\xff\xd8"
 EXIF_ORIENTATION = 0x0112
@@ -52,6 +53,7 @@ class EncodedSample:
     box: tuple[int, int, int, int]
     flip: bool
     operations: tuple[tuple[str, Any], ...] = ()  # RandAugment's, as RandAugment.draw gave them
+    erase: tuple[int, int, torch.Tensor] | None = None  # random erasing's top, left and noise (C, h, w)
 
 
 def device_transform(image_size: int | tuple[int, int], preprocessing: Any, augment: Any) -> DrawCrop:
@@ -61,12 +63,13 @@ def device_transform(image_size: int | tuple[int, int], preprocessing: Any, augm
     if augment.randaugment is not None:
         num_ops, magnitude = augment.randaugment
         randaugment = RandAugment(num_ops, magnitude)  # draws only; its fill and interpolation are the pipeline's
-    return DrawCrop(augment.crop_scale, augment.crop_ratio, augment.hflip, pipeline, randaugment)
+    erasing = random_erasing(augment.reprob) if augment.reprob else None
+    return DrawCrop(augment.crop_scale, augment.crop_ratio, augment.hflip, pipeline, randaugment, erasing)
 
 
 def unsupported_augmentation(augment: Any) -> str | None:
     """The first augmentation field the device pipeline does not run, or None."""
-    for name in ("rotation", "zoom", "reprob"):
+    for name in ("rotation", "zoom"):
         if getattr(augment, name):
             return name
     return None
@@ -84,9 +87,18 @@ class DrawCrop:
         hflip: bool,
         pipeline: DevicePipeline,
         randaugment: RandAugment | None = None,
+        erasing: v2.RandomErasing | None = None,
     ) -> None:
         self.crop = v2.RandomResizedCrop(1, scale=scale, ratio=ratio)  # only its make_params is used
-        self.hflip, self.pipeline, self.randaugment = hflip, pipeline, randaugment
+        self.hflip, self.pipeline, self.randaugment, self.erasing = hflip, pipeline, randaugment, erasing
+
+    def draw_erasing(self) -> tuple[int, int, torch.Tensor] | None:
+        """v2.RandomErasing's draws for the (3, H, W) output: applied unless rand >= p; its box and noise."""
+        if self.erasing is None or torch.rand(1) >= self.erasing.p:
+            return None
+        height, width = self.pipeline.size
+        params = self.erasing.make_params([torch.empty(1, 1, 1).expand(3, height, width)])
+        return None if params["v"] is None else (params["i"], params["j"], params["v"])
 
     def __call__(self, header: Any) -> EncodedSample:  # read_header's (bytes, width, height, orientation, name)
         data, width, height, orientation, name = header
@@ -96,7 +108,7 @@ class DrawCrop:
         box = (params["top"], params["left"], params["height"], params["width"])
         operations = tuple(self.randaugment.draw()) if self.randaugment is not None else ()
         tensor = torch.frombuffer(bytearray(data), dtype=torch.uint8)
-        return EncodedSample(tensor, name, orientation, box, flip, operations)
+        return EncodedSample(tensor, name, orientation, box, flip, operations, self.draw_erasing())
 
 
 def read_header(data: bytes, name: str) -> tuple[bytes, int, int, int, str]:
@@ -206,7 +218,12 @@ class DevicePipeline:
         batch = torch.stack(crops).to(torch.float32).mul_(1.0 / 255)  # ToNormalized's arithmetic, on the batch
         mean = torch.tensor([float(m) for m in self.mean], device=batch.device).view(1, -1, 1, 1)
         std = torch.tensor([float(s) for s in self.std], device=batch.device).view(1, -1, 1, 1)
-        return batch.sub_(mean).div_(std)
+        batch.sub_(mean).div_(std)
+        for index, sample in enumerate(samples):  # random erasing, on the normalised image as timm places it
+            if sample.erase is not None:
+                top, left, noise = sample.erase
+                batch[index, :, top : top + noise.shape[1], left : left + noise.shape[2]] = noise.to(batch.device)
+        return batch
 
 
 class EncodedBatch:

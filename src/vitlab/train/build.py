@@ -48,7 +48,7 @@ def check_run(config: TrainConfig, architecture: ViTConfig | BiTConfig | None = 
     unsupported = unsupported_augmentation(config.augment) if config.data.decode_device == "cuda" else None
     if unsupported:
         raise ConfigError(
-            f"augment.{unsupported}: data.decode_device='cuda' runs the crop, flip and RandAugment on the GPU; "
+            f"augment.{unsupported}: data.decode_device='cuda' runs the crop, flip, RandAugment and erasing on the GPU; "
             f"{unsupported} runs in the CPU pipeline only (data.decode_device='cpu')"
         )
     if config.run.early_stop_patience and from_environment().world_size > 1:
