@@ -127,7 +127,7 @@ class DataSpec:
     std: tuple[float, float, float] | None = None
     crop_pct: float | None = None
     interpolation: Interpolation | None = None
-    # "cuda": decode, crop, flip, RandAugment and normalise on the training GPU (data/device_decode.py); a run
+    # "cuda": decode, crop, flip, RandAugment, normalise, erase on the training GPU (data/device_decode.py); a run
     # that trains on the CPU, or whose source holds decoded pixels, uses the CPU pipeline and logs it.
     decode_device: DecodeDevice = "cpu"
 
