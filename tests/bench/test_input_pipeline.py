@@ -91,3 +91,11 @@ def test_cli_refuses_cases_with_a_pipeline_in_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "not the CASEs Ti/16:infer:fp32" in err
     assert not (tmp_path / "train-input.json").exists()
+
+
+def test_with_a_worker_process_the_loaders_run_there(tmp_path):
+    results = run_pipeline_bench(
+        PipelineConfig(**{**SMALLEST, "workers": 1}, benchmarks=str(tmp_path / "none")), tmp_path
+    )
+    assert results["images_per_s_per_core"]["vitlab"] == results["images_per_s"]["vitlab"] > 0
+    assert "in 1 worker process;" in results["markdown"]
