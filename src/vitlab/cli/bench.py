@@ -16,7 +16,8 @@ EXAMPLES = (  # the end of --help
 def register(subparsers: argparse._SubParsersAction) -> None:
     from vitlab.bench.harness import ALL_MODES
     from vitlab.bench.implementations import IMPLEMENTATIONS
-    from vitlab.bench.input_pipeline import PIPELINES
+    from vitlab.bench.input_pipeline import PIPELINES as TRAIN_PIPELINES
+    from vitlab.bench.pipeline import PIPELINES as PREDICT_PIPELINES
     from vitlab.bench.presets import PRESETS
 
     parser = subparsers.add_parser(
@@ -40,18 +41,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
     parser.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's choice)")
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory step")
-    parser.add_argument(
-        "--pipeline",
-        choices=PIPELINES,
-        help="time an input pipeline instead of models: train-input is vitlab's training input against timm's, "
-        "per core (--rounds and --out apply; python -m vitlab.bench.input_pipeline --help lists the rest)",
-    )
     parser.add_argument("--out", default="build/bench", help="folder for bench.json and bench.md")
     parser.add_argument(
         "--pipeline",
-        choices=("predict",),
-        help="instead: files on disk -> top-5, vitlab's predict pipeline against timm's (pipeline.json, "
-        "pipeline.md in --out; --rounds, --threads apply)",
+        choices=(*PREDICT_PIPELINES, *TRAIN_PIPELINES),
+        help="instead: predict is files on disk -> top-5, vitlab's predict pipeline against timm's (pipeline.json, "
+        "pipeline.md in --out; --rounds, --threads, --workers apply); train-input is vitlab's training input "
+        "against timm's, per core (train-input.json/.md; --rounds and --out apply; python -m "
+        "vitlab.bench.input_pipeline --help lists the rest)",
     )
     parser.add_argument(
         "--pipeline-files", type=int, default=512, metavar="N", help="JPEGs for --pipeline (default 512)"
@@ -65,13 +62,10 @@ def run(args: argparse.Namespace) -> int:
 
     from vitlab.bench import PRESETS, BenchConfig, CaseSpec, run_bench, write
 
-    if args.pipeline:
+    if args.pipeline and args.cases:
+        raise ValueError(f"--pipeline {args.pipeline} times an input pipeline, not the CASEs {' '.join(args.cases)}")
+    if args.pipeline == "train-input":
         from vitlab.bench.input_pipeline import main as pipeline_main
-
-        if args.cases:
-            raise ValueError(
-                f"--pipeline {args.pipeline} times an input pipeline, not the CASEs {' '.join(args.cases)}"
-            )
 
         return pipeline_main(["--rounds", str(args.rounds), "--out", args.out])
     if args.threads:

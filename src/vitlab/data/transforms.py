@@ -230,7 +230,7 @@ def eval_transform(
 def eval_resize(image_size: int | tuple[int, int], crop_pct: float) -> tuple[int, int]:
     """The (height, width) the evaluation resize makes before its centre crop: both sides when
     image_size is not square, else the shorter side (height and width equal here)."""
-    height, width = _size_pair(image_size)
+    height, width = size_pair(image_size)
     return math.floor(height / crop_pct), math.floor(width / crop_pct)
 
 
