@@ -20,7 +20,7 @@ from vitlab.model import config_for
 
 from .flops import model_flops
 from .implementations import IMPLEMENTATIONS, ONNXRUNTIME, OTHER_NUMERICS, build
-from .machine import describe, gemm_peak, load_average
+from .machine import capability_text, describe, gemm_peak, load_average
 from .memory import step_peak_bytes
 from .steps import DTYPES, Case, Mode, make_step
 from .timing import calls_per_sample, interleaved, repeated, time_once
@@ -196,11 +196,13 @@ def run_bench(config: BenchConfig) -> dict:
     """Run every case; the results as a JSON-ready dict."""
     device = torch.device(config.device)
     machine = describe(device)
+    log.info("CPU capability %s", capability_text(machine))
     log.info("GEMM peak on %s ...", machine["cpu"] if device.type == "cpu" else machine.get("gpu"))
     peak = {name: gemm_peak(dtype, device, config.gemm_sizes) for name, dtype in DTYPES.items()}
     log.info("  " + ", ".join(f"{name} {value / 1e9:.0f} GFLOP/s" for name, value in peak.items()))
     results = [run_case(spec, config, device, peak) for spec in config.cases]
     return {
+        "kind": "model-only",  # the model's step alone: no data loading
         "machine": machine,
         "gemm_peak_flops": peak,
         "config": {**asdict(config), "cases": [asdict(spec) for spec in config.cases]},

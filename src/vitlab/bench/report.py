@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from .machine import capability_text
+
 
 def fmt(value: float | None, spec: str, suffix: str = "") -> str:
     return "-" if value is None else f"{value:{spec}}{suffix}"
@@ -19,7 +21,7 @@ def markdown(results: dict) -> str:
     machine = results["machine"]
     where = machine.get("gpu") or f"{machine['cpu']}, {machine['cpu_count']} cores"
     lines = [
-        f"Machine: {where}, CPU capability {machine.get('cpu_capability', 'not recorded')}, torch {machine['torch']}, "
+        f"Machine: {where}, CPU capability {capability_text(machine)}, torch {machine['torch']}, "
         f"{machine['torch_threads']} threads; "
         f"GEMM peak fp32 {peak['fp32'] / 1e9:,.0f} GFLOP/s, bf16 {peak['bf16'] / 1e9:,.0f} GFLOP/s; "
         f"load average at start {machine['load_average']}.",
@@ -39,7 +41,7 @@ def markdown(results: dict) -> str:
         )
     lines += [
         "",
-        "Every implementation in its best mode (fastest median over the interleaved rounds); MFU against the GEMM peak "
+        f"CPU capability {capability_text(machine)}. Every implementation in its best mode (fastest median over the interleaved rounds); MFU against the GEMM peak "
         "of the same dtype; peak memory is the most tensor memory alive during one step above that alive before it "
         "(not measured for onnxruntime, whose memory is its own). onnxruntime-int8 is never the best peer: "
         "its numbers differ from fp32's.",
@@ -64,6 +66,7 @@ def write(results: dict, out_dir: str | Path) -> tuple[Path, Path]:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     json_path, md_path = out / "bench.json", out / "bench.md"
-    json_path.write_text(json.dumps(results, indent=1) + "\n")
-    md_path.write_text(markdown(results))
+    text = markdown(results)
+    json_path.write_text(json.dumps({**results, "markdown": text}, indent=1) + "\n")
+    md_path.write_text(text)
     return json_path, md_path

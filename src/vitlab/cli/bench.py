@@ -57,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from vitlab.bench import PRESETS, BenchConfig, CaseSpec, run_bench, write
+    from vitlab.bench.machine import capability_text
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -78,6 +79,7 @@ def run(args: argparse.Namespace) -> int:
     )
     results = run_bench(config)
     json_path, md_path = write(results, args.out)
+    print(f"CPU capability {capability_text(results['machine'])}")
     for case in results["cases"]:
         ratio = case["vitlab_over_best_peer"]
         if ratio is not None:
