@@ -14,9 +14,9 @@ import torch
 
 from vitlab.model.kernels import cpu_capability, cpu_name, native
 
-# Variables that make this CPU run as a lesser one: ATen's kernels (ATEN_CPU_CAPABILITY=avx2) and
-# oneDNN's (ONEDNN_MAX_CPU_ISA=AVX2: bf16 then has no native kernels). Recorded when set.
-EMULATION_ENVS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA")
+# Variables that make this CPU run as a lesser one: ATen's kernels (ATEN_CPU_CAPABILITY=avx2), oneDNN's
+# (ONEDNN_MAX_CPU_ISA=AVX2: bf16 then has no native kernels) and MKL's fp32 GEMMs. Recorded when set.
+EMULATION_ENVS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
 
 
 def load_average() -> list[float] | None:
