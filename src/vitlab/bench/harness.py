@@ -23,6 +23,7 @@ from .flops import model_flops
 from .implementations import IMPLEMENTATIONS, ONNXRUNTIME, OTHER_NUMERICS, build
 from .machine import capability_text, describe, gemm_peak, load_average
 from .memory import step_peak_bytes
+from .report import gflops
 from .steps import DTYPES, Case, Mode, make_step
 from .timing import calls_per_sample, interleaved, repeated, time_once
 
@@ -208,7 +209,7 @@ def run_bench(config: BenchConfig) -> dict:
     log.info("CPU capability %s", capability_text(machine))
     log.info("GEMM peak on %s ...", machine["cpu"] if device.type == "cpu" else machine.get("gpu"))
     peak = {name: gemm_peak(dtype, device, gemm_sizes(config, dtype, device)) for name, dtype in DTYPES.items()}
-    log.info("  " + ", ".join(f"{name} {value / 1e9:.0f} GFLOP/s" for name, value in peak.items()))
+    log.info("  " + ", ".join(f"{name} {gflops(value)} GFLOP/s" for name, value in peak.items()))
     results = [run_case(spec, config, device, peak) for spec in config.cases]
     return {
         "kind": "model-only",  # the model's step alone: no data loading

@@ -12,6 +12,11 @@ def fmt(value: float | None, spec: str, suffix: str = "") -> str:
     return "-" if value is None else f"{value:{spec}}{suffix}"
 
 
+def gflops(flops: float) -> str:
+    """913 or 1,234; an emulated dtype's 0.72 rather than 0."""
+    return f"{flops / 1e9:,.0f}" if flops >= 1e10 else f"{flops / 1e9:.2g}"
+
+
 def case_name(case: dict) -> str:
     return f"{case['variant']} @{case['image_size']}"
 
@@ -23,7 +28,7 @@ def markdown(results: dict) -> str:
     lines = [
         f"Machine: {where}, CPU capability {capability_text(machine)}, torch {machine['torch']}, "
         f"{machine['torch_threads']} threads; "
-        f"GEMM peak fp32 {peak['fp32'] / 1e9:,.0f} GFLOP/s, bf16 {peak['bf16'] / 1e9:,.0f} GFLOP/s; "
+        f"GEMM peak fp32 {gflops(peak['fp32'])} GFLOP/s, bf16 {gflops(peak['bf16'])} GFLOP/s; "
         f"load average at start {machine['load_average']}.",
         "",
         "| model | task | dtype | batch | vitlab images/s | best peer | peer images/s | vitlab / best peer "

@@ -39,7 +39,7 @@ AttentionPath = Literal["fused", "matmul"]
 MatmulAttention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, float], torch.Tensor]  # q, k, v, scale
 HALF = (torch.bfloat16, torch.float16)
 CACHE_ENV = "VITLAB_CACHE"  # the same cache folder as downloaded weights (weights/fetch.py)
-MEASURE_SHAPE = (8, 3, 197, 64)  # (B, heads, T, head_dim): Ti/16 at 224 px
+MEASURE_SHAPE = (16, 3, 197, 64)  # (B, heads, T, head_dim): Ti/16 at 224 px, as docs/benchmarks.md timed it
 
 _native: dict[torch.dtype, bool] = {}
 _attention: dict[torch.dtype, AttentionPath] = {}
@@ -152,8 +152,9 @@ def measured_attention_path(dtype: torch.dtype, matmul: MatmulAttention) -> Atte
     return entry["attention"]
 
 
-def time_attention_paths(dtype: torch.dtype, matmul: MatmulAttention, repeats: int = 5) -> dict:
-    """Best of `repeats` interleaved forward passes of each path at MEASURE_SHAPE, in ms."""
+def time_attention_paths(dtype: torch.dtype, matmul: MatmulAttention, repeats: int = 7) -> dict:
+    """Best of `repeats` interleaved forward passes of each path at MEASURE_SHAPE, in ms (the best, not
+    the median: a busy machine's stalls only ever add time)."""
     q, k, v = torch.randn(3, *MEASURE_SHAPE).to(dtype).unbind(0)
     scale = MEASURE_SHAPE[-1] ** -0.5
     paths: dict[str, Callable[[], object]] = {
