@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.vitlab-installed
 TORCH_PINS ?= torch==2.14.1 torchvision==0.29.1
 
-.PHONY: install demo test test-fast lint clean browser bench experiments-doc
+.PHONY: install demo test test-fast lint clean browser bench bench-avx2 experiments-doc
 
 install: $(STAMP)
 
@@ -47,6 +47,14 @@ lint: $(STAMP)
 # vitlab against timm, transformers and torchvision (docs/benchmarks.md); writes build/bench/bench.{json,md}.
 bench: $(STAMP)
 	$(PY) -m vitlab bench --preset standard --out build/bench
+
+# The model-only cases on this CPU run as an AVX2-only one without native bf16: ATen's AVX2 kernels,
+# oneDNN and MKL limited to AVX2 (bench.json records the variables); writes build/bench-avx2/.
+AVX2_EMULATION := ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2
+AVX2_BENCH ?= --preset avx2 --rounds 3 --warmup 1
+
+bench-avx2: $(STAMP)
+	env $(AVX2_EMULATION) $(PY) -m vitlab bench $(AVX2_BENCH) --out build/bench-avx2
 
 # docs/experiments.md from the experiments' own outputs: every registered experiment with its default
 # budget on digits (finished run folders in EXP_DIR are resumed, not retrained), then the report.

@@ -3,6 +3,9 @@ What the tests share besides lives in helpers.py."""
 
 from __future__ import annotations
 
+import os
+import tempfile
+
 import pytest
 import torch
 
@@ -20,6 +23,8 @@ _fault_tally: dict[str, list[int]] = {}
 
 
 def pytest_configure(config):
+    # What the suite caches (weights, the CPU kernels timed once per machine) stays out of the user's cache.
+    os.environ["VITLAB_CACHE"] = tempfile.mkdtemp(prefix="vitlab-test-cache-")
     config.addinivalue_line("markers", "fault(category, kinds=1): a test of the fault and bad-input corpus")
 
 

@@ -194,7 +194,10 @@ def test_cli_runs_a_case_and_prints_the_ratio(tmp_path, capsys):
     assert code == 0
     out = capsys.readouterr().out
     assert "mu/8@32 infer fp32: vitlab / best peer (timm) = " in out
+    assert f"CPU capability {torch.backends.cpu.get_cpu_capability()}" in out
     results = json.loads((tmp_path / "bench.json").read_text())
+    assert results["kind"] == "model-only" and "emulation" in results["machine"]
+    assert results["markdown"] == (tmp_path / "bench.md").read_text()
     assert results["cases"][0]["rows"][0]["peak_memory_mib"] is None
 
 

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 import vitlab
 from helpers import randomise_
+from vitlab.model import kernels
 from vitlab.model.attention import QUERY_BLOCK, blocked_attention, matmul_attention_is_faster, softmax_attention
 
 
@@ -75,9 +76,13 @@ def test_attention_in_query_blocks_equals_the_whole():
     torch.testing.assert_close(blocked_attention(q, k, v, 16**-0.5, bias), expected, rtol=0, atol=1e-12)
 
 
-def test_matmul_attention_is_chosen_on_cpu_in_bf16_only():
-    assert matmul_attention_is_faster(torch.zeros(1, dtype=torch.bfloat16))
-    assert not matmul_attention_is_faster(torch.zeros(1))
+def test_matmul_attention_is_chosen_where_kernels_chose_it(monkeypatch):
+    for native_bf16, expected in ((True, True), (False, False)):
+        monkeypatch.setattr(kernels, "onednn_supports", lambda dtype, native_bf16=native_bf16: native_bf16)
+        monkeypatch.setattr(kernels, "_native", {})
+        monkeypatch.setattr(kernels, "_attention", {torch.bfloat16: "matmul"})  # as if timed: the matmuls won
+        assert matmul_attention_is_faster(torch.zeros(1, dtype=torch.bfloat16)) is expected
+        assert not matmul_attention_is_faster(torch.zeros(1))
 
 
 def test_bf16_training_recomputes_attention_with_identical_gradients(monkeypatch):

@@ -12,16 +12,11 @@ import time
 
 import torch
 
+from vitlab.model.kernels import cpu_capability, cpu_name, native
 
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as info:
-            for line in info:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+# Variables that make this CPU run as a lesser one: ATen's kernels (ATEN_CPU_CAPABILITY=avx2), oneDNN's
+# (ONEDNN_MAX_CPU_ISA=AVX2: bf16 then has no native kernels) and MKL's fp32 GEMMs. Recorded when set.
+EMULATION_ENVS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
 
 
 def load_average() -> list[float] | None:
@@ -31,6 +26,22 @@ def load_average() -> list[float] | None:
         return None
 
 
+def emulation() -> dict[str, str]:
+    """The variables of EMULATION_ENVS that are set (empty: the CPU as it is)."""
+    return {name: os.environ[name] for name in EMULATION_ENVS if os.environ.get(name)}
+
+
+def capability_text(machine: dict) -> str:
+    """ "AVX2 (emulated on ...: ATEN_CPU_CAPABILITY=avx2, ...), bf16 emulated": said beside every table."""
+    text = str(machine.get("cpu_capability", "not recorded"))
+    if machine.get("emulation"):
+        settings = ", ".join(f"{name}={value}" for name, value in machine["emulation"].items())
+        text += f" (emulated on a {machine.get('cpu', 'CPU')}: {settings})"
+    if "native_bf16" in machine:
+        text += ", bf16 " + ("native" if machine["native_bf16"] else "emulated (no native kernels)")
+    return text
+
+
 def describe(device: torch.device) -> dict:
     info = {
         "device": str(device),
@@ -38,7 +49,9 @@ def describe(device: torch.device) -> dict:
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "torch": torch.__version__,
-        "cpu_capability": torch.backends.cpu.get_cpu_capability(),  # AVX2, AVX512, ...: the CPU kernels used
+        "cpu_capability": cpu_capability(),  # AVX2, AVX512, ...: the CPU kernels used
+        "native_bf16": native(torch.bfloat16),  # oneDNN's bf16 GEMMs (else emulated)
+        "emulation": emulation(),
         "python": platform.python_version(),
         "load_average": load_average(),
     }

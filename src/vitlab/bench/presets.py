@@ -10,6 +10,7 @@ minutes). `full` tries every mode of every implementation.
 from __future__ import annotations
 
 from .harness import CaseSpec
+from .implementations import IMPLEMENTATIONS, ONNXRUNTIME
 from .steps import Case
 
 INFER_FP32 = ("eager", "compile", "fast")
@@ -48,4 +49,19 @@ def tiny() -> list[CaseSpec]:
     ]
 
 
-PRESETS = {"standard": standard, "full": full, "tiny": tiny}
+def avx2() -> list[CaseSpec]:
+    """standard's Ti/16 and S/16 cases for a CPU without native bf16 (`make bench-avx2` emulates one),
+    at batch 8: there every peer's bf16 GEMMs run ATen's fallback, a step takes seconds. onnxruntime is
+    left out: its own kernels do not honour the emulation's variables."""
+    peers = tuple(name for name in IMPLEMENTATIONS if name not in ONNXRUNTIME)
+    specs = []
+    for variant in ("Ti/16", "S/16"):
+        specs += [
+            CaseSpec(Case(variant, 224, 8, "fp32", "infer"), peers, INFER_FP32),
+            CaseSpec(Case(variant, 224, 8, "bf16", "infer"), peers, ("eager+bf16w", "compile+bf16w", "fast")),
+            CaseSpec(Case(variant, 224, 8, "bf16", "train"), VERSUS_TIMM, TRAIN),
+        ]
+    return specs
+
+
+PRESETS = {"standard": standard, "full": full, "tiny": tiny, "avx2": avx2}

@@ -5,9 +5,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from .machine import capability_text
+
 
 def fmt(value: float | None, spec: str, suffix: str = "") -> str:
     return "-" if value is None else f"{value:{spec}}{suffix}"
+
+
+def gflops(flops: float) -> str:
+    """913 or 1,234; an emulated dtype's 0.72 rather than 0."""
+    return f"{flops / 1e9:,.0f}" if flops >= 1e10 else f"{flops / 1e9:.2g}"
 
 
 def case_name(case: dict) -> str:
@@ -19,9 +26,9 @@ def markdown(results: dict) -> str:
     machine = results["machine"]
     where = machine.get("gpu") or f"{machine['cpu']}, {machine['cpu_count']} cores"
     lines = [
-        f"Machine: {where}, CPU capability {machine.get('cpu_capability', 'not recorded')}, torch {machine['torch']}, "
+        f"Machine: {where}, CPU capability {capability_text(machine)}, torch {machine['torch']}, "
         f"{machine['torch_threads']} threads; "
-        f"GEMM peak fp32 {peak['fp32'] / 1e9:,.0f} GFLOP/s, bf16 {peak['bf16'] / 1e9:,.0f} GFLOP/s; "
+        f"GEMM peak fp32 {gflops(peak['fp32'])} GFLOP/s, bf16 {gflops(peak['bf16'])} GFLOP/s; "
         f"load average at start {machine['load_average']}.",
         "",
         "| model | task | dtype | batch | vitlab images/s | best peer | peer images/s | vitlab / best peer "
@@ -39,7 +46,7 @@ def markdown(results: dict) -> str:
         )
     lines += [
         "",
-        "Every implementation in its best mode (fastest median over the interleaved rounds); MFU against the GEMM peak "
+        f"CPU capability {capability_text(machine)}. Every implementation in its best mode (fastest median over the interleaved rounds); MFU against the GEMM peak "
         "of the same dtype; peak memory is the most tensor memory alive during one step above that alive before it "
         "(not measured for onnxruntime, whose memory is its own). onnxruntime-int8 is never the best peer: "
         "its numbers differ from fp32's.",
@@ -64,6 +71,7 @@ def write(results: dict, out_dir: str | Path) -> tuple[Path, Path]:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     json_path, md_path = out / "bench.json", out / "bench.md"
-    json_path.write_text(json.dumps(results, indent=1) + "\n")
-    md_path.write_text(markdown(results))
+    text = markdown(results)
+    json_path.write_text(json.dumps({**results, "markdown": text}, indent=1) + "\n")
+    md_path.write_text(text)
     return json_path, md_path

@@ -29,6 +29,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("cases", nargs="*", metavar="CASE", help="cases to run (default: the --preset)")
     parser.add_argument("--preset", choices=sorted(PRESETS), default="standard", help="named set of cases")
+    parser.add_argument("--variants", help="comma-separated variants: only the --preset's cases of these (e.g. Ti/16)")
     parser.add_argument("--image-size", type=int, default=224, help="resolution of the CASEs (default 224)")
     parser.add_argument("--batch", type=int, default=32, help="batch of CASEs that name none (default 32)")
     parser.add_argument("--impls", default=",".join(IMPLEMENTATIONS), help="comma-separated implementations")
@@ -61,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from vitlab.bench import PRESETS, BenchConfig, CaseSpec, run_bench, write
+    from vitlab.bench.machine import capability_text
 
     if args.pipeline and args.cases:
         raise ValueError(f"--pipeline {args.pipeline} times an input pipeline, not the CASEs {' '.join(args.cases)}")
@@ -77,6 +79,11 @@ def run(args: argparse.Namespace) -> int:
         if args.cases
         else PRESETS[args.preset]()
     )
+    if args.variants:
+        wanted = [name for name in args.variants.split(",") if name]
+        specs = [spec for spec in specs if spec.case.variant in wanted]
+        if not specs:
+            raise ValueError(f"--variants {args.variants}: no case of the run is of these variants")
     config = BenchConfig(
         cases=specs,
         implementations=tuple(name for name in args.impls.split(",") if name),
@@ -88,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
     )
     results = run_bench(config)
     json_path, md_path = write(results, args.out)
+    print(f"CPU capability {capability_text(results['machine'])}")
     for case in results["cases"]:
         ratio = case["vitlab_over_best_peer"]
         if ratio is not None:

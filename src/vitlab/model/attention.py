@@ -11,6 +11,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from .kernels import Linear, attention_path
+
 
 def softmax_attention(
     q: torch.Tensor,
@@ -63,10 +65,10 @@ def blocked_attention(
 
 
 def matmul_attention_is_faster(q: torch.Tensor) -> bool:
-    """On CPU in bf16 / fp16, two batched matmuls around a softmax run 2-4x faster than PyTorch's fused
-    CPU attention kernel at ViT sequence lengths (docs/benchmarks.md); in fp32 and on GPUs the fused
-    kernel is as fast or faster."""
-    return q.device.type == "cpu" and q.dtype in (torch.bfloat16, torch.float16)
+    """On a CPU with native bf16, two batched matmuls around a softmax ran 2-4x faster than PyTorch's
+    fused CPU attention kernel at ViT sequence lengths (docs/benchmarks.md); in fp32, on GPUs and where
+    bf16 is emulated the fused kernel is as fast or faster. kernels.attention_path decides."""
+    return attention_path(q.dtype, q.device, blocked_attention) == "matmul"
 
 
 class Attention(nn.Module):
@@ -84,9 +86,9 @@ class Attention(nn.Module):
         self.head_dim = head_dim or dim // num_heads
         inner = self.num_heads * self.head_dim
         self.scale = self.head_dim**-0.5
-        self.qkv = nn.Linear(dim, 3 * inner, bias=qkv_bias)  # U_qkv of Eq. 5, all heads at once
+        self.qkv = Linear(dim, 3 * inner, bias=qkv_bias)  # U_qkv of Eq. 5, all heads at once
         self.attn_dropout = attn_dropout
-        self.proj = nn.Linear(inner, dim)  # U_msa of Eq. 8
+        self.proj = Linear(inner, dim)  # U_msa of Eq. 8
         self.proj_drop = nn.Dropout(proj_dropout)
 
     def forward(

@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from .attention import Attention
+from .kernels import Linear
 
 
 def make_activation(name: str) -> nn.Module:
@@ -22,10 +23,10 @@ class Mlp(nn.Module):
 
     def __init__(self, dim: int, hidden: int, act: str = "gelu", dropout: float = 0.0, out_act: bool = False) -> None:
         super().__init__()
-        self.fc1 = nn.Linear(dim, hidden)
+        self.fc1 = Linear(dim, hidden)
         self.act = make_activation(act)
         self.drop1 = nn.Dropout(dropout)
-        self.fc2 = nn.Linear(hidden, dim)
+        self.fc2 = Linear(hidden, dim)
         # The Keras example's MLP is Dense(gelu) -> Dense(gelu): an activation after fc2 as well.
         self.out_act = make_activation(act) if out_act else nn.Identity()
         self.drop2 = nn.Dropout(dropout)

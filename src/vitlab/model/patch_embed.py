@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .kernels import Conv2d
+
 
 class PatchEmbedding(nn.Module):
     """A convolution with kernel = stride = P is exactly a linear map of each flattened patch."""
@@ -13,7 +15,7 @@ class PatchEmbedding(nn.Module):
         super().__init__()
         self.patch_size = patch_size
         self.in_channels = in_channels
-        self.proj = nn.Conv2d(in_channels, dim, kernel_size=patch_size, stride=patch_size)
+        self.proj = Conv2d(in_channels, dim, kernel_size=patch_size, stride=patch_size)
 
     def check_input(self, images: torch.Tensor) -> None:
         if images.dim() != 4:

@@ -1,0 +1,206 @@
+"""Which CPU kernels the model runs: chosen by what this CPU can do, never by a constant.
+
+- `native(dtype)`: oneDNN runs bf16 (fp16) GEMMs natively here (avx512_bf16 / AMX). torch asks
+  oneDNN (`torch.ops.mkldnn._is_mkldnn_bf16_supported`), which honours ONEDNN_MAX_CPU_ISA.
+- `Linear`, `Conv2d`: where bf16 is not native, ATen's fallback bf16 GEMM ran 60x slower than fp32
+  (1 against 60 GFLOP/s, 1024 x 1024 torch.mm, 2 threads, oneDNN limited to AVX2). There the bf16
+  operands are widened to fp32 (exactly), multiplied by the fp32 GEMM (which accumulates in fp32,
+  as oneDNN's bf16 kernels do) and the result is rounded to bf16: the bf16 kernel's numbers up to the
+  order of summation, at fp32's speed.
+- `attention_path(dtype, device)`: PyTorch's fused attention kernel, or two matmuls around a
+  softmax (attention.blocked_attention). In fp32, and where bf16 is not native (the matmuls' bf16
+  bmm is the slow fallback: 490 ms against 7 ms for the fused kernel, B 16, 3 heads, T 197), the
+  fused kernel. With native bf16 the two are timed once and the faster one is kept in a small JSON
+  file per CPU model, capability and torch version ($VITLAB_CACHE, else ~/.cache/vitlab).
+
+Every choice is logged once. Dynamo treats the choices as constants (assume_constant_result): they
+are made while tracing, not traced.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import platform
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from filelock import FileLock
+from torch import nn
+
+log = logging.getLogger("vitlab")
+
+AttentionPath = Literal["fused", "matmul"]
+MatmulAttention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, float], torch.Tensor]  # q, k, v, scale
+HALF = (torch.bfloat16, torch.float16)
+CACHE_ENV = "VITLAB_CACHE"  # the same cache folder as downloaded weights (weights/fetch.py)
+MEASURE_SHAPE = (16, 3, 197, 64)  # (B, heads, T, head_dim): Ti/16 at 224 px, as docs/benchmarks.md timed it
+
+_native: dict[torch.dtype, bool] = {}
+_attention: dict[torch.dtype, AttentionPath] = {}
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def cpu_capability() -> str:
+    """The ATen kernels dispatched to: AVX2, AVX512, ... (ATEN_CPU_CAPABILITY lowers it)."""
+    return torch.backends.cpu.get_cpu_capability()
+
+
+def onednn_supports(dtype: torch.dtype) -> bool:
+    """oneDNN's own word on this CPU (within ONEDNN_MAX_CPU_ISA): native bf16 / fp16 GEMMs."""
+    if dtype == torch.bfloat16:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    if dtype == torch.float16:
+        return bool(torch.ops.mkldnn._is_mkldnn_fp16_supported())
+    return True
+
+
+def reset() -> None:
+    """Forget the choices made (tests fake the CPU, then ask again)."""
+    _native.clear()
+    _attention.clear()
+
+
+@torch.compiler.assume_constant_result
+def native(dtype: torch.dtype) -> bool:
+    """Does this CPU run `dtype` GEMMs natively (fp32 always does)?"""
+    if dtype not in _native:
+        _native[dtype] = onednn_supports(dtype)
+        if dtype in HALF and not _native[dtype]:
+            log.info(
+                "CPU %s without native %s: %s matmuls run as fp32 GEMMs, fused attention kernel, fp32 default",
+                cpu_capability(),
+                dtype_name(dtype),
+                dtype_name(dtype),
+            )
+    return _native[dtype]
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}.get(dtype, str(dtype))
+
+
+@torch.compiler.assume_constant_result
+def attention_path(dtype: torch.dtype, device: torch.device, matmul: MatmulAttention) -> AttentionPath:
+    """ "fused" (F.scaled_dot_product_attention) or "matmul" (`matmul`, timed against it where in doubt)."""
+    if device.type != "cpu" or dtype not in HALF or not native(dtype):
+        return "fused"
+    if dtype not in _attention:
+        _attention[dtype] = measured_attention_path(dtype, matmul)
+    return _attention[dtype]
+
+
+def cache_file() -> Path:
+    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "vitlab") / "cpu-kernels.json"
+
+
+def machine_key(dtype: torch.dtype) -> str:
+    return f"{cpu_name()} | {cpu_capability()} | torch {torch.__version__} | attention {dtype_name(dtype)}"
+
+
+def read_cache(path: Path) -> dict:
+    if not path.exists():
+        return {}
+    try:
+        entries = json.loads(path.read_text())
+        if not isinstance(entries, dict):
+            raise ValueError("not a JSON object")
+        return entries
+    except (OSError, ValueError) as error:
+        log.warning("%s is unreadable (%s): measuring again", path, str(error).splitlines()[0])
+        return {}
+
+
+def measured_attention_path(dtype: torch.dtype, matmul: MatmulAttention) -> AttentionPath:
+    """The faster attention path for `dtype` here: from the cache file, or timed once and stored."""
+    path, key = cache_file(), machine_key(dtype)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(f"{path}.lock"):  # one process measures; the others read its result
+        entries = read_cache(path)
+        entry = entries.get(key)
+        if not isinstance(entry, dict) or entry.get("attention") not in ("fused", "matmul"):
+            entry = time_attention_paths(dtype, matmul)
+            entries[key] = entry
+            path.write_text(json.dumps(entries, indent=1) + "\n")
+            how = "measured"
+        else:
+            how = f"measured earlier, {path}"
+    log.info(
+        "CPU %s with native %s: %s attention (%s: fused %.2f ms, matmul %.2f ms)",
+        cpu_capability(),
+        dtype_name(dtype),
+        entry["attention"],
+        how,
+        entry["fused_ms"],
+        entry["matmul_ms"],
+    )
+    return entry["attention"]
+
+
+def time_attention_paths(dtype: torch.dtype, matmul: MatmulAttention, repeats: int = 7) -> dict:
+    """Best of `repeats` interleaved forward passes of each path at MEASURE_SHAPE, in ms (the best, not
+    the median: a busy machine's stalls only ever add time)."""
+    q, k, v = torch.randn(3, *MEASURE_SHAPE).to(dtype).unbind(0)
+    scale = MEASURE_SHAPE[-1] ** -0.5
+    paths: dict[str, Callable[[], object]] = {
+        "fused": lambda: F.scaled_dot_product_attention(q, k, v),
+        "matmul": lambda: matmul(q, k, v, scale),
+    }
+    best = dict.fromkeys(paths, float("inf"))
+    with torch.inference_mode():
+        for run in paths.values():
+            run()  # warm-up
+        for _ in range(repeats):
+            for name, run in paths.items():
+                start = time.perf_counter()
+                run()
+                best[name] = min(best[name], 1e3 * (time.perf_counter() - start))
+    faster: AttentionPath = "matmul" if best["matmul"] < best["fused"] else "fused"
+    return {"attention": faster, "fused_ms": round(best["fused"], 3), "matmul_ms": round(best["matmul"], 3)}
+
+
+def compute_dtype(x: torch.Tensor) -> torch.dtype:
+    """The dtype an op on `x` computes in: autocast's on CPU when it is on, else x's."""
+    if x.device.type == "cpu" and torch.is_autocast_enabled("cpu"):
+        return torch.get_autocast_dtype("cpu")
+    return x.dtype
+
+
+def widened(op: Callable[..., torch.Tensor], x: torch.Tensor, *params: torch.Tensor | None) -> torch.Tensor:
+    """op(x, *params) in x's compute dtype; where that is bf16 / fp16 without native kernels, on the
+    operands rounded to it, widened to fp32, and the result rounded back (see the module docstring)."""
+    dtype = compute_dtype(x)
+    if x.device.type != "cpu" or dtype not in HALF or native(dtype):
+        return op(x, *params)
+    wide = [None if p is None else p.to(dtype).float() for p in params]
+    with torch.autocast("cpu", enabled=False):
+        return op(x.to(dtype).float(), *wide).to(dtype)
+
+
+class Linear(nn.Linear):
+    """nn.Linear (same parameters and state dict) through `widened`."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return widened(F.linear, x, self.weight, self.bias)
+
+
+class Conv2d(nn.Conv2d):
+    """nn.Conv2d (same parameters and state dict) through `widened`."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return widened(self._conv_forward, x, self.weight, self.bias)

@@ -1,0 +1,112 @@
+"""The CPU kernels are chosen by what the CPU can do (vitlab.model.kernels), under a faked CPU."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from vitlab.model import kernels
+from vitlab.model.attention import Attention, blocked_attention
+from vitlab.model.runtime import resolve_precision
+
+CPU = torch.device("cpu")
+
+
+def fake_cpu(monkeypatch, capability: str, native_bf16: bool, timings: dict | None = None) -> list[int]:
+    """Pretend to be a CPU of `capability`; `timings` is what timing the two attention paths gives.
+    Returns a list that grows by one per timing."""
+    monkeypatch.setattr(kernels, "cpu_capability", lambda: capability)
+    monkeypatch.setattr(kernels, "onednn_supports", lambda dtype: native_bf16 or dtype == torch.float32)
+    timed: list[int] = []
+
+    def time_paths(dtype, matmul):
+        if timings is None:
+            raise AssertionError("the attention paths were timed")
+        timed.append(1)
+        return dict(timings)
+
+    monkeypatch.setattr(kernels, "time_attention_paths", time_paths)
+    monkeypatch.setattr(kernels, "_native", {})
+    monkeypatch.setattr(kernels, "_attention", {})
+    return timed
+
+
+def test_avx2_without_native_bf16_takes_the_fused_kernel_and_fp32(monkeypatch, caplog):
+    fake_cpu(monkeypatch, "AVX2", native_bf16=False)
+    with caplog.at_level(logging.INFO, logger="vitlab"):
+        assert kernels.attention_path(torch.bfloat16, CPU, blocked_attention) == "fused"
+        assert kernels.attention_path(torch.bfloat16, CPU, blocked_attention) == "fused"
+    assert not kernels.native(torch.bfloat16)
+    assert resolve_precision("auto", CPU).name == "fp32"
+    said = [record.getMessage() for record in caplog.records]
+    assert len(said) == 1 and "AVX2 without native bf16" in said[0] and "fused attention" in said[0], said
+
+
+def test_native_bf16_takes_the_measured_path_and_caches_it(monkeypatch, tmp_path):
+    monkeypatch.setenv(kernels.CACHE_ENV, str(tmp_path))
+    for faster in ("matmul", "fused"):
+        timings = {"attention": faster, "fused_ms": 2.0, "matmul_ms": 1.0}
+        (tmp_path / "cpu-kernels.json").unlink(missing_ok=True)
+        timed = fake_cpu(monkeypatch, "AVX512", native_bf16=True, timings=timings)
+        assert kernels.attention_path(torch.bfloat16, CPU, blocked_attention) == faster
+        assert (
+            kernels.attention_path(torch.float32, CPU, blocked_attention) == "fused"
+        )  # fp32: the fused kernel, not timed
+        assert timed == [1]
+    # Read back from the file in a new process (the choices forgotten), not timed again.
+    fake_cpu(monkeypatch, "AVX512", native_bf16=True, timings=None)
+    assert kernels.attention_path(torch.bfloat16, CPU, blocked_attention) == "fused"
+    entries = json.loads((tmp_path / "cpu-kernels.json").read_text())
+    assert list(entries) == [kernels.machine_key(torch.bfloat16)] and "AVX512" in list(entries)[0]
+
+
+@pytest.mark.fault("cache", kinds=1)
+@pytest.mark.parametrize("text", ["{not json", "[1, 2]", '{"%s": {"attention": "sideways"}}'])
+def test_a_corrupt_cache_file_is_measured_again(monkeypatch, tmp_path, caplog, text):
+    monkeypatch.setenv(kernels.CACHE_ENV, str(tmp_path))
+    timed = fake_cpu(monkeypatch, "AVX512", True, {"attention": "matmul", "fused_ms": 2.0, "matmul_ms": 1.0})
+    path = tmp_path / "cpu-kernels.json"
+    path.write_text(text.replace("%s", kernels.machine_key(torch.bfloat16)))
+    with caplog.at_level(logging.INFO, logger="vitlab"):
+        assert kernels.attention_path(torch.bfloat16, CPU, blocked_attention) == "matmul"
+    assert timed == [1]
+    assert json.loads(path.read_text())[kernels.machine_key(torch.bfloat16)]["attention"] == "matmul"
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == (0 if text.startswith('{"') else 1)  # an unknown entry is simply replaced
+    assert all("\n" not in w and "cpu-kernels.json" in w for w in warnings)
+
+
+def test_without_native_bf16_a_linear_layer_runs_as_fp32_gemm_on_bf16_operands(monkeypatch):
+    layer = kernels.Linear(48, 40)
+    x = torch.randn(6, 48)
+    rounded = F.linear(*(t.bfloat16().float() for t in (x, layer.weight, layer.bias)))
+    gemm_dtypes = []
+    linear = F.linear
+    monkeypatch.setattr(F, "linear", lambda x, *params: gemm_dtypes.append(x.dtype) or linear(x, *params))
+    fake_cpu(monkeypatch, "AVX2", native_bf16=False)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        emulated = layer(x)
+    with torch.no_grad():
+        cast = layer.bfloat16()(x.bfloat16())
+    assert gemm_dtypes == [torch.float32, torch.float32]
+    assert emulated.dtype == cast.dtype == torch.bfloat16
+    torch.testing.assert_close(emulated, rounded.bfloat16(), rtol=0, atol=0)  # the fp32 GEMM, rounded once
+    torch.testing.assert_close(cast, rounded.bfloat16(), rtol=0, atol=0)
+    fake_cpu(monkeypatch, "AVX512", native_bf16=True)
+    with torch.no_grad():
+        native = layer(x.bfloat16())  # the bf16 kernel: the same numbers up to the order of summation
+    assert gemm_dtypes[2:] == [torch.bfloat16]
+    torch.testing.assert_close(native.float(), rounded, rtol=2e-2, atol=2e-2)
+
+
+def test_attention_compiles_whole_with_the_choice_made_at_trace_time(monkeypatch):
+    fake_cpu(monkeypatch, "AVX2", native_bf16=False)
+    attention = Attention(32, 2).eval().bfloat16()
+    x = torch.randn(2, 9, 32).bfloat16()
+    with torch.no_grad():
+        compiled = torch.compile(attention, fullgraph=True, backend="aot_eager")(x)[0]
+        torch.testing.assert_close(compiled, attention(x)[0], rtol=0, atol=0)
