@@ -6,7 +6,19 @@ import argparse
 
 from . import with_examples
 
-NAMES = ("data-scaling", "posemb", "pooling", "pretrain-transfer", "lr-sweep", "self-supervision", "axial", "shape")
+NAMES = (
+    "data-scaling",
+    "posemb",
+    "pooling",
+    "pretrain-transfer",
+    "lr-sweep",
+    "self-supervision",
+    "axial",
+    "shape",
+    "compute-cost",
+    "compute",
+    "sgd-adam",
+)
 REPORT = "report"  # not an experiment: joins the experiments' outputs into one document
 
 
@@ -27,8 +39,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "learning rate picked from Table 4's grid on a dev split of the training set, then trained on "
         "all of it and tested (Appendix B.1.1); self-supervision: masked patch pre-training vs scratch vs "
         "supervised pre-training, fine-tuned on few labels (Sec. 4.6); axial: ViT vs Axial-ViT, accuracy against FLOPs and measured "
-        "inference time (Fig. 13); shape: depth, width, MLP and patch size scaled one at a time (Fig. 8). "
-        "Writes DIR/NAME.md, "
+        "inference time (Fig. 13); shape: depth, width, MLP and patch size scaled one at a time (Fig. 8); "
+        "compute-cost: inference speed and largest batch across input sizes (Fig. 12); compute: accuracy against training FLOPs (Fig. 5); sgd-adam: BiT pre-trained with "
+        "SGD vs Adam, then fine-tuned (Table 7). Writes DIR/NAME.md, "
         ".json and .png; budgets are optimiser steps, so results do not depend on the machine. "
         "`vitlab experiment report --runs DIR --out docs/experiments.md` joins every registered "
         "experiment's outputs in DIR into one document.",
@@ -92,6 +105,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="WxL",
         help="axial: width x depth of each ViT / Axial-ViT pair (default 32x2 64x2 64x4)",
     )
+    parser.add_argument("--models", nargs="+", help="compute-cost: registry names (default Ti/16 S/16 BiT-R26x1)")
+    parser.add_argument(
+        "--input-sizes", type=int, nargs="+", help="compute-cost: input sizes in px (default 224 320 448)"
+    )
+    parser.add_argument(
+        "--memory-budget-mib",
+        type=float,
+        default=128.0,
+        help="compute-cost: the memory the largest batch must fit, in MiB (default 128)",
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="compute-cost: timed rounds, median reported (default 3)")
     parser.set_defaults(func=run)
 
 
@@ -130,6 +154,10 @@ def run(args: argparse.Namespace) -> int:
         init=args.init,
         label_fraction=args.label_fraction,
         sizes=tuple(args.sizes) if args.sizes else None,
+        models=tuple(args.models) if args.models else None,
+        input_sizes=tuple(args.input_sizes) if args.input_sizes else None,
+        memory_budget_mib=args.memory_budget_mib,
+        rounds=args.rounds,
     )
     _, paths = run_experiment(args.name, settings)
     print(paths["md"].read_text())

@@ -8,6 +8,9 @@
     vitlab experiment self-supervision  --data digits --out runs/exp   # Sec. 4.6: masked patch prediction
     vitlab experiment axial             --data digits --out runs/exp   # Fig. 13: Axial-ViT vs ViT, FLOPs and time
     vitlab experiment shape             --data digits --out runs/exp   # Fig. 8: depth, width, MLP, patch size
+    vitlab experiment compute-cost      --data digits --out runs/exp   # Fig. 12: inference speed, largest batch
+    vitlab experiment compute           --data digits --out runs/exp   # Fig. 5: accuracy against training FLOPs
+    vitlab experiment sgd-adam          --data digits --out runs/exp   # Table 7: BiT pre-trained with SGD vs Adam
 
 Budgets are optimiser steps (--budget-steps), so results do not depend on the machine. Each writes
 DIR/NAME.md, NAME.json and NAME.png, and keeps every run's model folder in DIR/runs/.
@@ -21,7 +24,19 @@ from pathlib import Path
 
 import torch
 
-from . import axial, data_scaling, lr_sweep, pooling, posemb, pretrain_transfer, self_supervision, shape
+from . import (
+    axial,
+    compute,
+    compute_cost,
+    data_scaling,
+    lr_sweep,
+    pooling,
+    posemb,
+    pretrain_transfer,
+    self_supervision,
+    sgd_adam,
+    shape,
+)
 from .report import write_report
 from .runner import TRAINING_SECONDS, Experiment, Results, Settings
 
@@ -29,7 +44,19 @@ log = logging.getLogger("vitlab")
 
 EXPERIMENTS: dict[str, Experiment] = {
     module.EXPERIMENT.name: module.EXPERIMENT
-    for module in (data_scaling, posemb, pooling, pretrain_transfer, lr_sweep, self_supervision, axial, shape)
+    for module in (
+        data_scaling,
+        posemb,
+        pooling,
+        pretrain_transfer,
+        lr_sweep,
+        self_supervision,
+        axial,
+        shape,
+        compute_cost,
+        compute,
+        sgd_adam,
+    )
 }
 
 

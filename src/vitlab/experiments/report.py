@@ -37,11 +37,23 @@ HEADERS = {
     "ms_per_image": "inference ms / image",
     "axis": "scaled axis",
     "shape": "depth / width / MLP / patch",
+    "image_size": "input size (px)",
+    "gflops": "forward GFLOPs / image",
+    "images_per_s_per_core": "images/s per core",
+    "max_batch": "largest batch in budget",
+    "peak_mib_at_max": "its peak memory (MiB)",
+    "steps": "steps",
+    "train_tflops": "training TFLOPs (forward x 3 x images)",
+    "optimiser": "pre-training optimiser",
+    "pretrain_top1": "pre-training val top-1 (%)",
+    "paper_average": "Table 7, R50x1 average (%)",
 }
 
 
 def _cell(entry: dict[str, Any], key: str) -> str:
     value = entry[key]
+    if value is None:
+        return "-"
     if key.endswith("_std"):
         return ""
     if f"{key}_std" in entry:
@@ -100,13 +112,18 @@ def write_report(
     paths["json"].write_text(json.dumps(document, indent=1) + "\n")
 
     seeds = ", ".join(map(str, seed_list))
-    parts = [
-        f"# {experiment.name}: {experiment.reproduces}",
-        experiment.question,
+    budget_line = (
         f"Data `{settings.data}` at {settings.image_size} px; {budget['steps_per_run']} optimiser steps per run; "
         f"seeds {seeds} (mean ± std over seeds where more than one); "
         + (f"training {training_s / 60:.1f} min summed over the runs as each ran, " if training_s is not None else "")
-        + f"this report's invocation {wall_time_s / 60:.1f} min (run folders found finished are not retrained).",
+        + f"this report's invocation {wall_time_s / 60:.1f} min (run folders found finished are not retrained)."
+    )
+    if not budget["steps_per_run"]:  # measured, not trained
+        budget_line = f"No training; this report's invocation {wall_time_s / 60:.1f} min."
+    parts = [
+        f"# {experiment.name}: {experiment.reproduces}",
+        experiment.question,
+        budget_line,
         f"Commit `{machine['commit']}`, torch {machine['torch']}, CPU capability {machine['cpu_capability']}, "
         f"{machine['threads']} thread(s) per run.",
         f"```\n{command}\n```",

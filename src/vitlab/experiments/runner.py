@@ -56,6 +56,10 @@ class Settings:
     fractal_size: int = 32
     label_fraction: float | None = None  # self-supervision: the share of labelled images fine-tuned on
     sizes: tuple[str, ...] | None = None  # axial: WIDTHxDEPTH of each ViT / Axial-ViT pair, e.g. 64x4
+    models: tuple[str, ...] | None = None  # compute-cost: registry names (`vitlab models`)
+    input_sizes: tuple[int, ...] | None = None  # compute-cost: input sizes in pixels
+    memory_budget_mib: float = 128.0  # compute-cost: the memory the largest batch must fit (compute_cost.py)
+    rounds: int = 3  # compute-cost: timed rounds (the median is reported)
 
     def __post_init__(self) -> None:
         self.out = Path(self.out)
@@ -80,6 +84,13 @@ class Settings:
                 self.label_fraction is None or 0 < self.label_fraction <= 1,
                 "must be in (0, 1]",
             ),
+            (
+                "--input-sizes",
+                self.input_sizes is None or (self.input_sizes and all(size > 0 for size in self.input_sizes)),
+                positive,
+            ),
+            ("--memory-budget-mib", self.memory_budget_mib > 0, positive),
+            ("--rounds", self.rounds > 0, positive),
             ("--row", self.row in TABLE_4, f"must be a Table 4 row: {', '.join(TABLE_4)}"),
             (
                 "--sizes",
