@@ -50,7 +50,7 @@ def test_findings_compare_speed_and_batch_per_pair():
     ]
     (line,) = findings(summary)
     assert "3.00x at 224 px (not within a factor 2" in line and "5.00x at 224 px" in line
-    assert "as the paper's ViTs fit larger batches" in line
+    assert "the ViT fits the larger batch at every size" in line
 
 
 @pytest.mark.slow  # a small model at two small sizes: about 10 s

@@ -183,19 +183,26 @@ def findings(summary: list[dict[str, Any]]) -> list[str]:
         lines.append(
             f"{vit} over {resnet}, images/s per core: "
             + ", ".join(f"{r:.2f}x at {s} px" for r, s in zip(speed, sizes))
-            + f" ({'within' if comparable else 'not within'} a factor 2 at every size: "
-            + ("comparable speed, as the paper found" if comparable else "not the paper's comparable speed")
-            + "); largest batch: "
+            + (
+                " (within a factor 2 at every size: comparable speed, as the paper found)"
+                if comparable
+                else " (not within a factor 2 at every size: not the paper's comparable speed)"
+            )
+            + "; largest batch: "
             + ", ".join(f"{r:.2f}x at {s} px" for r, s in zip(batch, sizes))
-            + f" (the ViT's batch {summary_word(batch)} the ResNet's at every size"
-            + (", as the paper's ViTs fit larger batches)." if all(r > 1 for r in batch) else ").")
+            + f" ({larger_batch(batch)})."
         )
     return lines
 
 
-def summary_word(ratios: list[float]) -> str:
-    words = {compare(r, 1.0) for r in ratios}
-    return f"{words.pop()}" if len(words) == 1 else "not always above"
+def larger_batch(ratios: list[float]) -> str:
+    """Which model fits the larger batch, from the ViT-over-ResNet ratios at each size."""
+    relations = {compare(ratio, 1.0) for ratio in ratios}
+    if relations == {"above"}:
+        return "the ViT fits the larger batch at every size, as the paper's large ViTs do"
+    if relations == {"below"}:
+        return "the ResNet fits the larger batch at every size, against the paper's finding for large ViTs"
+    return "neither fits the larger batch at every size"
 
 
 def plot(axes: Axes, summary: list[dict[str, Any]]) -> None:
