@@ -35,7 +35,7 @@ def test_findings_ratio_of_compute_to_the_same_accuracy():
     # Target 80% (ViT's best, below BiT's): ViT reaches it at 3 TFLOPs, BiT at 9.
     assert "To reach 80.0%" in lines[0] and "ViT needed 3 TFLOPs and BiT 9" in lines[0]
     assert "3x less compute than BiT, the paper's direction" in lines[0]
-    assert "hybrid's 55.0% is above ViT's 50.0%" in lines[1] and "70.0% is below ViT's 80.0%" in lines[2]
+    assert "hybrid's 55.0% is above ViT's 50.0%; the paper" in lines[1] and "70.0% is below ViT's 80.0%." in lines[2]
 
 
 @pytest.mark.slow  # nine runs of at most 2 steps: about 20 s
