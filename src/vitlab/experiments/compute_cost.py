@@ -4,8 +4,8 @@
 The paper timed inference on a TPUv3 core and found ViT models of speed comparable to similar
 ResNets, and large ViT models fitting larger per-core batches than ResNets ("more memory-efficient").
 Here every model runs fp32 inference on this CPU, measured as `vitlab bench` measures it: the bench's
-step (bench/steps.py, eager mode), its warm-up and interleaved timed rounds (bench/timing.py, the median
-over rounds; at each input size every model runs once per round), and its peak memory of one step
+step (bench/steps.py, eager mode), its warm-up and interleaved timed rounds (bench/timing.py
+median_seconds, the median over rounds; at each input size every model runs once per round), and its peak memory of one step
 (bench/memory.py: the most tensor memory alive at once above what was alive before, the input batch
 not counted). Throughput is per core: images/s over the torch threads it ran on (one per core).
 
@@ -20,7 +20,6 @@ available is counted as not fitting without allocating it. The search's time gro
 from __future__ import annotations
 
 import logging
-import statistics
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -29,11 +28,11 @@ import torch
 from matplotlib.axes import Axes
 
 from vitlab.bench.flops import model_flops
-from vitlab.bench.harness import repeated
+from vitlab.bench.harness import BenchConfig
 from vitlab.bench.machine import cpu_name, load_average
 from vitlab.bench.memory import step_peak_bytes
 from vitlab.bench.steps import Case, Mode, make_step
-from vitlab.bench.timing import interleaved, time_once
+from vitlab.bench.timing import median_seconds
 from vitlab.model import BiTConfig, ViTConfig, config_for, create_untrained
 from vitlab.model.budget import available_memory, memory_needed
 
@@ -47,6 +46,7 @@ MODELS = ("Ti/16", "S/16", "BiT-R26x1")
 SIZES = (224, 320, 448)
 THROUGHPUT_BATCH = 4  # images per timed inference call
 DTYPE = "fp32"
+BENCH = BenchConfig(cases=[])  # the bench's warm-up calls and shortest timed sample
 MAX_BATCH = 1 << 14  # doubling stops here: a budget this loose says nothing more
 # Pairs the findings compare: a ViT and the ResNet of about its inference FLOPs (Ti/16 1.3 GMACs and
 # R26 2.3, S/16 4.6 and R50 4.1, B/16 17.6 at 224 px), listed by forward FLOPs in the report.
@@ -115,15 +115,14 @@ def run(settings: Settings) -> Results:
     for size in sizes:
         configs = {name: config_for(name, image_size=size) for name in names}
         built = {name: create_untrained(config).eval() for name, config in configs.items()}
-        steps = {}
-        for name, model in built.items():
-            step = make_step(model, inference_case(name, size, THROUGHPUT_BATCH), Mode(), device, 1000)
-            time_once(step, device)  # warm-up
-            steps[name] = step
-        seconds = interleaved({name: repeated(step, 1) for name, step in steps.items()}, settings.rounds, device)
+        steps = {
+            name: make_step(model, inference_case(name, size, THROUGHPUT_BATCH), Mode(), device, 1000)
+            for name, model in built.items()
+        }
+        seconds = median_seconds(steps, device, settings.rounds, BENCH.warmup, BENCH.min_sample_s)
         for name, config in configs.items():
             found, probes = largest_batch(partial(measure_peak, name, config, built[name], size), budget)
-            per_image = statistics.median(seconds[name]) / THROUGHPUT_BATCH
+            per_image = seconds[name] / THROUGHPUT_BATCH
             row = {
                 "model": name,
                 "image_size": size,
@@ -205,24 +204,14 @@ def larger_batch(ratios: list[float]) -> str:
     return "neither fits the larger batch at every size"
 
 
-def plot(axes: Axes, summary: list[dict[str, Any]]) -> None:
-    """Fig. 12's two panels: images/s per core (left) and largest batch (right) against input size."""
-    spec = axes.get_subplotspec()
-    assert spec is not None  # the report's axes fill its figure
-    grid = spec.subgridspec(1, 2, wspace=0.1)
-    axes.set_subplotspec(grid[0])
-    right = axes.figure.add_subplot(grid[1])
+def plot_lines(axes: Axes, summary: list[dict[str, Any]], key: str, ylabel: str) -> None:
     for name in dict.fromkeys(e["model"] for e in summary):
         entries = [e for e in summary if e["model"] == name]
-        sizes = [e["image_size"] for e in entries]
-        axes.plot(sizes, [e["images_per_s_per_core"] for e in entries], marker="o", label=name)
-        right.plot(sizes, [e["max_batch"] for e in entries], marker="o", label=name)
-    for panel, label in ((axes, "inference images/s per core"), (right, "largest batch in the budget")):
-        panel.set_yscale("log")
-        panel.set_xlabel("input size (px)")
-        panel.set_ylabel(label)
-        panel.grid(alpha=0.3)
-    right.legend(fontsize=8)
+        axes.plot([e["image_size"] for e in entries], [e[key] for e in entries], marker="o", label=name)
+    axes.set_yscale("log")
+    axes.set_xlabel("input size (px)")
+    axes.set_ylabel(ylabel)
+    axes.legend(fontsize=8)
 
 
 EXPERIMENT = Experiment(
@@ -233,6 +222,8 @@ EXPERIMENT = Experiment(
     seeds=(0,),
     run=run,
     columns=("model", "image_size", "gflops", "images_per_s_per_core", "max_batch", "peak_mib_at_max"),
-    plot=plot,
+    # Fig. 12's two panels: images/s per core (left) and the largest batch (right) against input size.
+    plot=partial(plot_lines, key="images_per_s_per_core", ylabel="inference images/s per core"),
+    panels=(partial(plot_lines, key="max_batch", ylabel="largest batch in the memory budget"),),
     options=("models", "input_sizes", "memory_budget_mib", "rounds"),
 )
