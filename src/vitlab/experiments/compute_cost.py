@@ -41,8 +41,9 @@ from .wording import compare
 
 log = logging.getLogger("vitlab")
 
-# Default: what runs in a few minutes on one CPU core; B/16 and BiT-R50x1 (Fig. 12's) by --models.
-MODELS = ("Ti/16", "S/16", "BiT-R26x1")
+# Default: Fig. 12's ViTs and ResNets that run here in about 6-7 minutes on one CPU core (5m50s of CPU
+# at load average 2.5); larger ones (L/16, BiT-R101x1, ...) by --models.
+MODELS = ("Ti/16", "S/16", "B/16", "BiT-R26x1", "BiT-R50x1")
 SIZES = (224, 320, 448)
 THROUGHPUT_BATCH = 4  # images per timed inference call
 DTYPE = "fp32"
