@@ -26,8 +26,11 @@ PREAMBLE = """\
 
 The paper's claims are comparisons: ViT against a BiT ResNet and a ResNet+ViT hybrid as the
 training set grows (Figs. 3-4), the position-embedding ablation (Table 8), class token against
-global average pooling (Fig. 9), "pre-train large, then transfer", and the fine-tuning learning
-rate picked on a dev split (Appendix B.1.1, Table 4). `vitlab experiment NAME`
+global average pooling (Fig. 9), "pre-train large, then transfer", the fine-tuning learning
+rate picked on a dev split (Appendix B.1.1, Table 4), self-supervised masked patch prediction
+(Sec. 4.6), Axial-ViT (Appendix D.6, Fig. 13), the transformer's shape (Appendix D.2, Fig. 8),
+inference cost across input sizes (Appendix D.5, Fig. 12), accuracy against training compute
+(Fig. 5) and SGD against Adam for ResNets (Appendix D.1, Table 7). `vitlab experiment NAME`
 reruns each on your data and budget with one command:
 
 ```bash
@@ -35,7 +38,8 @@ reruns each on your data and budget with one command:
 # options: --budget-steps N --seeds 0 1 2 --image-size 32 --threads 1
 #          --fractions 0.1 0.25 0.5 1 (data-scaling)   --lrs 3e-4 1e-3 3e-3 1e-2 (pooling)
 #          --pretrain-data SRC --pretrain-steps N --fractal-classes C --fractal-per-class N --fractal-size S
-#          --row pets --ckpt CKPT (lr-sweep)
+#          --row pets --ckpt CKPT (lr-sweep)   --label-fraction 0.05 (self-supervision)   --sizes 64x4 (axial)
+#          --models Ti/16 BiT-R50x1 --input-sizes 224 384 --memory-budget-mib 128 --rounds 3 (compute-cost)
 ```
 
 ```python
@@ -58,7 +62,8 @@ a finished one is re-reported without retraining.
 **One recipe for every run**: the `demo` recipe (`vitlab.train.recipes`: AdamW, warm-up then cosine
 decay, label smoothing, mild crops, no flip, fp32, one thread), with the experiment's step budget.
 Nothing is tuned per model except where the experiment is the tuning (pooling's learning-rate
-sweep). The compared models are listed in each section with their forward FLOPs per image
+sweep) or the recipe is what it compares (sgd-adam's two pre-training optimisers and the paper's
+fine-tuning recipe; self-supervision's masked patch objective); compute-cost trains nothing. The compared models are listed in each section with their forward FLOPs per image
 (`torch.utils.flop_counter`) and parameter counts.
 
 **This document is generated.** Everything below the line is the experiments' own reports, joined by
