@@ -15,6 +15,7 @@ from vitlab.bench.gpu import main as gpu_main
 from vitlab.bench.implementations import IMPLEMENTATIONS, ONNXRUNTIME, build
 from vitlab.bench.machine import gemm_peak
 from vitlab.bench.memory import step_peak_bytes
+from vitlab.bench.report import machine_line
 from vitlab.bench.timing import interleaved
 from vitlab.cli import main as cli_main
 
@@ -80,7 +81,7 @@ def test_results_are_written_as_json_and_markdown(tiny_results, tmp_path):
     json_path, md_path = write(tiny_results, tmp_path)
     assert json.loads(json_path.read_text())["cases"][0]["variant"] == "mu/8"
     table = md_path.read_text()
-    assert table == markdown(tiny_results)
+    assert table == machine_line(tiny_results["machine"]) + "\n\n" + markdown(tiny_results)
     assert "| mu/8 @32 | infer | bf16 | 2 |" in table
     for name in TORCH_IMPLEMENTATIONS:
         assert f"| {name} |" in table
@@ -105,7 +106,7 @@ def test_onnxruntime_fp32_and_int8_run_beside_vitlab():
     assert case["best_peer"] != "onnxruntime-int8"  # other numerics: shown, never the best peer
     table = markdown(results)
     assert "| mu/8 @32 | infer | fp32 | onnxruntime-int8 | eager |" in table
-    assert f"CPU capability {torch.backends.cpu.get_cpu_capability()}" in table
+    assert f"CPU capability {torch.backends.cpu.get_cpu_capability()}" in machine_line(results["machine"])
     assert not Mode.parse("eager").applies_to(Case("mu/8", 32, 2, "bf16", "infer"), "onnxruntime")
 
 
@@ -197,7 +198,7 @@ def test_cli_runs_a_case_and_prints_the_ratio(tmp_path, capsys):
     assert f"CPU capability {torch.backends.cpu.get_cpu_capability()}" in out
     results = json.loads((tmp_path / "bench.json").read_text())
     assert results["kind"] == "model-only" and "emulation" in results["machine"]
-    assert results["markdown"] == (tmp_path / "bench.md").read_text()
+    assert (tmp_path / "bench.md").read_text() == machine_line(results["machine"]) + "\n\n" + results["markdown"]
     assert results["cases"][0]["rows"][0]["peak_memory_mib"] is None
 
 

@@ -8,13 +8,19 @@ import torch
 from vitlab.bench import PRESETS, markdown
 from vitlab.bench.implementations import ONNXRUNTIME
 from vitlab.bench.machine import EMULATION_ENVS, describe
+from vitlab.bench.report import machine_line
 from vitlab.cli import main as cli_main
 
 CPU = torch.device("cpu")
 
 
 def tables_of(machine: dict) -> str:
-    return markdown({"machine": machine, "gemm_peak_flops": {"fp32": 1e11, "bf16": 1e11}, "cases": []})
+    """What bench.md and the document show: the machine line, then the tables."""
+    return (
+        machine_line(machine)
+        + "\n\n"
+        + markdown({"machine": machine, "gemm_peak_flops": {"fp32": 1e11, "bf16": 1e11}, "cases": []})
+    )
 
 
 def test_describe_records_the_emulation_variables_and_every_table_says_so(monkeypatch):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import platform
 import time
+from importlib import metadata
 
 import torch
 
@@ -17,6 +18,20 @@ from vitlab.model.kernels import cpu_capability, cpu_name, native
 # Variables that make this CPU run as a lesser one: ATen's kernels (ATEN_CPU_CAPABILITY=avx2), oneDNN's
 # (ONEDNN_MAX_CPU_ISA=AVX2: bf16 then has no native kernels) and MKL's fp32 GEMMs. Recorded when set.
 EMULATION_ENVS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
+
+
+PEERS = ("timm", "transformers", "torchvision", "onnxruntime")  # the packages whose versions a run records
+
+
+def peer_versions() -> dict[str, str | None]:
+    """Installed version of each peer package (None: not installed)."""
+    versions: dict[str, str | None] = {}
+    for name in PEERS:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
 
 
 def load_average() -> list[float] | None:
@@ -53,6 +68,7 @@ def describe(device: torch.device) -> dict:
         "native_bf16": native(torch.bfloat16),  # oneDNN's bf16 GEMMs (else emulated)
         "emulation": emulation(),
         "python": platform.python_version(),
+        "peers": peer_versions(),
         "load_average": load_average(),
     }
     if device.type == "cuda":

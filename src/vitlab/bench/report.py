@@ -1,4 +1,8 @@
-"""The benchmark's results as JSON and as Markdown tables."""
+"""The benchmark's results as JSON and as Markdown tables, with the targets met or not.
+
+The JSON carries "kind" ("model-only" here), "machine" and "markdown", the keys docs/benchmarks.md is
+assembled from (document.py); its sentences about who leads are computed from the rows.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,10 @@ import json
 from pathlib import Path
 
 from .machine import capability_text
+from .targets import TARGETS
+
+INT8_POINTS_LOST = 0.5  # the most top-1 points int8 may lose on the digits model
+KIND = "model-only"  # the "kind" of a model-only result; other benchmarks write their own kinds
 
 
 def fmt(value: float | None, spec: str, suffix: str = "") -> str:
@@ -21,16 +29,80 @@ def case_name(case: dict) -> str:
     return f"{case['variant']} @{case['image_size']}"
 
 
-def markdown(results: dict) -> str:
-    peak = results["gemm_peak_flops"]
-    machine = results["machine"]
-    where = machine.get("gpu") or f"{machine['cpu']}, {machine['cpu_count']} cores"
+def machine_line(machine: dict) -> str:
+    """Where a run ran: CPU (or GPU), capability, cores, threads, torch, the peers' versions, the load."""
+    where = machine.get("gpu") or f"{machine.get('cpu', 'CPU not recorded')}, {machine.get('cpu_count', '?')} cores"
+    peers = machine.get("peers")
+    versions = ", ".join(f"{name} {version or 'not installed'}" for name, version in peers.items()) if peers else ""
+    line = (
+        f"Machine: {where}, CPU capability {capability_text(machine)}, "
+        f"{machine.get('torch_threads', '?')} torch threads, torch {machine.get('torch', 'not recorded')}, "
+        f"{versions or 'peer versions not recorded'}; load average at start {machine.get('load_average')}."
+    )
+    return f"{line} {machine['note']}" if machine.get("note") else line
+
+
+def leaders(cases: list[dict]) -> str:
+    """Whether vitlab leads the best peer in every case that has one, computed from the ratios."""
+    behind = [
+        f"{case_name(case)} {case['task']} {case['dtype']} ({case['vitlab_over_best_peer']:.2f}x)"
+        for case in cases
+        if case["vitlab_over_best_peer"] is not None and case["vitlab_over_best_peer"] < 1
+    ]
+    if not any(case["vitlab_over_best_peer"] is not None for case in cases):
+        return "No case has both vitlab and a peer."
+    return (
+        "vitlab leads the best peer in every case."
+        if not behind
+        else f"vitlab trails the best peer in: {'; '.join(behind)}."
+    )
+
+
+def targets_table(results: dict) -> list[str]:
+    """Each target of the run's preset: the ratio measured and whether it is met."""
+    targets = TARGETS.get(results.get("preset") or "", ())
+    if not targets:
+        return []
+    lines = ["| target | measured | target met |", "|---|---:|---|"]
+    missed = []
+    for target in targets:
+        ratio = target.ratio(results["cases"])
+        verdict = "not measured" if ratio is None else "met" if ratio >= target.at_least else "not met"
+        if verdict != "met":
+            missed.append(f"{target.label} ({fmt(ratio, '.2f', 'x')})")
+        lines.append(f"| {target.label} | {fmt(ratio, '.2f', 'x')} | {verdict} |")
+    summary = f"Every target is met ({len(targets)})." if not missed else f"Misses the target in: {'; '.join(missed)}."
+    return ["", summary, "", *lines]
+
+
+def accuracy_lines(result: dict) -> list[str]:
+    """The table of int8_accuracy's result, the points each model loses against PyTorch fp32, and
+    whether vitlab's int8 keeps within INT8_POINTS_LOST."""
+    reference = result["top1"]["pytorch fp32"]
+    lost = 100 * (reference - result["top1"]["int8 vitlab"])
+    verdict = "met" if lost <= INT8_POINTS_LOST else "not met"
     lines = [
-        f"Machine: {where}, CPU capability {capability_text(machine)}, torch {machine['torch']}, "
-        f"{machine['torch_threads']} threads; "
-        f"GEMM peak fp32 {gflops(peak['fp32'])} GFLOP/s, bf16 {gflops(peak['bf16'])} GFLOP/s; "
-        f"load average at start {machine['load_average']}.",
         "",
+        f"Target: int8 loses at most {INT8_POINTS_LOST:g} points of top-1: {verdict} ({lost:.2f} points lost). "
+        f"int8 accuracy on the digits demo model ({result['images']} validation images, `vitlab.bench.int8_accuracy`):",
+        "",
+        "| model | top-1 | points lost vs PyTorch fp32 | quantization settings |",
+        "|---|---:|---:|---|",
+    ]
+    for name, value in result["top1"].items():
+        choice = result["settings"].get(name.removeprefix("int8 "), {}) if name.startswith("int8 ") else {}
+        described = ", ".join(f"{key} {value}" for key, value in choice.items()) or "-"
+        lines.append(f"| {name} | {100 * value:.2f}% | {100 * (reference - value):.2f} | {described} |")
+    return [*lines, ""]
+
+
+def markdown(results: dict) -> str:
+    peak, machine = results["gemm_peak_flops"], results["machine"]
+    lines = [
+        f"GEMM peak fp32 {gflops(peak['fp32'])} GFLOP/s, bf16 {gflops(peak['bf16'])} GFLOP/s. "
+        + leaders(results["cases"]),
+        *targets_table(results),
+        *(accuracy_lines(results["int8_accuracy"]) if "int8_accuracy" in results else [""]),
         "| model | task | dtype | batch | vitlab images/s | best peer | peer images/s | vitlab / best peer "
         "| vitlab / timm |",
         "|---|---|---|---:|---:|---|---:|---:|---:|",
@@ -66,12 +138,18 @@ def markdown(results: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write(results: dict, out_dir: str | Path) -> tuple[Path, Path]:
-    """bench.json and bench.md in out_dir."""
+def with_document_keys(results: dict, preset: str | None) -> dict:
+    """`results` with the keys docs/benchmarks.md is assembled from: kind, preset, markdown (machine is there)."""
+    tagged = {"kind": KIND, "preset": preset, **results}
+    return {**tagged, "markdown": markdown(tagged)}
+
+
+def write(results: dict, out_dir: str | Path, name: str = "bench") -> tuple[Path, Path]:
+    """NAME.json and NAME.md in out_dir."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    json_path, md_path = out / "bench.json", out / "bench.md"
+    json_path, md_path = out / f"{name}.json", out / f"{name}.md"
     text = markdown(results)
     json_path.write_text(json.dumps({**results, "markdown": text}, indent=1) + "\n")
-    md_path.write_text(text)
+    md_path.write_text(machine_line(results["machine"]) + "\n\n" + text)
     return json_path, md_path

@@ -6,10 +6,12 @@ import argparse
 
 from . import with_examples
 
+REPORT = "report"  # not a case: assembles docs/benchmarks.md from result JSON files
 EXAMPLES = (  # the end of --help
     "vitlab bench Ti/16:infer:fp32",
     "vitlab bench --preset tiny --out build/bench",
     "vitlab bench B/16:train:bf16:8:vitlab,timm --device cuda",
+    "vitlab bench report --runs build/bench/res384.json --out docs/benchmarks.md",
 )
 
 
@@ -25,9 +27,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         **with_examples(*EXAMPLES),
         help="throughput, memory and MFU of vitlab and its peers on the same cases",
         description="Each case is VARIANT:TASK:DTYPE[:BATCH[:IMPL,IMPL...]], e.g. Ti/16:infer:bf16 or "
-        "B/16:train:bf16:8:vitlab,timm; TASK is infer or train, DTYPE fp32 or bf16.",
+        "B/16:train:bf16:8:vitlab,timm; TASK is infer or train, DTYPE fp32 or bf16. A preset's run writes "
+        "PRESET.json and PRESET.md, chosen cases bench.json and bench.md. `vitlab bench report --runs JSON... "
+        "--out docs/benchmarks.md` copies the results beside the document and renders every result there.",
     )
-    parser.add_argument("cases", nargs="*", metavar="CASE", help="cases to run (default: the --preset)")
+    parser.add_argument("cases", nargs="*", metavar="CASE", help=f"cases to run (default: the --preset), or {REPORT!r}")
     parser.add_argument("--preset", choices=sorted(PRESETS), default="standard", help="named set of cases")
     parser.add_argument("--variants", help="comma-separated variants: only the --preset's cases of these (e.g. Ti/16)")
     parser.add_argument("--image-size", type=int, default=224, help="resolution of the CASEs (default 224)")
@@ -42,7 +46,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
     parser.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's choice)")
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory step")
-    parser.add_argument("--out", default="build/bench", help="folder for bench.json and bench.md")
+    parser.add_argument("--out", help="folder for the results (default build/bench); for report: the document")
+    parser.add_argument("--runs", nargs="+", help="report: result JSON files, or folders of them")
     parser.add_argument(
         "--pipeline",
         choices=(*PREDICT_PIPELINES, *TRAIN_PIPELINES),
@@ -58,12 +63,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
+def report(args: argparse.Namespace) -> int:
+    from vitlab.bench.document import write_document
+
+    if args.cases != [REPORT] or not args.runs or not args.out:
+        raise ValueError("usage: vitlab bench report --runs JSON... --out DOCUMENT.md (no cases)")
+    print(f"wrote {write_document(args.runs, args.out)}")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     import torch
 
     from vitlab.bench import PRESETS, BenchConfig, CaseSpec, run_bench, write
     from vitlab.bench.machine import capability_text
+    from vitlab.bench.presets import INT8_ACCURACY_PRESETS
+    from vitlab.bench.report import with_document_keys
 
+    if REPORT in args.cases:
+        return report(args)
+    if args.runs:
+        raise ValueError("--runs belongs to `vitlab bench report`")
+    args.out = args.out or "build/bench"
     if args.pipeline and args.cases:
         raise ValueError(f"--pipeline {args.pipeline} times an input pipeline, not the CASEs {' '.join(args.cases)}")
     if args.pipeline == "train-input":
@@ -79,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
         if args.cases
         else PRESETS[args.preset]()
     )
+    wanted: list[str] = []
     if args.variants:
         wanted = [name for name in args.variants.split(",") if name]
         specs = [spec for spec in specs if spec.case.variant in wanted]
@@ -93,8 +115,16 @@ def run(args: argparse.Namespace) -> int:
         device=args.device,
         memory=not args.no_memory,
     )
+    preset = None if args.cases else args.preset
     results = run_bench(config)
-    json_path, md_path = write(results, args.out)
+    if preset in INT8_ACCURACY_PRESETS:
+        from vitlab.bench.int8_accuracy import int8_accuracy
+
+        results["int8_accuracy"] = int8_accuracy()
+    if args.variants:
+        results["variants"] = wanted
+    results = with_document_keys(results, preset)
+    json_path, md_path = write(results, args.out, preset or "bench")
     print(f"CPU capability {capability_text(results['machine'])}")
     for case in results["cases"]:
         ratio = case["vitlab_over_best_peer"]

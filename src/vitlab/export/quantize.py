@@ -1,12 +1,23 @@
-"""int8 ONNX for CPUs without bf16: onnxruntime's dynamic quantization of the linear layers.
+"""int8 ONNX for CPUs without bf16: onnxruntime's dynamic quantization of the encoder's linear layers.
 
-`quantize_dynamic` stores the weights of MatMul and Gemm nodes as int8 (QInt8, one scale per
-tensor) and quantizes their float inputs to uint8 at run time (DynamicQuantizeLinear), so each
-becomes a MatMulInteger whose int32 result is scaled back to float. Only nodes with a weight
-(an initializer) as second input are rewritten: that is every linear layer, the qkv, output, MLP
-and head projections, which hold nearly all of a ViT's FLOPs. Attention's q k^T and attn v
-multiply two activations and stay float, as do the patch-embedding Conv (one layer on raw pixels,
-left out to keep the input exact), LayerNorm, softmax and GELU. No calibration data is needed.
+`quantize_dynamic` stores the weights of the MatMul nodes that have a weight (an initializer) as
+second input as int8, one scale per output channel, and quantizes their float inputs to uint8 at
+run time (DynamicQuantizeLinear), so each becomes a MatMulInteger whose int32 result is scaled back
+to float. Those are the qkv, output and MLP projections of every block, nearly all of a ViT's
+FLOPs. Float stay: attention's q k^T and attn v (two activations), the patch-embedding Conv (raw
+pixels in), the head (a Gemm on the class token: 1/T of the encoder's rows, and the logits the
+accuracy is read from), LayerNorm, softmax and GELU. No calibration data is needed.
+
+The weights use 7 of their 8 bits (reduce_range). On the digits demo model
+(`vitlab.bench.int8_accuracy`, recorded by `make bench-int8` in docs/benchmarks.md) per-tensor
+full-range weights with the head quantized lost more top-1 than these settings (onnxruntime's
+documentation: 7-bit weights may help accuracy on machines without VNNI, more so per channel).
+
+Tried and not adopted, Ti/16 at batch 32 on 2 AVX512 cores, one interleaved run: onnxruntime's
+transformer optimizer (onnxruntime.transformers, model_type "vit") fused LayerNorm and GELU but no
+attention, and ran slower, fp32 41.2 -> 33.0 images/s and int8 64.0 -> 44.9. The session already
+optimises the graph fully (ORT_ENABLE_ALL) and the benchmark gives it torch's thread count. Static
+(calibrated, QDQ) quantization was not tried: dynamic needs no data and met the accuracy bound.
 
 int8 does not reproduce float32 logits to 1e-4; its check accepts differences up to
 INT8_TOLERANCE of the largest PyTorch logit on the sample images and reports how often the top
@@ -17,7 +28,7 @@ from __future__ import annotations
 
 import logging
 import tempfile
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal, get_args
 
@@ -32,7 +43,18 @@ from .validate import CHECK_BATCH_SIZES, TracePlan, Validation, compare, has_zer
 
 Quantization = Literal["int8"]
 QUANTIZATIONS: tuple[str, ...] = get_args(Quantization)
-QUANTIZED_OPS = ("MatMul", "Gemm")  # the linear layers; Conv and the activation-activation MatMuls stay float
+
+
+@dataclass(frozen=True)
+class Int8Settings:
+    """What quantize_dynamic is asked to do; the defaults are vitlab's."""
+
+    op_types: tuple[str, ...] = ("MatMul",)  # the encoder's linear layers; Conv, the head's Gemm stay float
+    per_channel: bool = True  # one weight scale per output channel
+    reduce_range: bool = True  # 7-bit weights (see the module docstring)
+
+
+INT8_SETTINGS = Int8Settings()
 INT8_TOLERANCE = 0.1  # max |logit difference| / max |PyTorch logit| accepted for int8
 INT8_CHECK_BATCH_SIZES = (*CHECK_BATCH_SIZES, 12)  # more images than the fp32 check: top-1 agreement is a rate
 
@@ -79,6 +101,7 @@ def quantize_onnx(
     out: str | Path | None = None,
     plan: TracePlan = TracePlan(),
     tolerance: float = INT8_TOLERANCE,
+    settings: Int8Settings = INT8_SETTINGS,
 ) -> tuple[Path, Validation]:
     """Quantize the fp32 ONNX file `source` exported from `model`; check the result against `model`."""
     if quantization not in QUANTIZATIONS:
@@ -87,10 +110,22 @@ def quantize_onnx(
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     written = Path(out) if out is not None else quantized_path(source, quantization)
+    # Dynamic quantization rewrites every Gemm as a MatMul (named NODE_MatMul) before it picks nodes by
+    # op type, so a Gemm to keep float is excluded by that name.
+    gemms = [node.name for node in onnx.load(source, load_external_data=False).graph.node if node.op_type == "Gemm"]
+    excluded = [] if "Gemm" in settings.op_types else [f"{name}_MatMul" for name in gemms]
     hint = _QuantizerNotes()
     logging.getLogger().addFilter(hint)
     try:
-        quantize_dynamic(source, written, op_types_to_quantize=list(QUANTIZED_OPS), weight_type=QuantType.QInt8)
+        quantize_dynamic(
+            source,
+            written,
+            op_types_to_quantize=list(settings.op_types),
+            weight_type=QuantType.QInt8,
+            per_channel=settings.per_channel,
+            reduce_range=settings.reduce_range,
+            nodes_to_exclude=excluded,
+        )
     finally:
         logging.getLogger().removeFilter(hint)
     # The quantizer copies metadata_props today; set them again so the file is usable alone whatever it does.

@@ -9,6 +9,11 @@ It runs a snapshot of the model:
   LayerNorm output again on each call;
 - compiled with Inductor's freezing: the weights become constants, so they are folded and prepacked
   for oneDNN on CPU, and LayerNorm, GELU and the residual adds are fused with their neighbours.
+
+No int8 option: torch's own int8 path (torch.ao.quantization.quantize_dynamic) warns on torch 2.14
+"torch.ao.quantization is deprecated and will be removed" (its successor, torchao, is not a
+dependency). For int8 on CPU, export to ONNX with `vitlab export --quantize int8` instead, whose
+speed against this path `make bench-int8` measures (docs/benchmarks.md).
 """
 
 from __future__ import annotations

@@ -1,0 +1,159 @@
+"""docs/benchmarks.md, assembled from benchmark results (never typed by hand).
+
+    vitlab bench report --runs build/bench/res384.json --out docs/benchmarks.md
+
+copies each given JSON beside the document (into docs/benchmarks/) and renders every JSON there
+under a fixed preamble that holds no measured number: one section per CPU kind (model and
+capability, since AVX2 and AVX512 machines run different kernels), one table per run with the line
+saying where and how loaded it ran. Any JSON with the keys "kind", "machine" and "markdown" is
+rendered; model-only results (kind "model-only") are re-rendered from their rows, so every run reads
+the same way and its sentences and target verdicts are computed from its numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+from .report import KIND, machine_line, markdown
+
+REQUIRED = ("kind", "machine", "markdown")
+
+PREAMBLE = """\
+# Benchmarks: vitlab against timm, transformers, torchvision and onnxruntime
+
+```bash
+make bench        # the standard preset: vitlab and its peers on Ti/16, S/16, B/16 at 224
+make bench-384    # S/16 and B/16 at the paper's fine-tuning resolution, 384 px (577 tokens)
+make bench-int8   # int8 onnxruntime against onnxruntime fp32 and vitlab's fast path
+vitlab bench Ti/16:infer:bf16:64 B/16:train:bf16:8:vitlab,timm --image-size 224 --rounds 7
+```
+
+Each run writes `NAME.json` (every contender's per-round times, the machine, the rendered tables)
+and `NAME.md`, and prints vitlab / best peer per case; `--preset full` tries every mode of every
+implementation (`vitlab bench --help`).
+
+## How it is measured (src/vitlab/bench/)
+
+- **Same model everywhere.** Each library builds the same architecture from vitlab's variant table
+  with fresh random weights and 1000 classes: `timm.models.vision_transformer.VisionTransformer`,
+  `transformers.ViTForImageClassification` with `attn_implementation="eager"` and `"sdpa"`,
+  `torchvision.models.vision_transformer.VisionTransformer`, vitlab's `VisionTransformer`, and
+  vitlab's model exported to ONNX and run by onnxruntime in float32 and quantized to int8
+  (`vitlab export --quantize int8`, src/vitlab/export/quantize.py).
+- **Same work.** Inference: one batch of random images, no autograd. Training step: bf16 autocast
+  over fp32 weights, cross-entropy, backward, AdamW step.
+- **Each implementation in its best mode**, the fastest of those tried, in the same dtype: eager and
+  `torch.compile` (default settings); for bf16 inference also the weights cast to bf16 (`+bf16w`);
+  vitlab's `fast` is `vitlab.optimize_for_inference` (frozen, compiled, weights cast once).
+  onnxruntime runs fp32 inference in its own optimised session. int8 computes other numbers, so it
+  is shown but never taken as the best peer.
+- **Timing.** Every contender is built, compiled and warmed up, then all are timed in interleaved
+  rounds whose order rotates, so drift on a shared machine hits all alike; a short step is repeated
+  within a round to last 0.2 s. Reported: batch / median seconds per step. Each table gives the load
+  average when its run started: above the core count, other processes take turns on the cores and
+  slow implementations unequally (interleaving evens out drift, not that), so ratios are fair only
+  from a lightly loaded run.
+- **Peak memory**: torch.profiler with `profile_memory=True` replays every allocation and free of
+  PyTorch's CPU allocator during one step of the best mode; memory that libraries allocate outside
+  PyTorch (oneDNN scratch, onnxruntime) is not counted. On CUDA, the caching allocator's peak.
+- **MFU** = model FLOPs per image x images/s / the machine's GEMM peak of the same dtype (the best
+  rate of a large `torch.mm`); vitlab skips the last layer's non-class rows and its frozen graphs use
+  prepacked kernels, so its MFU reads high.
+- **Targets.** Each preset states the ratios it must reach (`TARGETS` in src/vitlab/bench/targets.py);
+  every table lists them as met / not met from its own numbers.
+
+## What makes vitlab faster
+
+1. **Class token only in the last layer**: y = LN(z_L^0) reads one row, so the last layer's attention
+   takes the class token's query alone and its MLP runs on one token.
+2. **Attention as two matmuls around an fp32 softmax on CPU in bf16** (`model/attention.py`), in
+   blocks of queries; in training the weights are recomputed in backward rather than stored.
+3. **`vitlab.optimize_for_inference(model, dtype)`** (`model/fast.py`): eval mode under
+   `torch.inference_mode`, weights cast once, compiled with Inductor's freezing.
+4. **`--compile` for training** (`vitlab train --compile`), with 1-2 inside the compiled graph.
+
+**This document is generated.** Everything below the line is rendered from the JSON files in
+`docs/benchmarks/` by
+
+```bash
+{report}
+```
+
+and `tests/bench/test_document.py` checks that it is what that command makes.
+
+---
+"""
+
+
+def read_result(path: Path) -> dict:
+    """A benchmark JSON with the keys every section needs; a one-line error naming the file otherwise."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as error:
+        raise ValueError(f"{path}: not a readable benchmark JSON ({error})") from None
+    absent = [key for key in REQUIRED if not isinstance(data, dict) or key not in data]
+    if absent:
+        raise ValueError(f"{path}: not a benchmark result: no {', '.join(map(repr, absent))} key")
+    return data
+
+
+def cpu_kind(machine: dict) -> str:
+    """The heading a run goes under: its GPU, or its CPU model and capability."""
+    if machine.get("gpu"):
+        return f"GPU: {machine['gpu']}"
+    return f"CPU: {machine.get('cpu', 'not recorded')}, {machine.get('cpu_capability') or 'capability not recorded'}"
+
+
+def section(path: Path, data: dict, assets: str) -> str:
+    if data["kind"] == KIND:
+        preset = data.get("preset")
+        title = f"Model only: the `{preset}` preset" if preset else "Model only: chosen cases"
+        if data.get("variants"):
+            title += f", its {', '.join(data['variants'])} cases only"
+        body = markdown(data)
+    else:
+        title = data.get("title") or str(data["kind"])
+        body = str(data["markdown"]).strip()
+        levels = [len(found) for found in re.findall(r"^(#+) ", body, flags=re.MULTILINE)]
+        shift = 4 - min(levels) if levels else 0  # its top heading one level below this section's
+        body = re.sub(r"^(#+) ", lambda m: "#" * max(1, len(m.group(1)) + shift) + " ", body, flags=re.MULTILINE)
+    link = f"{assets}/{path.name}"
+    return f"### {title}\n\n{machine_line(data['machine'])} Every number: [`{link}`]({link}).\n\n{body.strip()}"
+
+
+def assemble(paths: list[Path], report: str, assets: str = "benchmarks") -> str:
+    """The document from the result files `paths`, grouped by CPU kind in the order they first appear."""
+    groups: dict[str, list[str]] = {}
+    for path in paths:
+        data = read_result(path)
+        groups.setdefault(cpu_kind(data["machine"]), []).append(section(Path(path), data, assets))
+    parts = [PREAMBLE.format(report=report).rstrip()]
+    if not groups:
+        parts.append("**No benchmark results** were found when this document was assembled.")
+    for kind, sections in groups.items():
+        parts.append(f"## {kind}\n\n" + "\n\n".join(sections))
+    return "\n\n".join(parts) + "\n"
+
+
+def result_files(folder: Path) -> list[Path]:
+    return sorted(Path(folder).glob("*.json"))
+
+
+def write_document(runs: list[Path], out: Path) -> Path:
+    """Copy each result in `runs` (JSON files, or folders of them) beside `out` and write `out` from
+    every result there, the earlier ones kept."""
+    out = Path(out)
+    assets = out.parent / out.stem  # docs/benchmarks.md -> docs/benchmarks/
+    files = [file for run in map(Path, runs) for file in (result_files(run) if run.is_dir() else [run])]
+    for file in files:
+        read_result(file)  # every input checked before anything is copied
+    assets.mkdir(parents=True, exist_ok=True)
+    for file in files:
+        if file.resolve() != (assets / file.name).resolve():
+            shutil.copyfile(file, assets / file.name)
+    report = f"vitlab bench report --runs {assets.as_posix()} --out {out.as_posix()}"
+    out.write_text(assemble(result_files(assets), report, assets.name))
+    return out

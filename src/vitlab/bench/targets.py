@@ -1,0 +1,89 @@
+"""The speed targets a preset is held to, checked on a run's own numbers (never typed by hand).
+
+A target is a ratio of two rows of one run, e.g. vitlab over the best peer in the same case, or
+int8 onnxruntime in the fp32 case over vitlab's fast path in the bf16 case, and the least it must be.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+BEST_PEER = "best peer"  # a Side's implementation: the case's fastest peer in its best mode
+
+
+@dataclass(frozen=True)
+class Side:
+    task: str  # infer | train
+    dtype: str  # fp32 | bf16
+    implementation: str  # a name of IMPLEMENTATIONS, or BEST_PEER
+    mode: str | None = None  # that mode's speed; None: the implementation's best mode
+
+    def __str__(self) -> str:
+        mode = f" {self.mode}" if self.mode else ""
+        return f"{self.implementation}{mode} ({self.dtype} {self.task})"
+
+    def speed(self, cases: list[dict], variant: str, image_size: int) -> float | None:
+        """images/s of this side in the run's `cases` (JSON dicts); None when the run lacks it."""
+        for case in cases:
+            if (case["variant"], case["image_size"], case["task"], case["dtype"]) != (
+                variant,
+                image_size,
+                self.task,
+                self.dtype,
+            ):
+                continue
+            name = case["best_peer"] if self.implementation == BEST_PEER else self.implementation
+            row = next((row for row in case["rows"] if row["implementation"] == name), None)
+            if row is None:
+                return None
+            return row["modes"].get(self.mode) if self.mode else row["images_per_s"]
+        return None
+
+
+@dataclass(frozen=True)
+class Target:
+    variant: str
+    image_size: int
+    numerator: Side
+    denominator: Side
+    at_least: float
+
+    @property
+    def label(self) -> str:
+        return f"{self.variant} @{self.image_size}: {self.numerator} / {self.denominator} >= {self.at_least:g}x"
+
+    def ratio(self, cases: list[dict]) -> float | None:
+        top = self.numerator.speed(cases, self.variant, self.image_size)
+        bottom = self.denominator.speed(cases, self.variant, self.image_size)
+        return None if top is None or bottom is None else top / bottom
+
+
+def versus_best_peer(variant: str, image_size: int, task: str, dtype: str, at_least: float) -> Target:
+    return Target(variant, image_size, Side(task, dtype, "vitlab"), Side(task, dtype, BEST_PEER), at_least)
+
+
+def int8_targets(variant: str, image_size: int) -> tuple[Target, ...]:
+    """int8 at least twice vitlab's fp32 fast path and not slower than its bf16 one."""
+    int8 = Side("infer", "fp32", "onnxruntime-int8")
+    return (
+        Target(variant, image_size, int8, Side("infer", "fp32", "vitlab", "fast"), 2.0),
+        Target(variant, image_size, int8, Side("infer", "bf16", "vitlab", "fast"), 1.0),
+    )
+
+
+TARGETS: dict[str, tuple[Target, ...]] = {
+    "standard": tuple(
+        target
+        for variant in ("Ti/16", "S/16")
+        for target in (
+            versus_best_peer(variant, 224, "infer", "bf16", 1.2),
+            versus_best_peer(variant, 224, "infer", "fp32", 0.95),
+            Target(variant, 224, Side("train", "bf16", "vitlab"), Side("train", "bf16", "timm"), 1.1),
+        )
+    ),
+    "res384": tuple(
+        versus_best_peer(variant, 384, task, "bf16", 1.2) for variant in ("S/16", "B/16") for task in ("infer", "train")
+    ),
+    "int8": int8_targets("Ti/16", 224) + int8_targets("S/16", 224),
+    "tiny": int8_targets("mu/8", 32),
+}

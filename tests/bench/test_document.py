@@ -1,0 +1,82 @@
+"""docs/benchmarks.md is the benchmark JSON in docs/benchmarks/ rendered by one command; its sentences
+and target verdicts follow from the numbers."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+
+import pytest
+
+from helpers import FIXTURES, REPO_ROOT
+from vitlab.bench.document import assemble, result_files
+from vitlab.cli import main
+
+DOCS = REPO_ROOT / "docs"
+RECORDED = json.loads((FIXTURES / "bench" / "tiny.json").read_text())
+PIPELINE = {  # what another benchmark writes: only the three keys are required
+    "kind": "predict-pipeline",
+    "title": "End-to-end predict",
+    "machine": {"cpu": "Intel Xeon", "cpu_capability": "AVX2", "cpu_count": 4, "load_average": [0.1, 0.2, 0.3]},
+    "markdown": "## Throughput\n\n| stage | images/s |\n|---|---:|\n| decode | 812.5 |\n",
+}
+
+
+def test_document_is_the_results_rendered():
+    text = (DOCS / "benchmarks.md").read_text()
+    found = re.search(r"vitlab bench report --runs (\S+) --out \S+", text)
+    assert found, "docs/benchmarks.md was not assembled by `vitlab bench report`"
+    assert found.group(1) == "docs/benchmarks"
+    files = result_files(DOCS / "benchmarks")
+    assert files, "docs/benchmarks/ holds no results"
+    assert text == assemble(files, found.group(0)), "docs/benchmarks.md is stale: rerun " + found.group(0)
+
+
+def test_report_groups_by_cpu_kind_and_computes_its_verdicts(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    (runs / "tiny.json").write_text(json.dumps(RECORDED))
+    (runs / "pipeline.json").write_text(json.dumps(PIPELINE))
+    out = tmp_path / "docs" / "benchmarks.md"
+    assert main(["bench", "report", "--runs", str(runs), "--out", str(out)]) == 0
+    assert f"wrote {out}" in capsys.readouterr().out
+    text = out.read_text()
+    assert (tmp_path / "docs" / "benchmarks" / "tiny.json").is_file()  # copied beside the document
+    epyc, xeon = text.index("## CPU: AMD EPYC, AVX512"), text.index("## CPU: Intel Xeon, AVX2")
+    assert text.index("### Model only: the `tiny` preset") > epyc and text.index("### End-to-end predict") > xeon
+    assert "#### Throughput" in text and "| decode | 812.5 |" in text  # foreign markdown, headings moved down
+    assert "timm 1.0.31" in text and "load average at start [5.62, 4.83, 2.89]" in text
+    assert "peer versions not recorded; load average at start [0.1, 0.2, 0.3]" in text
+    # The recorded run: int8 3.21x and 2.48x vitlab's fast paths, no top-1 lost; vitlab trails timm in fp32.
+    assert "| mu/8 @32: onnxruntime-int8 (fp32 infer) / vitlab fast (fp32 infer) >= 2x | 3.21x | met |" in text
+    assert "Every target is met (2)." in text and "loses at most 0.5 points of top-1: met (0.00" in text
+    assert "vitlab trails the best peer in: mu/8 @32 infer fp32 (0.79x)." in text
+
+    slower = copy.deepcopy(RECORDED)  # int8 made slower than vitlab's bf16 fast path: the verdicts follow
+    int8_row = next(row for row in slower["cases"][0]["rows"] if row["implementation"] == "onnxruntime-int8")
+    int8_row["images_per_s"] = int8_row["modes"]["eager"] = 1000.0
+    slower["cases"][0]["vitlab_over_best_peer"] = 1.5
+    (runs / "tiny.json").write_text(json.dumps(slower))
+    assert main(["bench", "report", "--runs", str(runs / "tiny.json"), "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "| mu/8 @32: onnxruntime-int8 (fp32 infer) / vitlab fast (bf16 infer) >= 1x | 0.37x | not met |" in text
+    assert (
+        "Misses the target in: mu/8 @32: onnxruntime-int8 (fp32 infer) / vitlab fast (fp32 infer) >= 2x (0.48x)" in text
+    )
+    assert "vitlab leads the best peer in every case." in text
+    assert "### End-to-end predict" in text  # the earlier result beside the document is kept
+
+
+@pytest.mark.fault("bench", kinds=3)
+def test_report_refuses_what_is_not_a_result_in_one_line(tmp_path, capsys):
+    (tmp_path / "bad.json").write_text(json.dumps({"kind": "model", "machine": {}}))
+    (tmp_path / "broken.json").write_text("{")
+    out = tmp_path / "doc.md"
+    for name, message in (("bad.json", "not a benchmark result: no 'markdown' key"), ("broken.json", "not a readable")):
+        assert main(["bench", "report", "--runs", str(tmp_path / name), "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert message in err and name in err and err.count("\n") == 1
+    assert main(["bench", "report", "--out", str(out)]) == 2
+    assert "vitlab bench report --runs JSON... --out DOCUMENT.md" in capsys.readouterr().err
+    assert not out.exists()

@@ -1,0 +1,78 @@
+"""The presets' case lists and the targets they are held to."""
+
+from __future__ import annotations
+
+import pytest
+
+from vitlab.bench import PRESETS, Case, Mode
+from vitlab.bench.presets import INT8_ACCURACY_PRESETS
+from vitlab.bench.targets import BEST_PEER, TARGETS, Side, Target
+from vitlab.model import config_for
+
+
+def cases_of(preset: str) -> dict[tuple, tuple]:
+    return {
+        (s.case.variant, s.case.image_size, s.case.task, s.case.dtype): (s.implementations, s.modes)
+        for s in PRESETS[preset]()
+    }
+
+
+def test_res384_runs_s16_and_b16_at_the_fine_tuning_resolution():
+    cases = cases_of("res384")
+    assert set(cases) == {(v, 384, t, "bf16") for v in ("S/16", "B/16") for t in ("infer", "train")}
+    assert config_for("S/16", image_size=384).num_patches + 1 == 577  # the sequence length the rule is for
+    for (_, _, task, _), (implementations, modes) in cases.items():
+        if task == "infer":  # every peer, each in the modes that can win
+            assert implementations == () and {"fast", "compile+bf16w", "eager+bf16w"} == set(modes)
+        else:
+            assert implementations == ("vitlab", "timm") and set(modes) == {"eager", "compile"}
+
+
+def test_int8_preset_pits_int8_against_both_fast_paths():
+    cases = cases_of("int8")
+    for variant in ("Ti/16", "S/16"):
+        implementations, modes = cases[(variant, 224, "infer", "fp32")]
+        assert {"vitlab", "onnxruntime", "onnxruntime-int8"} == set(implementations) and "fast" in modes
+        assert cases[(variant, 224, "infer", "bf16")] == (("vitlab",), ("fast",))
+    tiny = cases_of("tiny")
+    assert "onnxruntime-int8" in tiny[("mu/8", 32, "infer", "fp32")][0]
+    assert set(INT8_ACCURACY_PRESETS) == {"int8", "tiny"}
+
+
+@pytest.mark.parametrize("preset", sorted(TARGETS))
+def test_every_target_reads_rows_its_preset_runs(preset):
+    specs = PRESETS[preset]()
+    assert TARGETS[preset]
+    for target in TARGETS[preset]:
+        for side in (target.numerator, target.denominator):
+            case = Case(target.variant, target.image_size, 1, side.dtype, side.task)
+            spec = next(
+                s
+                for s in specs
+                if (s.case.variant, s.case.image_size, s.case.task, s.case.dtype)
+                == (case.variant, case.image_size, case.task, case.dtype)
+            )
+            if side.implementation != BEST_PEER:
+                assert not spec.implementations or side.implementation in spec.implementations, target.label
+            if side.mode:
+                assert side.mode in spec.modes and Mode.parse(side.mode).applies_to(spec.case, side.implementation)
+
+
+def test_a_target_is_the_ratio_of_its_two_rows():
+    rows = [{"implementation": "vitlab", "images_per_s": 30.0, "modes": {"eager": 20.0, "fast": 30.0}}]
+    peer = {"implementation": "timm", "images_per_s": 25.0, "modes": {"compile": 25.0}}
+    cases = [
+        {
+            "variant": "S/16",
+            "image_size": 384,
+            "task": "infer",
+            "dtype": "bf16",
+            "best_peer": "timm",
+            "rows": [*rows, peer],
+        }
+    ]
+    target = Target("S/16", 384, Side("infer", "bf16", "vitlab", "eager"), Side("infer", "bf16", BEST_PEER), 1.2)
+    assert target.ratio(cases) == pytest.approx(0.8)
+    assert Target("S/16", 384, Side("infer", "bf16", "vitlab"), Side("infer", "bf16", "timm"), 1.2).ratio(cases) == 1.2
+    assert Target("B/16", 384, Side("infer", "bf16", "vitlab"), Side("infer", "bf16", "timm"), 1).ratio(cases) is None
+    assert target.label == "S/16 @384: vitlab eager (bf16 infer) / best peer (bf16 infer) >= 1.2x"
