@@ -8,10 +8,11 @@ FLOPs. Float stay: attention's q k^T and attn v (two activations), the patch-emb
 pixels in), the head (a Gemm on the class token: 1/T of the encoder's rows, and the logits the
 accuracy is read from), LayerNorm, softmax and GELU. No calibration data is needed.
 
-The weights use 7 of their 8 bits (reduce_range). On the digits demo model
-(`vitlab.bench.int8_accuracy`, recorded by `make bench-int8` in docs/benchmarks.md) per-tensor
-full-range weights with the head quantized lost more top-1 than these settings (onnxruntime's
-documentation: 7-bit weights may help accuracy on machines without VNNI, more so per channel).
+The weights use 7 of their 8 bits (reduce_range; onnxruntime's documentation: it may help accuracy
+on machines without VNNI, more so per channel). On the digits demo model (`vitlab.bench.int8_accuracy`,
+recorded by `make bench-int8` in docs/benchmarks.md) these settings and onnxruntime's plain ones
+(per tensor, full range, head quantized) differ by two of 360 images, in either direction
+depending on the thread count the model was trained with: too small a model to rank them.
 
 Tried and not adopted, Ti/16 at batch 32 on 2 AVX512 cores, one interleaved run: onnxruntime's
 transformer optimizer (onnxruntime.transformers, model_type "vit") fused LayerNorm and GELU but no
