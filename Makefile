@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.vitlab-installed
 TORCH_PINS ?= torch==2.14.1 torchvision==0.29.1
 
-.PHONY: install demo test test-fast lint clean browser bench bench-avx2 bench-384 bench-int8 bench-doc experiments-doc
+.PHONY: install demo test test-fast lint clean browser bench bench-avx2 bench-384 bench-int8 bench-pipelines bench-doc experiments-doc
 
 install: $(STAMP)
 
@@ -66,8 +66,14 @@ bench-384: $(STAMP)
 bench-int8: $(STAMP)
 	$(PY) -m vitlab bench --preset int8 --out build/bench
 
+# Files on disk -> answers: vitlab's predict pipeline against timm's (end to end), and the training input
+# pipeline per core against timm's create_transform; each writes its JSON into build/bench/.
+bench-pipelines: $(STAMP)
+	$(PY) -m vitlab bench --pipeline predict --out build/bench
+	$(PY) -m vitlab bench --pipeline train-input --out build/bench
+
 bench-doc: $(STAMP)
-	$(PY) -m vitlab bench report --runs $(wildcard build/bench/standard.json build/bench/res384.json build/bench/int8.json) docs/benchmarks --out docs/benchmarks.md
+	$(PY) -m vitlab bench report --runs $(wildcard build/bench/standard.json build/bench/res384.json build/bench/int8.json build/bench/pipeline.json build/bench/train-input.json) docs/benchmarks --out docs/benchmarks.md
 
 # docs/experiments.md from the experiments' own outputs: every registered experiment with its default
 # budget on digits (finished run folders in EXP_DIR are resumed, not retrained), then the report.
