@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import json
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from matplotlib.axes import Axes
-
 from vitlab.data.fractaldb import FractalDBSpec, generate_fractaldb
 
-from .runner import Experiment, Results, Settings, describe_model, seeds_of, steps_of, train_run, vit_config
+from .runner import Experiment, Results, Settings, describe_model, plot_bars, seeds_of, steps_of, train_run, vit_config
 
 PRETRAIN_STEPS = 1000
 PRETRAINED, SCRATCH = "FractalDB pre-trained", "from scratch"
@@ -100,19 +99,6 @@ def findings(summary: list[dict[str, Any]], pretraining: dict[str, Any], steps: 
     ]
 
 
-def plot(axes: Axes, summary: list[dict[str, Any]]) -> None:
-    labels = [e["start"] for e in summary]
-    axes.bar(
-        labels,
-        [100 * e["val_top1"] for e in summary],
-        yerr=[100 * e["val_top1_std"] for e in summary],
-        capsize=4,
-        color=["tab:orange", "tab:blue"][: len(labels)],
-    )
-    axes.set_ylim(0, 100)  # bars start at zero
-    axes.set_ylabel("val top-1 after fine-tuning budget (%)")
-
-
 EXPERIMENT = Experiment(
     name="pretrain-transfer",
     reproduces="Sec. 4 (pre-train, then transfer), pre-training on FractalDB",
@@ -121,6 +107,6 @@ EXPERIMENT = Experiment(
     seeds=(0, 1, 2),
     run=run,
     columns=("start", "val_top1"),
-    plot=plot,
+    plot=partial(plot_bars, bars="start", xlabel="", ylabel="val top-1 after fine-tuning budget (%)"),
     options=("pretrain_data", "pretrain_steps", "fractal_classes", "fractal_per_class", "fractal_size"),
 )

@@ -166,6 +166,21 @@ class Results:
         return summary
 
 
+def plot_bars(axes: Axes, summary: list[dict[str, Any]], bars: str, xlabel: str, ylabel: str) -> None:
+    """Val top-1 of each value of `bars` as a bar from zero, with its spread over seeds."""
+    labels = [entry[bars] for entry in summary]
+    axes.bar(
+        labels,
+        [100 * entry["val_top1"] for entry in summary],
+        yerr=[100 * entry["val_top1_std"] for entry in summary],
+        capsize=4,
+        color=["tab:orange", "tab:blue"][: len(labels)],
+    )
+    axes.set_ylim(0, 100)  # bars start at zero
+    axes.set_xlabel(xlabel)
+    axes.set_ylabel(ylabel)
+
+
 def plot_lines(axes: Axes, summary: list[dict[str, Any]], series: str, x: str, xlabel: str) -> None:
     """Val top-1 against `x` on a log axis, one line with seed error bars per value of `series`."""
     for label in dict.fromkeys(entry[series] for entry in summary):

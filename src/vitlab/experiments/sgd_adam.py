@@ -26,9 +26,8 @@ zero-initialised head.
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 from typing import Any
-
-from matplotlib.axes import Axes
 
 from vitlab.train import get_recipe
 from vitlab.train.config import ModelSpec, OptimSpec, TrainConfig
@@ -42,7 +41,7 @@ from vitlab.train.paper_tables import (
 from vitlab.train.recipes import VIT_JAX_BASE_LR
 
 from .pretrain_transfer import fractaldb
-from .runner import Experiment, Results, Settings, bit_config, describe_model, fit_run, seeds_of, steps_of
+from .runner import Experiment, Results, Settings, bit_config, describe_model, fit_run, plot_bars, seeds_of, steps_of
 from .wording import compare
 
 PRETRAIN_STEPS = 150
@@ -162,20 +161,6 @@ def findings(summary: list[dict[str, Any]], steps: int, pretrain_steps: int) -> 
     ]
 
 
-def plot(axes: Axes, summary: list[dict[str, Any]]) -> None:
-    labels = [e["optimiser"] for e in summary]
-    axes.bar(
-        labels,
-        [100 * e["val_top1"] for e in summary],
-        yerr=[100 * e["val_top1_std"] for e in summary],
-        capsize=4,
-        color=["tab:orange", "tab:blue"][: len(labels)],
-    )
-    axes.set_ylim(0, 100)  # bars start at zero
-    axes.set_xlabel("pre-training optimiser (BiT ResNet)")
-    axes.set_ylabel("val top-1 after fine-tuning (%)")
-
-
 EXPERIMENT = Experiment(
     name="sgd-adam",
     reproduces="Table 7 (BiT ResNet pre-trained with SGD vs Adam, then fine-tuned)",
@@ -184,6 +169,11 @@ EXPERIMENT = Experiment(
     seeds=(0, 1),
     run=run,
     columns=("optimiser", "pretrain_top1", "val_top1", "paper_average"),
-    plot=plot,
+    plot=partial(
+        plot_bars,
+        bars="optimiser",
+        xlabel="pre-training optimiser (BiT ResNet)",
+        ylabel="val top-1 after fine-tuning (%)",
+    ),
     options=("pretrain_data", "pretrain_steps", "fractal_classes", "fractal_per_class", "fractal_size"),
 )
