@@ -46,9 +46,8 @@ lint: $(STAMP)
 
 # vitlab against timm, transformers and torchvision (docs/benchmarks.md), one preset per target: each writes
 # build/bench/PRESET.{json,md}; bench-doc renders docs/benchmarks.md from them and the results kept there.
-# Wall time measured on 2 shared cores (AMD EPYC, AVX512) at load average 11-12 (other jobs running, so
-# several times an idle run's): bench-int8 21 min; bench-384's S/16 cases 26 min (B/16 not run then);
-# bench (standard) not re-timed with this harness.
+# Wall time on 2 cores of an AMD EPYC (AVX512) at load average about 1.8: bench (standard) 6 min 12 s,
+# bench-384 6 min 54 s, bench-int8 1 min 48 s, bench-pipelines' predict half 1 min 32 s.
 bench: $(STAMP)
 	$(PY) -m vitlab bench --preset standard --out build/bench
 
@@ -61,7 +60,7 @@ bench-avx2: $(STAMP)
 	env $(AVX2_EMULATION) $(PY) -m vitlab bench $(AVX2_BENCH) --out build/bench-avx2
 
 bench-384: $(STAMP)
-	$(PY) -m vitlab bench --preset res384 --out build/bench
+	$(PY) -m vitlab bench --preset res384 --rounds 3 --out build/bench
 
 bench-int8: $(STAMP)
 	$(PY) -m vitlab bench --preset int8 --out build/bench

@@ -28,6 +28,8 @@ PREAMBLE = """\
 make bench        # the standard preset: vitlab and its peers on Ti/16, S/16, B/16 at 224
 make bench-384    # S/16 and B/16 at the paper's fine-tuning resolution, 384 px (577 tokens)
 make bench-int8   # int8 onnxruntime against onnxruntime fp32 and vitlab's fast path
+make bench-pipelines  # JPEG files -> top-5 against timm's pipeline; the training input pipeline per core
+make bench-avx2   # the model-only cases with this CPU limited to AVX2 (no native bf16)
 vitlab bench Ti/16:infer:bf16:64 B/16:train:bf16:8:vitlab,timm --image-size 224 --rounds 7
 ```
 
