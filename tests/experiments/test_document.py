@@ -132,7 +132,7 @@ def test_direction_words_follow_the_numbers():
 )
 def test_bar_charts_start_at_zero(module, summary):
     axes = Figure().subplots()
-    module.plot(axes, summary)
+    module.EXPERIMENT.plot(axes, summary)
     assert axes.get_ylim()[0] == 0
 
 

@@ -70,7 +70,7 @@ def test_ti_from_scratch_with_small_data_learns(tmp_path, caplog):
     assert len(skipped) == 2 and any("empty.png" in m for m in skipped) and any("cut.png" in m for m in skipped)
     assert len(trainer.train_loader.dataset) == 600
     assert (trainer.model.config.dim, trainer.model.config.depth, trainer.model.config.num_heads) == (192, 12, 3)
-    assert trainer.mixing is not None and trainer.config.augment.randaugment == (2, 10)  # the recipe as it is
+    assert trainer.objective.mixing is not None and trainer.config.augment.randaugment == (2, 10)  # the recipe as it is
     result = trainer.fit()
     chance = 1 / len(SHAPES)
     assert result.summary["val_top1"] >= 0.6 > chance, result.summary

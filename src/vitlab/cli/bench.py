@@ -9,7 +9,6 @@ from . import with_examples
 REPORT = "report"  # not a case: assembles docs/benchmarks.md from result JSON files
 EXAMPLES = (  # the end of --help
     "vitlab bench Ti/16:infer:fp32",
-    "vitlab bench --preset tiny --out build/bench",
     "vitlab bench B/16:train:bf16:8:vitlab,timm --device cuda",
     "vitlab bench report --runs build/bench/res384.json --out docs/benchmarks.md",
 )
