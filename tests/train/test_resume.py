@@ -3,6 +3,7 @@ as an uninterrupted run; the data order does not depend on the number of workers
 
 from __future__ import annotations
 
+import os
 import signal
 
 import pytest
@@ -101,3 +102,24 @@ def test_gradient_accumulation_matches_the_full_batch(tmp_path):
         runs[accum] = Trainer(config).fit().model
     for name, tensor in runs[1].state_dict().items():
         torch.testing.assert_close(runs[2].state_dict()[name], tensor, rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_a_signal_after_the_steps_stop_decision_is_taken_at_the_next_step(tmp_path, monkeypatch):
+    """Under torchrun the processes get SIGTERM one after another, and a handler runs when the collective
+    it interrupted returns: one may see it only after the step's stop decision. It must then stop at the
+    next step with its checkpoint, never leave alone without one (the other would wait for it forever)."""
+    from vitlab.train import trainer as trainer_module
+
+    original = trainer_module.checkpoint_due
+
+    def signal_inside_the_checkpoint_decision(run, step, **when):
+        if step == 5:
+            os.kill(os.getpid(), signal.SIGTERM)  # the handler runs before this returns
+        return original(run, step, **when)
+
+    monkeypatch.setattr(trainer_module, "checkpoint_due", signal_inside_the_checkpoint_decision)
+    config = tiny_config(tmp_path, schedule={"steps": 8}, run={"eval_every": 100, "ckpt_every_steps": 100})
+    with pytest.raises(Interrupted) as interrupted:
+        Trainer(config).fit()
+    assert interrupted.value.step == 6 and interrupted.value.signal_name == "SIGTERM"
+    assert latest_checkpoint(tmp_path).name == "step-00000006.pt" == interrupted.value.checkpoint.name

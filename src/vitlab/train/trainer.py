@@ -216,8 +216,11 @@ class Trainer:
             if not self.bad_steps_in_row:
                 self.loss_sum, self.loss_count = self.loss_sum + loss, self.loss_count + 1
             self._call("on_step_end", loss)
-            # Processes stop, and write sharded checkpoints, together.
-            if distributed.any_process(self.stop_signal is not None, self.processes):
+            # Processes stop, and write checkpoints, together: on this one decision. A signal that comes
+            # later (torchrun signals one process after another, and a handler runs as a collective returns)
+            # is taken at the next step's end, never by one process alone.
+            stopping = distributed.any_process(self.stop_signal is not None, self.processes)
+            if stopping:
                 self.stop_signal = self.stop_signal or "SIGTERM"  # it reached another process first
 
             evaluated = evaluation_due(self.config.run, self.step, self.total_steps, epoch_ended)
@@ -228,15 +231,15 @@ class Trainer:
                 self.config.run,
                 self.step,
                 evaluated=evaluated,
-                stopping=bool(self.stop_signal),
+                stopping=stopping,
                 seconds_since=since,
                 skipping=bool(self.bad_steps_in_row),
             )
             if distributed.any_process(due, self.processes):
                 self.save_checkpoint()
                 self.last_checkpoint_time = time.perf_counter()
-            if self.stop_signal:
-                raise Interrupted(self.stop_signal, self.step, ckpt.latest_checkpoint(self.out))
+            if stopping:
+                raise Interrupted(self.stop_signal or "SIGTERM", self.step, ckpt.latest_checkpoint(self.out))
 
     @property
     def lr(self) -> float:
