@@ -139,3 +139,26 @@ def test_compiled_frozen_fast_path_matches_reference():
     torch.testing.assert_close(fp32, expected, rtol=0, atol=1e-5)
     bf16 = vitlab.optimize_for_inference(model, dtype=torch.bfloat16)(images)
     assert (bf16 - expected).abs().max() < 0.03 * expected.abs().max()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("library", ["onednn", "mkl"])
+def test_fp32_fast_path_runs_its_gemms_in_the_library_chosen_for_this_cpu(monkeypatch, library):
+    """Where kernels.fp32_gemm chose oneDNN, the batch is dynamic and the frozen graph calls oneDNN's
+    prepacked linear; where it chose MKL, MKL's; with the reference's numbers either way, and the
+    caller's tensor left unmarked."""
+    from torch._inductor.utils import run_and_get_code
+
+    monkeypatch.setattr(kernels, "_gemm", {"fp32": library})
+    torch._dynamo.reset()
+    model = tiny_model(depth=2)
+    fast = vitlab.optimize_for_inference(model, dtype=torch.float32)
+    images = torch.randn(3, 3, 32, 32)
+    logits, code = run_and_get_code(fast, images)
+    torch.testing.assert_close(logits, reference(model, images), rtol=0, atol=1e-5)
+    source = "\n".join(code)
+    onednn, mkl = "mkldnn._linear_pointwise" in source, "mkl._mkl_linear" in source
+    assert (onednn, mkl) == (library == "onednn", library == "mkl"), (onednn, mkl)
+    assert fast.dynamic_batch == (library == "onednn") and not hasattr(images, "_dynamo_dynamic_indices")
+    five = torch.randn(5, 3, 32, 32)
+    torch.testing.assert_close(fast(five), reference(model, five), rtol=0, atol=1e-5)

@@ -61,7 +61,7 @@ def test_native_bf16_takes_the_measured_path_and_caches_it(monkeypatch, tmp_path
     fake_cpu(monkeypatch, "AVX512", native_bf16=True, timings=None)
     assert kernels.attention_path(torch.bfloat16, CPU, blocked_attention) == "fused"
     entries = json.loads((tmp_path / "cpu-kernels.json").read_text())
-    assert list(entries) == [kernels.machine_key(torch.bfloat16)] and "AVX512" in list(entries)[0]
+    assert list(entries) == [kernels.machine_key("attention bf16")] and "AVX512" in list(entries)[0]
 
 
 @pytest.mark.fault("cache", kinds=1)
@@ -70,11 +70,11 @@ def test_a_corrupt_cache_file_is_measured_again(monkeypatch, tmp_path, caplog, t
     monkeypatch.setenv(kernels.CACHE_ENV, str(tmp_path))
     timed = fake_cpu(monkeypatch, "AVX512", True, {"attention": "matmul", "fused_ms": 2.0, "matmul_ms": 1.0})
     path = tmp_path / "cpu-kernels.json"
-    path.write_text(text.replace("%s", kernels.machine_key(torch.bfloat16)))
+    path.write_text(text.replace("%s", kernels.machine_key("attention bf16")))
     with caplog.at_level(logging.INFO, logger="vitlab"):
         assert kernels.attention_path(torch.bfloat16, CPU, blocked_attention) == "matmul"
     assert timed == [1]
-    assert json.loads(path.read_text())[kernels.machine_key(torch.bfloat16)]["attention"] == "matmul"
+    assert json.loads(path.read_text())[kernels.machine_key("attention bf16")]["attention"] == "matmul"
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == (0 if text.startswith('{"') else 1)  # an unknown entry is simply replaced
     assert all("\n" not in w and "cpu-kernels.json" in w for w in warnings)
@@ -110,3 +110,26 @@ def test_attention_compiles_whole_with_the_choice_made_at_trace_time(monkeypatch
     with torch.no_grad():
         compiled = torch.compile(attention, fullgraph=True, backend="aot_eager")(x)[0]
         torch.testing.assert_close(compiled, attention(x)[0], rtol=0, atol=0)
+
+
+def test_the_fp32_gemm_library_is_measured_once_per_machine_and_cached(monkeypatch, tmp_path, caplog):
+    monkeypatch.setenv(kernels.CACHE_ENV, str(tmp_path))
+    fake_cpu(monkeypatch, "AVX512", native_bf16=True)
+    timed = []
+    for faster in ("onednn", "mkl"):
+        (tmp_path / "cpu-kernels.json").unlink(missing_ok=True)
+        monkeypatch.setattr(kernels, "_gemm", {})
+        entry = {"gemm": faster, "mkl_gflops": 198.0, "onednn_gflops": 436.0}
+        monkeypatch.setattr(kernels, "time_fp32_gemms", lambda entry=entry: timed.append(1) or dict(entry))
+        with caplog.at_level(logging.INFO, logger="vitlab"):
+            assert kernels.fp32_gemm() == kernels.fp32_gemm() == faster
+    assert timed == [1, 1] and "fp32 inference GEMMs through MKL (measured: MKL 198, oneDNN 436" in caplog.text
+    monkeypatch.setattr(kernels, "_gemm", {})  # a new process reads the file
+    monkeypatch.setattr(kernels, "time_fp32_gemms", lambda: pytest.fail("timed again"))
+    assert kernels.fp32_gemm() == "mkl"
+    assert list(json.loads((tmp_path / "cpu-kernels.json").read_text())) == [kernels.machine_key("fp32 gemm")]
+
+
+def test_timing_the_fp32_gemms_runs_both_libraries():
+    entry = kernels.time_fp32_gemms(repeats=1)
+    assert entry["gemm"] in ("mkl", "onednn") and entry["mkl_gflops"] > 0 and entry["onednn_gflops"] > 0

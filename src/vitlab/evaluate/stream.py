@@ -18,6 +18,7 @@ from torch import nn
 
 from vitlab.data.stream import FileBatch
 from vitlab.data.transforms import BatchNormalize
+from vitlab.model import kernels
 from vitlab.model.fast import optimize_for_inference
 
 from .predict import class_names, model_config, top_classes
@@ -57,8 +58,8 @@ def choose_path(choice: FastChoice, precision: str, device: torch.device, images
     """(use the fast path, why), for the log."""
     if choice != "auto":
         return choice == "on", f"--fast {choice}"
-    if precision == "fp32" and device.type == "cpu":
-        return False, "fp32 on CPU: the compiled path gains about 10%, less than its compilation costs"
+    if precision == "fp32" and device.type == "cpu" and kernels.fp32_gemm() == "mkl":
+        return False, "fp32 on CPU with MKL's GEMMs: the compiled path gains about 10%, less than its compilation costs"
     if images < FAST_MIN_IMAGES:
         return False, f"{images} images, fewer than the {FAST_MIN_IMAGES} that repay its compilation"
     return True, f"{precision} on {device.type}, {images} images"

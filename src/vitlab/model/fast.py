@@ -8,7 +8,11 @@ It runs a snapshot of the model:
 - for bf16 / fp16, with the weights cast once, rather than autocast casting every weight and every
   LayerNorm output again on each call;
 - compiled with Inductor's freezing: the weights become constants, so they are folded and prepacked
-  for oneDNN on CPU, and LayerNorm, GELU and the residual adds are fused with their neighbours.
+  on CPU, and LayerNorm, GELU and the residual adds are fused with their neighbours;
+- in fp32 on CPU, with the batch dimension dynamic where oneDNN's fp32 GEMMs are the faster here
+  (kernels.fp32_gemm, measured once per machine): Inductor prepacks fp32 weights for MKL at a fixed
+  batch size and for oneDNN at a dynamic one. On a Zen 5 EPYC this doubled Ti/16's and S/16's fp32
+  throughput (docs/benchmarks.md); a new batch size then needs no recompilation either.
 
 No int8 option: torch's own int8 path (torch.ao.quantization.quantize_dynamic) warns on torch 2.14
 "torch.ao.quantization is deprecated and will be removed" (its successor, torchao, is not a
@@ -23,6 +27,8 @@ import copy
 import torch
 from torch import nn
 
+from . import kernels
+
 
 class InferenceModel(nn.Module):
     def __init__(self, model: nn.Module, dtype: torch.dtype = torch.float32, compile: bool = True) -> None:
@@ -32,12 +38,18 @@ class InferenceModel(nn.Module):
         for param in self.model.parameters():
             param.requires_grad_(False)
         self.network = torch.compile(self.model) if compile else self.model
+        on_cpu = all(p.device.type == "cpu" for p in self.model.parameters())
+        self.dynamic_batch = compile and on_cpu and dtype == torch.float32 and kernels.fp32_gemm() == "onednn"
 
     def forward(self, images: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, ...]:
         # Inductor reads `freezing` when it compiles: at the first call and at any recompilation (a new
         # batch size). Passed as torch.compile(options=...) instead, it is not applied.
         with torch.inference_mode(), torch._inductor.config.patch(freezing=True):
-            output = self.network(images.to(self.dtype))
+            images = images.to(self.dtype)
+            if self.dynamic_batch:
+                images = images.detach()  # marked, not the caller's tensor
+                torch._dynamo.maybe_mark_dynamic(images, 0)
+            output = self.network(images)
             # a module may return several tensors (logits and features): each comes back as float32
             return tuple(t.float() for t in output) if isinstance(output, tuple) else output.float()
 

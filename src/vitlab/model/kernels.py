@@ -13,6 +13,11 @@
   fused kernel. With native bf16 the two are timed once and the faster one is kept in a small JSON
   file per CPU model, capability and torch version ($VITLAB_CACHE, else ~/.cache/vitlab).
 
+- `fp32_gemm()`: the library of the fp32 GEMMs in optimize_for_inference's frozen graphs: MKL (ATen's
+  own, which Inductor prepacks for a fixed batch size) or oneDNN (which it prepacks when the batch
+  dimension is dynamic). Timed once at GEMM_SHAPE and cached beside the attention choice: on a Zen 5
+  EPYC, MKL took its generic path at 198 GFLOP/s against oneDNN's 436 (Ti/16's fc1, 2 threads).
+
 Every choice is logged once. Dynamo treats the choices as constants (assume_constant_result): they
 are made while tracing, not traced.
 """
@@ -36,13 +41,16 @@ from torch import nn
 log = logging.getLogger("vitlab")
 
 AttentionPath = Literal["fused", "matmul"]
+GemmLibrary = Literal["mkl", "onednn"]
 MatmulAttention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, float], torch.Tensor]  # q, k, v, scale
 HALF = (torch.bfloat16, torch.float16)
 CACHE_ENV = "VITLAB_CACHE"  # the same cache folder as downloaded weights (weights/fetch.py)
 MEASURE_SHAPE = (16, 3, 197, 64)  # (B, heads, T, head_dim): Ti/16 at 224 px, as docs/benchmarks.md timed it
+GEMM_SHAPE = (3152, 384, 1536)  # (rows, in, out): S/16's fc1 at 224 px, batch 16
 
 _native: dict[torch.dtype, bool] = {}
 _attention: dict[torch.dtype, AttentionPath] = {}
+_gemm: dict[str, GemmLibrary] = {}
 
 
 def cpu_name() -> str:
@@ -74,6 +82,7 @@ def reset() -> None:
     """Forget the choices made (tests fake the CPU, then ask again)."""
     _native.clear()
     _attention.clear()
+    _gemm.clear()
 
 
 @torch.compiler.assume_constant_result
@@ -109,8 +118,8 @@ def cache_file() -> Path:
     return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "vitlab") / "cpu-kernels.json"
 
 
-def machine_key(dtype: torch.dtype) -> str:
-    return f"{cpu_name()} | {cpu_capability()} | torch {torch.__version__} | attention {dtype_name(dtype)}"
+def machine_key(what: str) -> str:
+    return f"{cpu_name()} | {cpu_capability()} | torch {torch.__version__} | {what}"
 
 
 def read_cache(path: Path) -> dict:
@@ -126,20 +135,28 @@ def read_cache(path: Path) -> dict:
         return {}
 
 
-def measured_attention_path(dtype: torch.dtype, matmul: MatmulAttention) -> AttentionPath:
-    """The faster attention path for `dtype` here: from the cache file, or timed once and stored."""
-    path, key = cache_file(), machine_key(dtype)
+def cached_measurement(
+    what: str, field: str, choices: tuple[str, ...], measure: Callable[[], dict]
+) -> tuple[dict, str]:
+    """The entry for `what` on this machine (its `field` one of `choices`): from the cache file, or
+    measured once and stored; and how it was obtained, for the log."""
+    path, key = cache_file(), machine_key(what)
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(f"{path}.lock"):  # one process measures; the others read its result
         entries = read_cache(path)
         entry = entries.get(key)
-        if not isinstance(entry, dict) or entry.get("attention") not in ("fused", "matmul"):
-            entry = time_attention_paths(dtype, matmul)
-            entries[key] = entry
-            path.write_text(json.dumps(entries, indent=1) + "\n")
-            how = "measured"
-        else:
-            how = f"measured earlier, {path}"
+        if isinstance(entry, dict) and entry.get(field) in choices:
+            return entry, f"measured earlier, {path}"
+        entry = measure()
+        entries[key] = entry
+        path.write_text(json.dumps(entries, indent=1) + "\n")
+        return entry, "measured"
+
+
+def measured_attention_path(dtype: torch.dtype, matmul: MatmulAttention) -> AttentionPath:
+    """The faster attention path for `dtype` here: from the cache file, or timed once and stored."""
+    what = f"attention {dtype_name(dtype)}"
+    entry, how = cached_measurement(what, "attention", ("fused", "matmul"), lambda: time_attention_paths(dtype, matmul))
     log.info(
         "CPU %s with native %s: %s attention (%s: fused %.2f ms, matmul %.2f ms)",
         cpu_capability(),
@@ -152,26 +169,66 @@ def measured_attention_path(dtype: torch.dtype, matmul: MatmulAttention) -> Atte
     return entry["attention"]
 
 
-def time_attention_paths(dtype: torch.dtype, matmul: MatmulAttention, repeats: int = 7) -> dict:
-    """Best of `repeats` interleaved forward passes of each path at MEASURE_SHAPE, in ms (the best, not
+def fp32_gemm() -> GemmLibrary:
+    """The faster library for fp32 inference GEMMs on this CPU ("mkl" where torch has no oneDNN or no
+    MKL to choose between)."""
+    if "fp32" not in _gemm:
+        if not (torch._C.has_mkl and torch.backends.mkldnn.is_available()):
+            _gemm["fp32"] = "onednn" if torch.backends.mkldnn.is_available() else "mkl"
+        else:
+            entry, how = cached_measurement("fp32 gemm", "gemm", ("mkl", "onednn"), time_fp32_gemms)
+            _gemm["fp32"] = entry["gemm"]
+            log.info(
+                "CPU %s: fp32 inference GEMMs through %s (%s: MKL %.0f, oneDNN %.0f GFLOP/s)",
+                cpu_capability(),
+                "oneDNN" if entry["gemm"] == "onednn" else "MKL",
+                how,
+                entry["mkl_gflops"],
+                entry["onednn_gflops"],
+            )
+    return _gemm["fp32"]
+
+
+def time_fp32_gemms(repeats: int = 5) -> dict:
+    """Best of `repeats` interleaved fp32 GEMMs at GEMM_SHAPE through MKL (F.linear) and oneDNN."""
+    rows, fan_in, fan_out = GEMM_SHAPE
+    x, weight, bias = torch.randn(rows, fan_in), torch.randn(fan_out, fan_in), torch.randn(fan_out)
+    runs: dict[str, Callable[[], object]] = {
+        "mkl": lambda: F.linear(x, weight, bias),
+        "onednn": lambda: torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], ""),
+    }
+    best = fastest(runs, repeats)
+    flop = 2 * rows * fan_in * fan_out
+    faster: GemmLibrary = "onednn" if best["onednn"] < best["mkl"] else "mkl"
+    return {"gemm": faster, **{f"{name}_gflops": round(flop / best[name] / 1e9, 1) for name in runs}}
+
+
+def fastest(runs: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
+    """Each run's best time in seconds over `repeats` interleaved rounds after a warm-up (the best, not
     the median: a busy machine's stalls only ever add time)."""
+    best = dict.fromkeys(runs, float("inf"))
+    with torch.inference_mode():
+        for run in runs.values():
+            run()
+        for _ in range(repeats):
+            for name, run in runs.items():
+                start = time.perf_counter()
+                run()
+                best[name] = min(best[name], time.perf_counter() - start)
+    return best
+
+
+def time_attention_paths(dtype: torch.dtype, matmul: MatmulAttention, repeats: int = 7) -> dict:
+    """Best of `repeats` interleaved forward passes of each path at MEASURE_SHAPE, in ms."""
     q, k, v = torch.randn(3, *MEASURE_SHAPE).to(dtype).unbind(0)
     scale = MEASURE_SHAPE[-1] ** -0.5
     paths: dict[str, Callable[[], object]] = {
         "fused": lambda: F.scaled_dot_product_attention(q, k, v),
         "matmul": lambda: matmul(q, k, v, scale),
     }
-    best = dict.fromkeys(paths, float("inf"))
-    with torch.inference_mode():
-        for run in paths.values():
-            run()  # warm-up
-        for _ in range(repeats):
-            for name, run in paths.items():
-                start = time.perf_counter()
-                run()
-                best[name] = min(best[name], 1e3 * (time.perf_counter() - start))
+    best = fastest(paths, repeats)
     faster: AttentionPath = "matmul" if best["matmul"] < best["fused"] else "fused"
-    return {"attention": faster, "fused_ms": round(best["fused"], 3), "matmul_ms": round(best["matmul"], 3)}
+    return {"attention": faster, "fused_ms": round(1e3 * best["fused"], 3), "matmul_ms": round(1e3 * best["matmul"], 3)}
 
 
 def compute_dtype(x: torch.Tensor) -> torch.dtype:
