@@ -46,8 +46,9 @@ lint: $(STAMP)
 
 # vitlab against timm, transformers and torchvision (docs/benchmarks.md), one preset per target: each writes
 # build/bench/PRESET.{json,md}; bench-doc renders docs/benchmarks.md from them and the results kept there.
-# Wall time on 2 cores of an AMD EPYC (AVX512) at load average about 1.8: bench (standard) 6 min 12 s,
-# bench-384 6 min 54 s, bench-int8 1 min 48 s, bench-pipelines' predict half 1 min 32 s.
+# Wall time on 2 cores of an AMD EPYC (AVX512) at load average about 1.3: bench (standard) about 5 min 30 s,
+# bench-384 about 4 min 15 s, bench-int8 1 min 50 s, bench-avx2 11 min 40 s, bench-pipelines' predict half
+# 1 min 32 s.
 bench: $(STAMP)
 	$(PY) -m vitlab bench --preset standard --out build/bench
 
@@ -72,7 +73,7 @@ bench-pipelines: $(STAMP)
 	$(PY) -m vitlab bench --pipeline train-input --out build/bench
 
 bench-doc: $(STAMP)
-	$(PY) -m vitlab bench report --runs $(wildcard build/bench/standard.json build/bench/res384.json build/bench/int8.json build/bench/pipeline.json build/bench/train-input.json) docs/benchmarks --out docs/benchmarks.md
+	$(PY) -m vitlab bench report --runs $(wildcard build/bench/standard.json build/bench/res384.json build/bench/int8.json build/bench/pipeline.json build/bench/train-input.json build/bench-avx2/avx2.json) docs/benchmarks --out docs/benchmarks.md
 
 # docs/experiments.md from the experiments' own outputs: every registered experiment with its default
 # budget on digits (finished run folders in EXP_DIR are resumed, not retrained), then the report.

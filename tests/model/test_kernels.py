@@ -133,3 +133,23 @@ def test_the_fp32_gemm_library_is_measured_once_per_machine_and_cached(monkeypat
 def test_timing_the_fp32_gemms_runs_both_libraries():
     entry = kernels.time_fp32_gemms(repeats=1)
     assert entry["gemm"] in ("mkl", "onednn") and entry["mkl_gflops"] > 0 and entry["onednn_gflops"] > 0
+
+
+@pytest.mark.parametrize("library", ["onednn", "mkl"])
+def test_eager_fp32_inference_linears_run_in_the_chosen_library(monkeypatch, library):
+    """oneDNN's linear only for eager fp32 without autograd where fp32_gemm chose it; the same numbers."""
+    monkeypatch.setattr(kernels, "_gemm", {"fp32": library})
+    layer = kernels.Linear(48, 40)
+    x = torch.randn(2, 7, 48)
+    expected = x @ layer.weight.T + layer.bias
+    calls = []
+    linear = F.linear
+    monkeypatch.setattr(F, "linear", lambda *args: calls.append(1) or linear(*args))
+    with torch.no_grad():
+        inference = layer(x)
+        transposed = layer(x.transpose(0, 1))  # a non-contiguous input
+    assert len(calls) == (0 if library == "onednn" else 2)
+    torch.testing.assert_close(inference, expected.detach(), rtol=0, atol=1e-5)
+    torch.testing.assert_close(transposed, expected.detach().transpose(0, 1), rtol=0, atol=1e-5)
+    layer(x).sum().backward()  # with autograd: ATen's linear, whatever the library
+    assert len(calls) == (1 if library == "onednn" else 3) and layer.weight.grad is not None

@@ -62,7 +62,7 @@ implementation (`vitlab bench --help`).
   PyTorch's CPU allocator during one step of the best mode; memory that libraries allocate outside
   PyTorch (oneDNN scratch, onnxruntime) is not counted. On CUDA, the caching allocator's peak.
 - **MFU** = model FLOPs per image x images/s / the machine's GEMM peak of the same dtype (the best
-  rate of a large `torch.mm`); vitlab skips the last layer's non-class rows and its frozen graphs use
+  rate of a large GEMM, through `torch.mm` or, on CPU, oneDNN); vitlab skips the last layer's non-class rows and its frozen graphs use
   prepacked kernels, so its MFU reads high.
 - **Targets.** Each preset states the ratios it must reach (`TARGETS` in src/vitlab/bench/targets.py);
   every table lists them as met / not met from its own numbers.
@@ -74,7 +74,8 @@ implementation (`vitlab bench --help`).
 2. **Attention as two matmuls around an fp32 softmax on CPU in bf16** (`model/attention.py`), in
    blocks of queries; in training the weights are recomputed in backward rather than stored.
 3. **`vitlab.optimize_for_inference(model, dtype)`** (`model/fast.py`): eval mode under
-   `torch.inference_mode`, weights cast once, compiled with Inductor's freezing.
+   `torch.inference_mode`, weights cast once, compiled with Inductor's freezing; in fp32 its GEMMs
+   run in the faster of MKL and oneDNN on this CPU (`model/kernels.py`, timed once and cached).
 4. **`--compile` for training** (`vitlab train --compile`), with 1-2 inside the compiled graph.
 
 **This document is generated.** Everything below the line is rendered from the JSON files in

@@ -81,8 +81,8 @@ def tiny() -> list[CaseSpec]:
 
 def avx2() -> list[CaseSpec]:
     """standard's Ti/16 and S/16 cases for a CPU without native bf16 (`make bench-avx2` emulates one),
-    at batch 8: there every peer's bf16 GEMMs run ATen's fallback, a step takes seconds. onnxruntime is
-    left out: its own kernels do not honour the emulation's variables."""
+    at batch 8: there every peer's bf16 GEMMs run ATen's fallback and a bf16 step takes seconds.
+    onnxruntime is left out: its own kernels do not honour the emulation's variables."""
     peers = tuple(name for name in IMPLEMENTATIONS if name not in ONNXRUNTIME)
     specs = []
     for variant in ("Ti/16", "S/16"):

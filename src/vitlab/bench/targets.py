@@ -81,6 +81,16 @@ TARGETS: dict[str, tuple[Target, ...]] = {
             Target(variant, 224, Side("train", "bf16", "vitlab"), Side("train", "bf16", "timm"), 1.1),
         )
     ),
+    # standard's ratios on a CPU without native bf16 (the avx2 preset runs the same cases)
+    "avx2": tuple(
+        target
+        for variant in ("Ti/16", "S/16")
+        for target in (
+            versus_best_peer(variant, 224, "infer", "bf16", 1.2),
+            versus_best_peer(variant, 224, "infer", "fp32", 0.95),
+            Target(variant, 224, Side("train", "bf16", "vitlab"), Side("train", "bf16", "timm"), 1.1),
+        )
+    ),
     "res384": tuple(
         versus_best_peer(variant, 384, task, "bf16", 1.2) for variant in ("S/16", "B/16") for task in ("infer", "train")
     ),

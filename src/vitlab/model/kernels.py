@@ -13,9 +13,9 @@
   fused kernel. With native bf16 the two are timed once and the faster one is kept in a small JSON
   file per CPU model, capability and torch version ($VITLAB_CACHE, else ~/.cache/vitlab).
 
-- `fp32_gemm()`: the library of the fp32 GEMMs in optimize_for_inference's frozen graphs: MKL (ATen's
-  own, which Inductor prepacks for a fixed batch size) or oneDNN (which it prepacks when the batch
-  dimension is dynamic). Timed once at GEMM_SHAPE and cached beside the attention choice: on a Zen 5
+- `fp32_gemm()`: the library of fp32 inference GEMMs: MKL (ATen's own, which Inductor prepacks for a
+  fixed batch size) or oneDNN (which it prepacks when the batch dimension is dynamic, and which
+  `Linear` calls in eager no-grad fp32). Timed once at GEMM_SHAPE and cached beside the attention choice: on a Zen 5
   EPYC, MKL took its generic path at 198 GFLOP/s against oneDNN's 436 (Ti/16's fc1, 2 threads).
 
 Every choice is logged once. Dynamo treats the choices as constants (assume_constant_result): they
@@ -197,7 +197,11 @@ def time_fp32_gemms(repeats: int = 5) -> dict:
         "mkl": lambda: F.linear(x, weight, bias),
         "onednn": lambda: torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], ""),
     }
-    best = fastest(runs, repeats)
+    try:
+        best = fastest(runs, repeats)
+    except RuntimeError as error:  # oneDNN refused the primitive on this CPU: MKL it is
+        log.warning("oneDNN's fp32 linear failed here (%s): MKL", str(error).splitlines()[0])
+        best = {**fastest({"mkl": runs["mkl"]}, repeats), "onednn": float("inf")}
     flop = 2 * rows * fan_in * fan_out
     faster: GemmLibrary = "onednn" if best["onednn"] < best["mkl"] else "mkl"
     return {"gemm": faster, **{f"{name}_gflops": round(flop / best[name] / 1e9, 1) for name in runs}}
@@ -249,10 +253,26 @@ def widened(op: Callable[..., torch.Tensor], x: torch.Tensor, *params: torch.Ten
         return op(x.to(dtype).float(), *wide).to(dtype)
 
 
+def eager_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    """An fp32 inference GEMM run eagerly (no autograd, autocast or compiler, which packs its own) on a
+    CPU where fp32_gemm chose oneDNN."""
+    return (
+        x.dtype == weight.dtype == torch.float32
+        and x.device.type == "cpu"
+        and not torch.is_grad_enabled()
+        and not torch.compiler.is_compiling()  # torch.compile, torch.export
+        and not torch.jit.is_tracing()  # the TorchScript ONNX exporter
+        and not torch.is_autocast_enabled("cpu")
+        and fp32_gemm() == "onednn"
+    )
+
+
 class Linear(nn.Linear):
-    """nn.Linear (same parameters and state dict) through `widened`."""
+    """nn.Linear (same parameters and state dict) through `widened`, or oneDNN (see eager_onednn)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if eager_onednn(x, self.weight):
+            return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
         return widened(F.linear, x, self.weight, self.bias)
 
 
