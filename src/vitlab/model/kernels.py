@@ -15,8 +15,9 @@
 
 - `fp32_gemm()`: the library of fp32 inference GEMMs: MKL (ATen's own, which Inductor prepacks for a
   fixed batch size) or oneDNN (which it prepacks when the batch dimension is dynamic, and which
-  `Linear` calls in eager no-grad fp32). Timed once at GEMM_SHAPE and cached beside the attention choice: on a Zen 5
-  EPYC, MKL took its generic path at 198 GFLOP/s against oneDNN's 436 (Ti/16's fc1, 2 threads).
+  `Linear` calls in eager no-grad fp32). Timed once at GEMM_SHAPE and cached beside the attention
+  choice: on an AMD EPYC (AVX512), MKL took its generic path at 198 GFLOP/s against oneDNN's 436
+  (Ti/16's fc1, 2 threads).
 
 Every choice is logged once. Dynamo treats the choices as constants (assume_constant_result): they
 are made while tracing, not traced.
