@@ -12,7 +12,7 @@ from helpers import randomise_
 from vitlab.bench import BenchConfig, Case, CaseSpec, Mode, markdown, run_bench, write
 from vitlab.bench.flops import model_flops
 from vitlab.bench.gpu import main as gpu_main
-from vitlab.bench.implementations import IMPLEMENTATIONS, ONNXRUNTIME, build
+from vitlab.bench.implementations import IMPLEMENTATIONS, ONNXRUNTIME, OTHER_NUMERICS, build
 from vitlab.bench.machine import gemm_peak
 from vitlab.bench.memory import step_peak_bytes
 from vitlab.bench.report import machine_line
@@ -20,7 +20,8 @@ from vitlab.bench.timing import interleaved
 from vitlab.cli import main as cli_main
 
 CPU = torch.device("cpu")
-TORCH_IMPLEMENTATIONS = [name for name in IMPLEMENTATIONS if name not in ONNXRUNTIME]  # onnxruntime: fp32 only
+# onnxruntime: fp32 only; vitlab-int8: the fp32 case's fast mode only
+TORCH_IMPLEMENTATIONS = [name for name in IMPLEMENTATIONS if name not in (*ONNXRUNTIME, *OTHER_NUMERICS)]
 
 
 @pytest.fixture(scope="module")
@@ -108,6 +109,24 @@ def test_onnxruntime_fp32_and_int8_run_beside_vitlab():
     assert "| mu/8 @32 | infer | fp32 | onnxruntime-int8 | eager |" in table
     assert f"CPU capability {torch.backends.cpu.get_cpu_capability()}" in machine_line(results["machine"])
     assert not Mode.parse("eager").applies_to(Case("mu/8", 32, 2, "bf16", "infer"), "onnxruntime")
+
+
+def test_vitlab_int8_runs_its_fast_path_in_the_fp32_case_only():
+    config = BenchConfig(
+        cases=[CaseSpec(Case("mu/8", 32, 2, "fp32", "infer"), ("vitlab", "vitlab-int8"), ("eager", "fast"))],
+        rounds=2,
+        warmup=1,
+        min_sample_s=0.01,
+        gemm_sizes=(512,),
+    )
+    (case,) = run_bench(config)["cases"]
+    rows = {row["implementation"]: row for row in case["rows"]}
+    assert set(rows["vitlab-int8"]["modes"]) == {"fast"} and rows["vitlab-int8"]["images_per_s"] > 0
+    assert case["best_peer"] is None  # int8's numbers differ: never the peer vitlab is measured against
+    fast = Mode.parse("fast")
+    assert not fast.applies_to(Case("mu/8", 32, 2, "bf16", "infer"), "vitlab-int8")
+    assert not fast.applies_to(Case("mu/8", 32, 2, "fp32", "train"), "vitlab-int8")
+    assert not Mode.parse("eager").applies_to(Case("mu/8", 32, 2, "fp32", "infer"), "vitlab-int8")
 
 
 def test_interleaved_rounds_rotate_the_order():

@@ -32,10 +32,10 @@ def test_int8_preset_pits_int8_against_both_fast_paths():
     cases = cases_of("int8")
     for variant in ("Ti/16", "S/16"):
         implementations, modes = cases[(variant, 224, "infer", "fp32")]
-        assert {"vitlab", "onnxruntime", "onnxruntime-int8"} == set(implementations) and "fast" in modes
+        assert {"vitlab", "vitlab-int8", "onnxruntime", "onnxruntime-int8"} == set(implementations) and "fast" in modes
         assert cases[(variant, 224, "infer", "bf16")] == (("vitlab",), ("fast",))
     tiny = cases_of("tiny")
-    assert "onnxruntime-int8" in tiny[("mu/8", 32, "infer", "fp32")][0]
+    assert {"vitlab-int8", "onnxruntime-int8"} <= set(tiny[("mu/8", 32, "infer", "fp32")][0])
     assert set(INT8_ACCURACY_PRESETS) == {"int8", "tiny"}
 
 

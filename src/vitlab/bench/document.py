@@ -27,7 +27,7 @@ PREAMBLE = """\
 ```bash
 make bench        # the standard preset: vitlab and its peers on Ti/16, S/16, B/16 at 224
 make bench-384    # S/16 and B/16 at the paper's fine-tuning resolution, 384 px (577 tokens)
-make bench-int8   # int8 onnxruntime against onnxruntime fp32 and vitlab's fast path
+make bench-int8   # vitlab's and onnxruntime's int8 against onnxruntime fp32 and vitlab's fast paths
 make bench-pipelines  # JPEG files -> top-5 against timm's pipeline; the training input pipeline per core
 make bench-avx2   # the model-only cases with this CPU limited to AVX2 (no native bf16)
 vitlab bench Ti/16:infer:bf16:64 B/16:train:bf16:8:vitlab,timm --image-size 224 --rounds 7
@@ -44,14 +44,15 @@ implementation (`vitlab bench --help`).
   `transformers.ViTForImageClassification` with `attn_implementation="eager"` and `"sdpa"`,
   `torchvision.models.vision_transformer.VisionTransformer`, vitlab's `VisionTransformer`, and
   vitlab's model exported to ONNX and run by onnxruntime in float32 and quantized to int8
-  (`vitlab export --quantize int8`, src/vitlab/export/quantize.py).
+  (`vitlab export --quantize int8`, src/vitlab/export/quantize.py). `vitlab-int8` is vitlab's own
+  int8 path, `optimize_for_inference(model, dtype=torch.int8)` (src/vitlab/model/int8.py).
 - **Same work.** Inference: one batch of random images, no autograd. Training step: bf16 autocast
   over fp32 weights, cross-entropy, backward, AdamW step.
 - **Each implementation in its best mode**, the fastest of those tried, in the same dtype: eager and
   `torch.compile` (default settings); for bf16 inference also the weights cast to bf16 (`+bf16w`);
   vitlab's `fast` is `vitlab.optimize_for_inference` (frozen, compiled, weights cast once).
-  onnxruntime runs fp32 inference in its own optimised session. int8 computes other numbers, so it
-  is shown but never taken as the best peer.
+  onnxruntime runs fp32 inference in its own optimised session. int8 (vitlab-int8, onnxruntime-int8)
+  computes other numbers, so it is shown in the fp32 case but never taken as the best peer.
 - **Timing.** Every contender is built, compiled and warmed up, then all are timed in interleaved
   rounds whose order rotates, so drift on a shared machine hits all alike; a short step is repeated
   within a round to last 0.2 s. Reported: batch / median seconds per step. Each table gives the load
@@ -76,6 +77,8 @@ implementation (`vitlab bench --help`).
 3. **`vitlab.optimize_for_inference(model, dtype)`** (`model/fast.py`): eval mode under
    `torch.inference_mode`, weights cast once, compiled with Inductor's freezing; in fp32 its GEMMs
    run in the faster of MKL and oneDNN on this CPU (`model/kernels.py`, timed once and cached).
+   With `dtype=torch.int8` (CPU) the encoder's linears run in oneDNN's int8 kernels, GELU in their
+   epilogue, and the rest in bf16 where this CPU has native bf16, else fp32 (`model/int8.py`).
 4. **`--compile` for training** (`vitlab train --compile`), with 1-2 inside the compiled graph.
 
 **This document is generated.** Everything below the line is rendered from the JSON files in

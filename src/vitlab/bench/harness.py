@@ -20,7 +20,7 @@ from vitlab.model import config_for
 from vitlab.model.kernels import native
 
 from .flops import model_flops
-from .implementations import IMPLEMENTATIONS, ONNXRUNTIME, OTHER_NUMERICS, build
+from .implementations import FAST_DTYPES, IMPLEMENTATIONS, ONNXRUNTIME, OTHER_NUMERICS, build
 from .machine import capability_text, describe, gemm_peak, load_average
 from .memory import step_peak_bytes
 from .report import gflops
@@ -137,7 +137,7 @@ def prepare(case: Case, implementation: str, mode: Mode, config: BenchConfig, de
     model_config = config_for(case.variant, image_size=case.image_size)
     try:
         model = build(implementation, model_config)
-        step = make_step(model, case, mode, device, model_config.num_classes)
+        step = make_step(model, case, mode, device, model_config.num_classes, FAST_DTYPES.get(implementation))
         warm = [time_once(step, device) for _ in range(config.warmup)]
     except Exception as error:  # a peer that cannot run a mode (e.g. fails to compile) is reported, not fatal
         first_line = str(error).splitlines()[0] if str(error) else repr(error)

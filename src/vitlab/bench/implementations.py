@@ -8,6 +8,10 @@ The onnxruntime contenders are vitlab's model exported to ONNX (vitlab.export), 
 linear layers quantized to int8, run on the CPU with torch's intra-op thread count: fp32 inference
 only, in one mode ("eager": the session as onnxruntime optimises it). int8 computes other numbers,
 so it is shown beside the others but never taken as the best peer.
+
+"vitlab-int8" is vitlab's own int8 path, `optimize_for_inference(model, dtype=torch.int8)` (model/int8.py):
+fp32 images in, fp32 logits out, so it runs in the fp32 case, in its one mode "fast". It too computes
+other numbers and is never the best peer.
 """
 
 from __future__ import annotations
@@ -110,10 +114,12 @@ def build_onnxruntime(config: ViTConfig, quantization: str | None = None) -> nn.
 
 
 ONNXRUNTIME = ("onnxruntime", "onnxruntime-int8")  # not PyTorch modules: fp32 inference, eager mode, CPU only
-OTHER_NUMERICS = ("onnxruntime-int8",)  # shown, never the best peer of a case
+FAST_DTYPES = {"vitlab-int8": torch.int8}  # what an implementation's fast path computes in, where not the case's dtype
+OTHER_NUMERICS = ("onnxruntime-int8", *FAST_DTYPES)  # shown, never the best peer of a case
 
 IMPLEMENTATIONS: dict[str, Callable[[ViTConfig], nn.Module]] = {
     "vitlab": build_vitlab,
+    "vitlab-int8": build_vitlab,
     "timm": build_timm,
     "hf-eager": partial(build_transformers, attn_implementation="eager"),
     "hf-sdpa": partial(build_transformers, attn_implementation="sdpa"),

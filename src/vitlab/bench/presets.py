@@ -5,14 +5,14 @@ can win: bf16 inference compiles with bf16 weights only (with autocast it was ne
 docs/benchmarks.md), training pits vitlab against timm, and B/16, where everyone is GEMM-bound, is
 measured for inference only (`vitlab bench B/16:train:bf16:8:vitlab,timm` adds training: 2 more
 minutes). `full` tries every mode of every implementation. `res384` is the paper's fine-tuning
-resolution, `int8` onnxruntime's int8 model against vitlab's fast path. targets.TARGETS holds what each
+resolution, `int8` vitlab's and onnxruntime's int8 models against vitlab's fast path. targets.TARGETS holds what each
 preset's ratios must reach (targets.py; docs/benchmarks.md says met / not met from the run's own numbers).
 """
 
 from __future__ import annotations
 
 from .harness import CaseSpec
-from .implementations import IMPLEMENTATIONS, ONNXRUNTIME
+from .implementations import IMPLEMENTATIONS, ONNXRUNTIME, OTHER_NUMERICS
 from .steps import Case
 
 INFER_FP32 = ("eager", "compile", "fast")
@@ -22,7 +22,7 @@ VERSUS_TIMM = ("vitlab", "timm")
 # bf16 inference with the weights cast: in the standard run every peer's best bf16 mode was a +bf16w
 # one (autocast over fp32 weights was 1-5% slower for each), so the long cases skip autocast.
 INFER_BF16_WEIGHTS = ("eager+bf16w", "compile+bf16w", "fast")
-INT8 = ("vitlab", "onnxruntime", "onnxruntime-int8")
+INT8 = ("vitlab", "vitlab-int8", "onnxruntime", "onnxruntime-int8")
 
 
 def standard() -> list[CaseSpec]:
@@ -60,7 +60,8 @@ def res384() -> list[CaseSpec]:
 
 
 def int8() -> list[CaseSpec]:
-    """int8 onnxruntime beside onnxruntime fp32 and vitlab's fast path, fp32 and bf16, at 224."""
+    """vitlab's int8 path and onnxruntime's int8 beside onnxruntime fp32 and vitlab's fast path, fp32 and
+    bf16, at 224."""
     specs = []
     for variant, batch in (("Ti/16", 32), ("S/16", 16)):
         specs += [
@@ -73,7 +74,11 @@ def int8() -> list[CaseSpec]:
 def tiny() -> list[CaseSpec]:
     """Seconds, not minutes: a smoke test of the harness, with the int8 rows of `int8`."""
     return [
-        CaseSpec(Case("mu/8", 32, 2, "fp32", "infer"), ("vitlab", "timm", "onnxruntime-int8"), ("eager", "fast")),
+        CaseSpec(
+            Case("mu/8", 32, 2, "fp32", "infer"),
+            ("vitlab", "vitlab-int8", "timm", "onnxruntime-int8"),
+            ("eager", "fast"),
+        ),
         CaseSpec(Case("mu/8", 32, 2, "bf16", "infer"), ("vitlab",), ("fast",)),
         CaseSpec(Case("mu/8", 32, 2, "bf16", "train"), VERSUS_TIMM, ("eager",)),
     ]
@@ -82,8 +87,9 @@ def tiny() -> list[CaseSpec]:
 def avx2() -> list[CaseSpec]:
     """standard's Ti/16 and S/16 cases for a CPU without native bf16 (`make bench-avx2` emulates one),
     at batch 8: there every peer's bf16 GEMMs run ATen's fallback and a bf16 step takes seconds.
-    onnxruntime is left out: its own kernels do not honour the emulation's variables."""
-    peers = tuple(name for name in IMPLEMENTATIONS if name not in ONNXRUNTIME)
+    onnxruntime is left out: its own kernels do not honour the emulation's variables; so is vitlab-int8,
+    whose target is the int8 preset's."""
+    peers = tuple(name for name in IMPLEMENTATIONS if name not in (*ONNXRUNTIME, *OTHER_NUMERICS))
     specs = []
     for variant in ("Ti/16", "S/16"):
         specs += [

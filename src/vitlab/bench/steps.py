@@ -4,7 +4,8 @@ A Case fixes what is measured (variant, resolution, batch, dtype, task); a Mode 
 implementation runs it:
 - eager or compiled (torch.compile with default settings);
 - for bf16 inference, either autocast over fp32 weights or the weights cast to bf16 ("bf16w");
-- "fast": vitlab's own inference path, vitlab.optimize_for_inference.
+- "fast": vitlab's own inference path, vitlab.optimize_for_inference ("vitlab-int8": with dtype torch.int8,
+  in the fp32 case, its only mode).
 onnxruntime (fp32 and int8, implementations.py) runs fp32 inference on the CPU in "eager" mode only.
 Training is always bf16 autocast over fp32 weights (mixed precision) or plain fp32: forward,
 cross-entropy, backward, AdamW step.
@@ -19,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .implementations import ONNXRUNTIME
+from .implementations import FAST_DTYPES, ONNXRUNTIME
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 TASKS = ("infer", "train")
@@ -72,6 +73,8 @@ class Mode:
 
     def applies_to(self, case: Case, implementation: str, modes: tuple[str, ...] = ()) -> bool:
         """Whether this mode runs `case` for `implementation`, among the `modes` tried."""
+        if implementation in FAST_DTYPES:  # fp32 images in, fp32 logits out: the fp32 case, fast only
+            return self.fast and case.task == "infer" and case.dtype == "fp32"
         if self.fast:
             return implementation == "vitlab" and case.task == "infer"
         if implementation in ONNXRUNTIME:  # float32 input, no torch.compile or bf16 weights to try
@@ -125,9 +128,15 @@ def training_step(
 
 
 def make_step(
-    model: nn.Module, case: Case, mode: Mode, device: torch.device, num_classes: int
+    model: nn.Module,
+    case: Case,
+    mode: Mode,
+    device: torch.device,
+    num_classes: int,
+    fast_dtype: torch.dtype | None = None,
 ) -> Callable[[], torch.Tensor]:
-    """A callable that runs one step of `case` on `model` (moved to `device`) in `mode`."""
+    """A callable that runs one step of `case` on `model` (moved to `device`) in `mode`; the fast path
+    computes in `fast_dtype` where given (torch.int8) rather than the case's dtype."""
     from vitlab.export import OnnxModel
 
     if isinstance(model, OnnxModel) and device.type != "cpu":
@@ -136,5 +145,7 @@ def make_step(
     generator = torch.Generator().manual_seed(0)
     images = torch.randn(case.batch, 3, case.image_size, case.image_size, generator=generator).to(device)
     if case.task == "infer":
+        if fast_dtype is not None and mode.fast:
+            return inference_step(model, images, fast_dtype, mode)
         return inference_step(model, images, case.torch_dtype, mode)
     return training_step(model, images, case.torch_dtype, mode, num_classes)

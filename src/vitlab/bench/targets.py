@@ -1,7 +1,7 @@
 """The speed targets a preset is held to, checked on a run's own numbers (never typed by hand).
 
 A target is a ratio of two rows of one run, e.g. vitlab over the best peer in the same case, or
-int8 onnxruntime in the fp32 case over vitlab's fast path in the bf16 case, and the least it must be.
+vitlab's int8 path in the fp32 case over its bf16 fast path, and the least it must be.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def versus_best_peer(variant: str, image_size: int, task: str, dtype: str, at_le
 
 def int8_targets(variant: str, image_size: int) -> tuple[Target, ...]:
     """int8 at least twice vitlab's fp32 fast path and not slower than its bf16 one."""
-    int8 = Side("infer", "fp32", "onnxruntime-int8")
+    int8 = Side("infer", "fp32", "vitlab-int8")
     return (
         Target(variant, image_size, int8, Side("infer", "fp32", "vitlab", "fast"), 2.0),
         Target(variant, image_size, int8, Side("infer", "bf16", "vitlab", "fast"), 1.0),

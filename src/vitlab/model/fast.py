@@ -15,32 +15,60 @@ It runs a snapshot of the model:
   from 62 to 126 images/s (batch 32) and S/16 from 21 to 42 (batch 16); a new batch size then needs
   no recompilation either.
 
-No int8 option: torch's own int8 path (torch.ao.quantization.quantize_dynamic) warns on torch 2.14
-"torch.ao.quantization is deprecated and will be removed" (its successor, torchao, is not a
-dependency). For int8 on CPU, export to ONNX with `vitlab export --quantize int8` instead, whose
-speed against this path `make bench-int8` measures (docs/benchmarks.md).
+int8 (CPU): `optimize_for_inference(model, dtype=torch.int8)` runs the encoder's linear layers in
+oneDNN's int8 kernels (model/int8.py: int8 weights per channel, activations quantized per tensor on
+each call) and the rest of the model in bf16 where this CPU runs bf16 natively (kernels.native),
+else in fp32; the choice is logged. torch's own int8 path (torch.ao.quantization) warns on torch
+2.14 that it is deprecated, so it is not used. `make bench-int8` measures this path against the fp32
+and bf16 ones and against onnxruntime's int8 (`vitlab export --quantize int8`), and its top-1 on
+the digits demo model (docs/benchmarks.md).
 """
 
 from __future__ import annotations
 
 import copy
+import logging
 
 import torch
 from torch import nn
 
+from vitlab.errors import ConfigError
+
 from . import kernels
+from .int8 import cast_float_tensors, quantize_linears
+
+log = logging.getLogger("vitlab")
+
+
+def int8_companion_dtype() -> torch.dtype:
+    """What an int8 model computes in outside its linears: bf16 where native here, else fp32."""
+    dtype = torch.bfloat16 if kernels.native(torch.bfloat16) else torch.float32
+    log.info(
+        "int8: the encoder's linears in int8 (oneDNN), the rest in %s (CPU %s, bf16 %s)",
+        kernels.dtype_name(dtype),
+        kernels.cpu_capability(),
+        "native" if dtype == torch.bfloat16 else "not native",
+    )
+    return dtype
 
 
 class InferenceModel(nn.Module):
     def __init__(self, model: nn.Module, dtype: torch.dtype = torch.float32, compile: bool = True) -> None:
         super().__init__()
-        self.dtype = dtype
-        self.model = copy.deepcopy(model).eval().to(dtype)
+        on_cpu = all(p.device.type == "cpu" for p in model.parameters())
+        self.int8 = dtype == torch.int8
+        if self.int8 and not on_cpu:
+            raise ConfigError("int8 inference runs on the CPU (oneDNN's int8 kernels); move the model to the CPU")
+        self.dtype = int8_companion_dtype() if self.int8 else dtype
+        self.model = copy.deepcopy(model).eval()
+        if self.int8:
+            cast_float_tensors(quantize_linears(self.model), self.dtype)
+        else:
+            self.model.to(self.dtype)
         for param in self.model.parameters():
             param.requires_grad_(False)
         self.network = torch.compile(self.model) if compile else self.model
-        on_cpu = all(p.device.type == "cpu" for p in self.model.parameters())
-        self.dynamic_batch = compile and on_cpu and dtype == torch.float32 and kernels.fp32_gemm() == "onednn"
+        self.dynamic_batch = compile and on_cpu and self.dtype == torch.float32 and kernels.fp32_gemm() == "onednn"
 
     def forward(self, images: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, ...]:
         # Inductor reads `freezing` when it compiles: at the first call and at any recompilation (a new
@@ -58,5 +86,6 @@ class InferenceModel(nn.Module):
 def optimize_for_inference(
     model: nn.Module, dtype: torch.dtype = torch.float32, compile: bool = True
 ) -> InferenceModel:
-    """A frozen, compiled copy of `model` computing in `dtype`; later changes to `model` do not reach it."""
+    """A frozen, compiled copy of `model` computing in `dtype` (torch.int8: see the module's docstring);
+    later changes to `model` do not reach it."""
     return InferenceModel(model, dtype, compile)
