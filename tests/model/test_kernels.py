@@ -97,10 +97,29 @@ def test_without_native_bf16_a_linear_layer_runs_as_fp32_gemm_on_bf16_operands(m
     torch.testing.assert_close(emulated, rounded.bfloat16(), rtol=0, atol=0)  # the fp32 GEMM, rounded once
     torch.testing.assert_close(cast, rounded.bfloat16(), rtol=0, atol=0)
     fake_cpu(monkeypatch, "AVX512", native_bf16=True)
-    with torch.no_grad():
-        native = layer(x.bfloat16())  # the bf16 kernel: the same numbers up to the order of summation
+    native = layer(x.bfloat16())  # the bf16 kernel: the same numbers up to the order of summation
     assert gemm_dtypes[2:] == [torch.bfloat16]
     torch.testing.assert_close(native.float(), rounded, rtol=2e-2, atol=2e-2)
+    if kernels.onednn_supports(torch.bfloat16):  # this CPU's own: oneDNN's bf16 linear, without F.linear
+        with torch.no_grad():
+            inference = layer(x.bfloat16())
+        assert gemm_dtypes[3:] == []
+        torch.testing.assert_close(inference, native.detach(), rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_linear_gelu_in_onednns_epilogue_is_gelu_of_the_linear(dtype, approximate):
+    if dtype == torch.bfloat16 and not kernels.native(dtype):
+        pytest.skip("bf16 is not native on this CPU: Linear.gelu is F.gelu(F.linear) there")
+    layer = kernels.Linear(48, 40).to(dtype)
+    x = torch.randn(6, 48).to(dtype)
+    with torch.no_grad():
+        fused = layer.gelu(x, approximate)
+        expected = F.gelu(F.linear(x.float(), layer.weight.float(), layer.bias.float()), approximate=approximate)
+    assert fused.dtype == dtype
+    tolerance = 1e-6 if dtype == torch.float32 else 2e-2  # fp32: ATen's own GELU
+    torch.testing.assert_close(fused.float(), expected, rtol=tolerance, atol=tolerance)
 
 
 def test_attention_compiles_whole_with_the_choice_made_at_trace_time(monkeypatch):

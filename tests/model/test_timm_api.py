@@ -28,7 +28,9 @@ def images(size: int = 32, batch: int = 2) -> torch.Tensor:
 def close(a, b) -> bool:
     if isinstance(a, (list, tuple)):
         return len(a) == len(b) and all(close(x, y) for x, y in zip(a, b))
-    return a.shape == b.shape and (a - b).abs().max().item() < 1e-5
+    # fp32 to 1e-5 of the tensor's scale: vitlab's eager fp32 GEMMs may run in oneDNN (kernels.fp32_gemm)
+    # and timm's in MKL, whose orders of summation differ (1.1e-5 apart on block outputs of size 10)
+    return a.shape == b.shape and (a - b).abs().max().item() < 1e-5 * max(1.0, b.abs().max().item())
 
 
 @pytest.mark.parametrize("pool", ["token", "gap"])
