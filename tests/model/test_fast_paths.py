@@ -162,3 +162,17 @@ def test_fp32_fast_path_runs_its_gemms_in_the_library_chosen_for_this_cpu(monkey
     assert fast.dynamic_batch == (library == "onednn") and not hasattr(images, "_dynamo_dynamic_indices")
     five = torch.randn(5, 3, 32, 32)
     torch.testing.assert_close(fast(five), reference(model, five), rtol=0, atol=1e-5)
+
+
+def test_eager_bf16_inference_softmax_is_fp32s_rounded_within_an_ulp():
+    """Outside autograd on the CPU the bf16 softmax runs in ATen's kernel, fp32 inside, without an fp32
+    tensor: each weight within one bf16 ulp (2^-8 relative, at most) of the fp32 softmax."""
+    q, k, v = (torch.randn(2, 3, 40, 16).bfloat16() for _ in range(3))
+    with torch.no_grad():
+        _, weights = softmax_attention(q, k, v, 0.25)
+        logits = (q * 0.25) @ k.transpose(-2, -1)
+        exact = logits.float().softmax(dim=-1)
+    _, trained = softmax_attention(q.requires_grad_(), k, v, 0.25)  # with autograd: the fp32 softmax, rounded
+    assert weights.dtype == trained.dtype == torch.bfloat16
+    torch.testing.assert_close(trained.detach(), exact.bfloat16(), rtol=0, atol=0)
+    assert ((weights.float() - exact).abs() <= 2**-8 * exact).all()
