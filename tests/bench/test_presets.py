@@ -39,6 +39,14 @@ def test_int8_preset_pits_int8_against_both_fast_paths():
     assert set(INT8_ACCURACY_PRESETS) == {"int8", "tiny"}
 
 
+def test_avx2_preset_shows_int8_in_its_fp32_cases_without_onnxruntime():
+    cases = cases_of("avx2")
+    for variant in ("Ti/16", "S/16"):
+        fp32, bf16 = cases[(variant, 224, "infer", "fp32")][0], cases[(variant, 224, "infer", "bf16")][0]
+        assert "vitlab-int8" in fp32 and "vitlab-int8" not in bf16
+        assert not {"onnxruntime", "onnxruntime-int8"} & set(fp32 + bf16)
+
+
 @pytest.mark.parametrize("preset", sorted(TARGETS))
 def test_every_target_reads_rows_its_preset_runs(preset):
     specs = PRESETS[preset]()
