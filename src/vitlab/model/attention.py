@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from .kernels import Linear, attention_path
+from .kernels import HALF, Linear, attention_path, eager_cpu_inference
 
 
 def softmax_attention(
@@ -26,7 +26,7 @@ def softmax_attention(
     logits = (q * scale) @ k.transpose(-2, -1)  # (B, heads, Q, T)
     if bias is not None:
         logits = logits + bias
-    if eager_cpu_inference(logits):
+    if logits.dtype in HALF and eager_cpu_inference(logits):
         # ATen's CPU softmax computes a bf16 / fp16 input in fp32 and rounds once, as below but
         # without the fp32 tensor (bf16: within one ulp of it, 25 of 1.9M weights differing).
         weights = logits.softmax(dim=-1)
@@ -34,16 +34,6 @@ def softmax_attention(
         # The softmax in at least fp32: in bf16 the small weights would round away.
         weights = logits.softmax(dim=-1, dtype=torch.promote_types(logits.dtype, torch.float32)).to(q.dtype)
     return F.dropout(weights, dropout_p, training=dropout_p > 0) @ v, weights
-
-
-def eager_cpu_inference(x: torch.Tensor) -> bool:
-    """A bf16 / fp16 tensor on the CPU, outside autograd and the compiler (whose graph fuses its own)."""
-    return (
-        x.dtype in (torch.bfloat16, torch.float16)
-        and x.device.type == "cpu"
-        and not torch.is_grad_enabled()
-        and not torch.compiler.is_compiling()
-    )
 
 
 def relative_attention_logits(q: torch.Tensor, offsets: torch.Tensor, scale: float, num_keys: int) -> torch.Tensor:

@@ -56,12 +56,12 @@ class InferenceModel(nn.Module):
     def __init__(self, model: nn.Module, dtype: torch.dtype = torch.float32, compile: bool = True) -> None:
         super().__init__()
         on_cpu = all(p.device.type == "cpu" for p in model.parameters())
-        self.int8 = dtype == torch.int8
-        if self.int8 and not on_cpu:
+        int8 = dtype == torch.int8
+        if int8 and not on_cpu:
             raise ConfigError("int8 inference runs on the CPU (oneDNN's int8 kernels); move the model to the CPU")
-        self.dtype = int8_companion_dtype() if self.int8 else dtype
+        self.dtype = int8_companion_dtype() if int8 else dtype
         self.model = copy.deepcopy(model).eval()
-        if self.int8:
+        if int8:
             cast_float_tensors(quantize_linears(self.model), self.dtype)
         else:
             self.model.to(self.dtype)

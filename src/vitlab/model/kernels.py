@@ -254,19 +254,24 @@ def widened(op: Callable[..., torch.Tensor], x: torch.Tensor, *params: torch.Ten
         return op(x.to(dtype).float(), *wide).to(dtype)
 
 
+def eager_cpu_inference(x: torch.Tensor) -> bool:
+    """`x` on the CPU outside autograd, autocast and the compilers (torch.compile and torch.export,
+    the TorchScript ONNX exporter), which choose their own kernels."""
+    return (
+        x.device.type == "cpu"
+        and not torch.is_grad_enabled()
+        and not torch.compiler.is_compiling()
+        and not torch.jit.is_tracing()
+        and not torch.is_autocast_enabled("cpu")
+    )
+
+
 def eager_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
     """A GEMM run eagerly (no autograd, autocast or compiler, which packs its own) on the CPU through
     oneDNN's linear, bias (and GELU, Linear.gelu) in its epilogue: fp32 where fp32_gemm chose oneDNN,
     bf16 / fp16 where this CPU runs them natively. ATen's addmm first copies the bias into the
     output and GELU then makes one more pass over it."""
-    if not (
-        x.dtype == weight.dtype
-        and x.device.type == "cpu"
-        and not torch.is_grad_enabled()
-        and not torch.compiler.is_compiling()  # torch.compile, torch.export
-        and not torch.jit.is_tracing()  # the TorchScript ONNX exporter
-        and not torch.is_autocast_enabled("cpu")
-    ):
+    if not (x.dtype == weight.dtype and eager_cpu_inference(x)):
         return False
     if x.dtype in HALF:
         return native(x.dtype)
