@@ -16,7 +16,13 @@ import torch.nn.functional as F
 import vitlab
 from helpers import randomise_
 from vitlab.model import kernels
-from vitlab.model.attention import QUERY_BLOCK, blocked_attention, matmul_attention_is_faster, softmax_attention
+from vitlab.model.attention import (
+    INFERENCE_QUERY_BLOCK,
+    QUERY_BLOCK,
+    blocked_attention,
+    matmul_attention_is_faster,
+    softmax_attention,
+)
 
 
 def tiny_model(**overrides) -> vitlab.VisionTransformer:
@@ -176,3 +182,20 @@ def test_eager_bf16_inference_softmax_is_fp32s_rounded_within_an_ulp():
     assert weights.dtype == trained.dtype == torch.bfloat16
     torch.testing.assert_close(trained.detach(), exact.bfloat16(), rtol=0, atol=0)
     assert ((weights.float() - exact).abs() <= 2**-8 * exact).all()
+
+
+def test_eager_bf16_inference_attention_computes_what_training_does():
+    """Outside autograd, blocked_attention's bf16 route (inference_attention: the scale in the GEMM, the
+    softmax in place, heads written out merged) gives the autograd route's numbers within bf16 rounding."""
+    tokens = INFERENCE_QUERY_BLOCK + 37  # two blocks, the second partial
+    qkv = torch.randn(2, tokens, 3, 3, 16).bfloat16()  # as Attention lays out its qkv projection
+    q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
+    bias = torch.randn(3, tokens, tokens).bfloat16()
+    exact = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=bias.float())
+    with torch.no_grad():
+        fast = blocked_attention(q, k, v, 0.25, bias)
+    trained = blocked_attention(q.requires_grad_(), k, v, 0.25, bias).detach()
+    assert fast.dtype == trained.dtype == torch.bfloat16 and fast.shape == trained.shape
+    assert fast.transpose(1, 2).is_contiguous()  # Attention merges the heads with a view
+    torch.testing.assert_close(fast.float(), exact, rtol=0, atol=2e-2)
+    torch.testing.assert_close(fast, trained, rtol=2**-7, atol=2**-9)
