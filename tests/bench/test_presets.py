@@ -6,7 +6,7 @@ import pytest
 
 from vitlab.bench import PRESETS, Case, Mode
 from vitlab.bench.presets import INT8_ACCURACY_PRESETS
-from vitlab.bench.targets import BEST_PEER, TARGETS, Side, Target
+from vitlab.bench.targets import BEST_PEER, EAGER, TARGETS, Side, Target
 from vitlab.model import config_for
 
 
@@ -62,8 +62,11 @@ def test_every_target_reads_rows_its_preset_runs(preset):
             )
             if side.implementation != BEST_PEER:
                 assert not spec.implementations or side.implementation in spec.implementations, target.label
+            modes = [mode for mode in spec.modes if mode.startswith("eager")] if side.mode == EAGER else [side.mode]
             if side.mode:
-                assert side.mode in spec.modes and Mode.parse(side.mode).applies_to(spec.case, side.implementation)
+                assert modes and all(mode in spec.modes for mode in modes), target.label
+                implementation = "timm" if side.implementation == BEST_PEER else side.implementation
+                assert any(Mode.parse(mode).applies_to(spec.case, implementation) for mode in modes), target.label
 
 
 def test_a_target_is_the_ratio_of_its_two_rows():
@@ -84,3 +87,24 @@ def test_a_target_is_the_ratio_of_its_two_rows():
     assert Target("S/16", 384, Side("infer", "bf16", "vitlab"), Side("infer", "bf16", "timm"), 1.2).ratio(cases) == 1.2
     assert Target("B/16", 384, Side("infer", "bf16", "vitlab"), Side("infer", "bf16", "timm"), 1).ratio(cases) is None
     assert target.label == "S/16 @384: vitlab eager (bf16 infer) / best peer (bf16 infer) >= 1.2x"
+
+
+def test_an_eager_target_reads_each_sides_fastest_eager_mode_among_pytorch_peers():
+    def row(name: str, **modes: float) -> dict:
+        return {"implementation": name, "images_per_s": max(modes.values()), "modes": modes}
+
+    rows = [
+        row("vitlab", **{"eager": 50.0, "eager+bf16w": 66.0, "fast": 80.0}),
+        row("timm", **{"eager": 40.0, "eager+bf16w": 48.0, "compile+bf16w": 70.0}),
+        row("torchvision", **{"eager": 44.0, "eager+bf16w": 55.0}),
+        row("onnxruntime", eager=90.0),  # one optimized session: no eager mode to compare
+        row("vitlab-int8", fast=200.0),
+    ]
+    cases = [
+        {"variant": "S/16", "image_size": 224, "task": "infer", "dtype": "bf16", "best_peer": "timm", "rows": rows}
+    ]
+    eager = Target("S/16", 224, Side("infer", "bf16", "vitlab", EAGER), Side("infer", "bf16", BEST_PEER, EAGER), 1.2)
+    assert eager.ratio(cases) == pytest.approx(66.0 / 55.0)
+    assert eager.label == "S/16 @224: vitlab eager (bf16 infer) / best PyTorch peer eager (bf16 infer) >= 1.2x"
+    best = Target("S/16", 224, Side("infer", "bf16", "vitlab"), Side("infer", "bf16", BEST_PEER), 1.2)
+    assert best.ratio(cases) == pytest.approx(80.0 / 70.0)

@@ -8,7 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .implementations import ONNXRUNTIME, OTHER_NUMERICS
+
 BEST_PEER = "best peer"  # a Side's implementation: the case's fastest peer in its best mode
+EAGER = "eager*"  # a Side's mode: the fastest of its eager modes (eager, eager+bf16w); with BEST_PEER, of
+# the PyTorch peers' (onnxruntime has no eager mode: its one session optimizes the graph)
 
 
 @dataclass(frozen=True)
@@ -19,6 +23,9 @@ class Side:
     mode: str | None = None  # that mode's speed; None: the implementation's best mode
 
     def __str__(self) -> str:
+        if self.mode == EAGER:
+            name = "best PyTorch peer" if self.implementation == BEST_PEER else self.implementation
+            return f"{name} eager ({self.dtype} {self.task})"
         mode = f" {self.mode}" if self.mode else ""
         return f"{self.implementation}{mode} ({self.dtype} {self.task})"
 
@@ -32,12 +39,25 @@ class Side:
                 self.dtype,
             ):
                 continue
+            if self.mode == EAGER:
+                return eager_speed(case["rows"], self.implementation)
             name = case["best_peer"] if self.implementation == BEST_PEER else self.implementation
             row = next((row for row in case["rows"] if row["implementation"] == name), None)
             if row is None:
                 return None
             return row["modes"].get(self.mode) if self.mode else row["images_per_s"]
         return None
+
+
+def eager_speed(rows: list[dict], implementation: str) -> float | None:
+    """The fastest eager mode's images/s of `implementation`, or of the PyTorch peers (BEST_PEER)."""
+    if implementation == BEST_PEER:
+        excluded = ("vitlab", *ONNXRUNTIME, *OTHER_NUMERICS)
+        chosen = [row for row in rows if row["implementation"] not in excluded]
+    else:
+        chosen = [row for row in rows if row["implementation"] == implementation]
+    speeds = [speed for row in chosen for mode, speed in row["modes"].items() if mode.split("+")[0] == "eager"]
+    return max(speeds, default=None)
 
 
 @dataclass(frozen=True)
@@ -72,14 +92,16 @@ def int8_targets(variant: str, image_size: int) -> tuple[Target, ...]:
 
 
 def model_only_targets() -> tuple[Target, ...]:
-    """bf16 inference >= 1.2x the best peer, fp32 >= 0.95x, the bf16 training step >= 1.1x timm's."""
+    """bf16 inference >= 1.2x the best peer, fp32 >= 0.95x, the bf16 training step >= 1.1x timm's: each
+    side in its best mode, then each run eagerly."""
     return tuple(
         target
+        for mode in (None, EAGER)
         for variant in ("Ti/16", "S/16")
         for target in (
-            versus_best_peer(variant, 224, "infer", "bf16", 1.2),
-            versus_best_peer(variant, 224, "infer", "fp32", 0.95),
-            Target(variant, 224, Side("train", "bf16", "vitlab"), Side("train", "bf16", "timm"), 1.1),
+            Target(variant, 224, Side("infer", "bf16", "vitlab", mode), Side("infer", "bf16", BEST_PEER, mode), 1.2),
+            Target(variant, 224, Side("infer", "fp32", "vitlab", mode), Side("infer", "fp32", BEST_PEER, mode), 0.95),
+            Target(variant, 224, Side("train", "bf16", "vitlab", mode), Side("train", "bf16", "timm", mode), 1.1),
         )
     )
 
