@@ -170,18 +170,27 @@ def test_fp32_fast_path_runs_its_gemms_in_the_library_chosen_for_this_cpu(monkey
     torch.testing.assert_close(fast(five), reference(model, five), rtol=0, atol=1e-5)
 
 
-def test_eager_bf16_inference_softmax_is_fp32s_rounded_within_an_ulp():
-    """Outside autograd on the CPU the bf16 softmax runs in ATen's kernel, fp32 inside, without an fp32
-    tensor: each weight within one bf16 ulp (2^-8 relative, at most) of the fp32 softmax."""
+def test_eager_bf16_cpu_softmax_is_fp32s_rounded_within_an_ulp_and_so_is_its_gradient():
+    """On the CPU, eagerly, the bf16 softmax runs in ATen's kernel, fp32 inside, without an fp32 tensor:
+    each weight within one bf16 ulp (2^-8 relative, at most) of the fp32 softmax, with autograd or
+    without, and the gradient through it within a few bf16 roundings of the fp32 tensor's."""
     q, k, v = (torch.randn(2, 3, 40, 16).bfloat16() for _ in range(3))
+    logits = (q * 0.25) @ k.transpose(-2, -1)
+    exact = logits.float().softmax(dim=-1)
     with torch.no_grad():
         _, weights = softmax_attention(q, k, v, 0.25)
-        logits = (q * 0.25) @ k.transpose(-2, -1)
-        exact = logits.float().softmax(dim=-1)
-    _, trained = softmax_attention(q.requires_grad_(), k, v, 0.25)  # with autograd: the fp32 softmax, rounded
+    trained_q, fp32_q = q.clone().requires_grad_(), q.clone().requires_grad_()
+    out, trained = softmax_attention(trained_q, k, v, 0.25)
     assert weights.dtype == trained.dtype == torch.bfloat16
-    torch.testing.assert_close(trained.detach(), exact.bfloat16(), rtol=0, atol=0)
-    assert ((weights.float() - exact).abs() <= 2**-8 * exact).all()
+    for computed in (weights, trained.detach()):
+        assert ((computed.float() - exact).abs() <= 2**-8 * exact).all()
+    fp32_weights = ((fp32_q * 0.25) @ k.transpose(-2, -1)).softmax(dim=-1, dtype=torch.float32).bfloat16()
+    upstream = torch.randn_like(out)
+    (out * upstream).sum().backward()
+    ((fp32_weights @ v) * upstream).sum().backward()
+    scale = fp32_q.grad.abs().max().item()
+    torch.testing.assert_close(trained_q.grad, fp32_q.grad, rtol=0, atol=2**-6 * scale)
+    assert not torch.equal(trained_q.grad, torch.zeros_like(trained_q.grad))
 
 
 def test_eager_bf16_inference_attention_computes_what_training_does():

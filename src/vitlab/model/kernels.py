@@ -255,16 +255,15 @@ def widened(op: Callable[..., torch.Tensor], x: torch.Tensor, *params: torch.Ten
         return op(x.to(dtype).float(), *wide).to(dtype)
 
 
+def eager_cpu(x: torch.Tensor) -> bool:
+    """`x` on the CPU outside the compilers (torch.compile and torch.export, the TorchScript ONNX
+    exporter), which choose their own kernels."""
+    return x.device.type == "cpu" and not torch.compiler.is_compiling() and not torch.jit.is_tracing()
+
+
 def eager_cpu_inference(x: torch.Tensor) -> bool:
-    """`x` on the CPU outside autograd, autocast and the compilers (torch.compile and torch.export,
-    the TorchScript ONNX exporter), which choose their own kernels."""
-    return (
-        x.device.type == "cpu"
-        and not torch.is_grad_enabled()
-        and not torch.compiler.is_compiling()
-        and not torch.jit.is_tracing()
-        and not torch.is_autocast_enabled("cpu")
-    )
+    """eager_cpu, and outside autograd and autocast."""
+    return eager_cpu(x) and not torch.is_grad_enabled() and not torch.is_autocast_enabled("cpu")
 
 
 def eager_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
