@@ -46,9 +46,9 @@ lint: $(STAMP)
 
 # vitlab against timm, transformers and torchvision (docs/benchmarks.md), one preset per target: each writes
 # build/bench/PRESET.{json,md}; bench-doc renders docs/benchmarks.md from them and the results kept there.
-# Wall time on 2 cores of an AMD EPYC (AVX512) at load average about 1.3: bench (standard, with vitlab-int8
-# in its fp32 cases) about 7 min 30 s, bench-384 about 5 min 35 s, bench-int8 2 min 30 s, bench-avx2
-# 11 min 40 s, bench-pipelines' predict half 1 min 32 s.
+# Wall time on 2 cores of an AMD EPYC (AVX512) at load average about 1.2: bench (standard, with vitlab-int8
+# in its fp32 cases) about 6 min 40 s, bench-384 about 4 min 20 s, bench-int8 2 min 20 s, bench-avx2
+# 10 min 40 s, bench-pipelines' predict half 1 min 32 s.
 bench: $(STAMP)
 	$(PY) -m vitlab bench --preset standard --out build/bench
 
