@@ -280,8 +280,10 @@ def eager_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
 
 # weight -> (its version counter, storage, the weight in oneDNN's blocked layout), for eager_onednn's
 # GEMMs: oneDNN otherwise reorders the weight on every call. bf16, 2 threads, S/16's four GEMMs at
-# batch 16: 4-6% faster each, for any number of rows (packed for 3152, run at 197 to 6304). Weak keys:
-# an entry goes with its weight; a weight changed in place (its version moves) or swapped is packed anew.
+# batch 16: 4-6% faster each, for any number of rows (packed for 3152, run at 197 to 6304). The cost: a
+# second copy of each linear weight while the weight lives (in bf16: Ti/16 10 MiB, B/16 162 MiB).
+# Weak keys: an entry goes with its weight; a weight changed in place (its version moves) or swapped is
+# packed anew.
 _packed: WeakTensorKeyDictionary = WeakTensorKeyDictionary()
 
 
