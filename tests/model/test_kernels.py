@@ -122,43 +122,6 @@ def test_linear_gelu_in_onednns_epilogue_is_gelu_of_the_linear(dtype, approximat
     torch.testing.assert_close(fused.float(), expected, rtol=tolerance, atol=tolerance)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_eager_onednn_linear_packs_its_weight_once_and_anew_when_the_weight_changes(monkeypatch, dtype):
-    if dtype == torch.bfloat16 and not kernels.native(dtype):
-        pytest.skip("bf16 is not native on this CPU: no oneDNN bf16 linear to pack for")
-    monkeypatch.setattr(kernels, "_gemm", {"fp32": "onednn"})
-    layer = kernels.Linear(48, 40).to(dtype)
-    x = torch.randn(6, 48).to(dtype)
-    tolerance = 1e-5 if dtype == torch.float32 else 2e-2
-
-    def check(out: torch.Tensor, gelu: bool = False) -> None:
-        expected = F.linear(x.float(), layer.weight.float(), layer.bias.float())
-        torch.testing.assert_close(out.float(), F.gelu(expected) if gelu else expected, rtol=tolerance, atol=tolerance)
-
-    with torch.no_grad():
-        check(layer(x))
-        packed = kernels._packed[layer.weight][1]
-        assert packed.layout == torch._mkldnn
-        check(layer(x))
-        assert kernels._packed[layer.weight][1] is packed  # reused, not packed again
-        layer.weight.mul_(-1)  # changed in place: its version moves
-        check(layer(x))
-        check(layer.gelu(x), gelu=True)
-        layer.load_state_dict({"weight": torch.randn(40, 48).to(dtype), "bias": layer.bias})
-        check(layer(x))
-        layer.weight = torch.nn.Parameter(torch.randn(40, 48).to(dtype))  # swapped
-        check(layer(x))
-        entries = len(kernels._packed)
-        del layer.weight  # an entry goes with its weight
-        assert len(kernels._packed) == entries - 1
-    with torch.inference_mode():  # an inference tensor keeps no version: never packed
-        layer = kernels.Linear(48, 40).to(dtype)
-        check(layer(x))
-        layer.weight.add_(1)
-        check(layer(x))
-        assert layer.weight not in kernels._packed
-
-
 def test_attention_compiles_whole_with_the_choice_made_at_trace_time(monkeypatch):
     fake_cpu(monkeypatch, "AVX2", native_bf16=False)
     attention = Attention(32, 2).eval().bfloat16()

@@ -85,8 +85,8 @@ implementation (`vitlab bench --help`).
    epilogue, and the rest in bf16 where this CPU has native bf16, else fp32 (`model/int8.py`).
 4. **`--compile` for training** (`vitlab train --compile`), with 1-2 inside the compiled graph.
 5. **Eager inference GEMMs in oneDNN** (`model/kernels.py`): bias, and fc1's GELU in bf16, in the
-   kernel's epilogue, and each weight reordered into oneDNN's layout once (again only when it changes)
-   rather than on every call.
+   kernel's epilogue. The weights are not cached in oneDNN's layout between calls: a change made
+   through `.data` moves no version counter, so a cached copy could go stale without a word.
 
 **This document is generated.** Everything below the line is rendered from the JSON files in
 `docs/benchmarks/` by

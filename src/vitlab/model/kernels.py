@@ -38,7 +38,6 @@ import torch
 import torch.nn.functional as F
 from filelock import FileLock
 from torch import nn
-from torch.utils.weak import WeakTensorKeyDictionary
 
 log = logging.getLogger("vitlab")
 
@@ -270,7 +269,10 @@ def eager_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
     """A GEMM run eagerly (no autograd, autocast or compiler, which packs its own) on the CPU through
     oneDNN's linear, bias (and GELU, Linear.gelu) in its epilogue: fp32 where fp32_gemm chose oneDNN,
     bf16 / fp16 where this CPU runs them natively. ATen's addmm first copies the bias into the
-    output and GELU then makes one more pass over it."""
+    output and GELU then makes one more pass over it. The weight is reordered into oneDNN's layout
+    on every call: a copy kept in that layout ran each GEMM 4-6% faster (S/16, bf16), but a weight
+    changed through `.data` (`p.data -= lr * p.grad`) moves no version counter, so the copy would
+    go stale without a word."""
     if not (x.dtype == weight.dtype and eager_cpu_inference(x)):
         return False
     if x.dtype in HALF:
@@ -278,35 +280,12 @@ def eager_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
     return x.dtype == torch.float32 and fp32_gemm() == "onednn"
 
 
-# weight -> (its version counter, storage, the weight in oneDNN's blocked layout), for eager_onednn's
-# GEMMs: oneDNN otherwise reorders the weight on every call. bf16, 2 threads, S/16's four GEMMs at
-# batch 16: 4-6% faster each, for any number of rows (packed for 3152, run at 197 to 6304). The cost: a
-# second copy of each linear weight while the weight lives (in bf16: Ti/16 10 MiB, B/16 162 MiB).
-# Weak keys: an entry goes with its weight; a weight changed in place (its version moves) or swapped is
-# packed anew.
-_packed: WeakTensorKeyDictionary = WeakTensorKeyDictionary()
-
-
-def packed_weight(weight: torch.Tensor, rows: int) -> torch.Tensor:
-    """`weight` reordered once for oneDNN's linear (`rows`, its batch hint, does not change the result),
-    or `weight` itself where its changes cannot be seen (an inference tensor keeps no version)."""
-    if weight.is_inference():
-        return weight
-    key = (weight._version, weight.data_ptr(), weight.dtype)
-    entry = _packed.get(weight)
-    if entry is None or entry[0] != key:
-        entry = (key, torch.ops.mkldnn._reorder_linear_weight(weight, rows))
-        _packed[weight] = entry
-    return entry[1]
-
-
 class Linear(nn.Linear):
     """nn.Linear (same parameters and state dict) through `widened`, or oneDNN (see eager_onednn)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if eager_onednn(x, self.weight):
-            weight = packed_weight(self.weight, x.numel() // x.shape[-1])
-            return torch.ops.mkldnn._linear_pointwise(x, weight, self.bias, "none", [], "")
+            return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
         return widened(F.linear, x, self.weight, self.bias)
 
     def gelu(self, x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
@@ -314,8 +293,7 @@ class Linear(nn.Linear):
         (on the fp32 accumulator, before the output is rounded to x's dtype). In fp32 ATen's GELU: the
         epilogue's erf differs from it by more than the 1e-5 to which vitlab matches its peers."""
         if x.dtype in HALF and eager_onednn(x, self.weight):
-            weight = packed_weight(self.weight, x.numel() // x.shape[-1])
-            return torch.ops.mkldnn._linear_pointwise(x, weight, self.bias, "gelu", [], approximate)
+            return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "gelu", [], approximate)
         return F.gelu(self(x), approximate=approximate)
 
 
