@@ -49,7 +49,8 @@ def relative_attention_logits(q: torch.Tensor, offsets: torch.Tensor, scale: flo
     return per_offset.gather(-1, index.expand(*per_offset.shape[:2], -1, -1))
 
 
-# Query rows per block of the matmul path: a (B, heads, 100, T) block of weights stays in cache, and
+# Query rows per block of the matmul path in training and under the compilers (eager inference:
+# INFERENCE_QUERY_BLOCK): a (B, heads, 100, T) block of weights stays in cache, and
 # fewer weights are alive at once. For Ti/16 (T = 197) in bf16, blocks of 80-100 rows ran fastest of
 # 16 to all 197, and took 23 MiB at batch 32 against 30 MiB unblocked.
 QUERY_BLOCK = 100
