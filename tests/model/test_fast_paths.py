@@ -15,11 +15,12 @@ import torch.nn.functional as F
 
 import vitlab
 from helpers import randomise_
-from vitlab.model import kernels
+from vitlab.model import attention, kernels
 from vitlab.model.attention import (
     INFERENCE_QUERY_BLOCK,
     QUERY_BLOCK,
     blocked_attention,
+    images_per_block,
     matmul_attention_is_faster,
     softmax_attention,
 )
@@ -193,18 +194,30 @@ def test_eager_bf16_cpu_softmax_is_fp32s_rounded_within_an_ulp_and_so_is_its_gra
     assert not torch.equal(trained_q.grad, torch.zeros_like(trained_q.grad))
 
 
-def test_eager_bf16_inference_attention_computes_what_training_does():
+@pytest.mark.parametrize("bias_shape", ["heads", "images"])
+def test_eager_bf16_inference_attention_computes_what_training_does(monkeypatch, bias_shape):
     """Outside autograd, blocked_attention's bf16 route (inference_attention: the scale in the GEMM, the
-    softmax in place, heads written out merged) gives the autograd route's numbers within bf16 rounding."""
+    softmax in place, heads written out merged, blocks of images and of queries) gives the autograd
+    route's numbers within bf16 rounding, with a bias per head or per image (relative attention's)."""
+    monkeypatch.setattr(attention, "images_per_block", lambda *shape: 2)  # blocks of 2, 2 and 1 images
+    torch.manual_seed(0)
     tokens = INFERENCE_QUERY_BLOCK + 37  # two blocks, the second partial
-    qkv = torch.randn(2, tokens, 3, 3, 16).bfloat16()  # as Attention lays out its qkv projection
+    qkv = torch.randn(5, tokens, 3, 3, 16).bfloat16()  # as Attention lays out its qkv projection
     q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
-    bias = torch.randn(3, tokens, tokens).bfloat16()
+    bias = torch.randn(*(3, tokens, tokens) if bias_shape == "heads" else (5, 3, tokens, tokens)).bfloat16()
     exact = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=bias.float())
     with torch.no_grad():
         fast = blocked_attention(q, k, v, 0.25, bias)
     trained = blocked_attention(q.requires_grad_(), k, v, 0.25, bias).detach()
     assert fast.dtype == trained.dtype == torch.bfloat16 and fast.shape == trained.shape
     assert fast.transpose(1, 2).is_contiguous()  # Attention merges the heads with a view
-    torch.testing.assert_close(fast.float(), exact, rtol=0, atol=2e-2)
+    torch.testing.assert_close(fast.float(), exact, rtol=2**-6, atol=2e-2)
     torch.testing.assert_close(fast, trained, rtol=2**-7, atol=2**-9)
+
+
+def test_inference_attention_blocks_hold_the_logits_the_l2_caches_hold(monkeypatch):
+    monkeypatch.setattr(attention, "l2_cache_bytes", lambda: 2**20)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    assert images_per_block(6, 197, 197, 2) == 4  # S/16: 466 kB of bf16 logits per image in 2 MiB
+    assert images_per_block(12, 197, 197, 2) == 2  # B/16
+    assert images_per_block(16, 200, 577, 4) == 1  # larger than the caches: still one image

@@ -172,3 +172,20 @@ def test_eager_fp32_inference_linears_run_in_the_chosen_library(monkeypatch, lib
     torch.testing.assert_close(transposed, expected.detach().transpose(0, 1), rtol=0, atol=1e-5)
     layer(x).sum().backward()  # with autograd: ATen's linear, whatever the library
     assert len(calls) == (1 if library == "onednn" else 3) and layer.weight.grad is not None
+
+
+def test_the_l2_cache_size_is_read_from_sysfs_and_assumed_aloud_where_absent(monkeypatch, tmp_path, caplog):
+    for index, (level, kind, size) in enumerate(
+        [("1", "Data", "48K"), ("1", "Instruction", "32K"), ("2", "Unified", "2M")]
+    ):
+        folder = tmp_path / f"index{index}"
+        folder.mkdir()
+        for name, text in (("level", level), ("type", kind), ("size", size)):
+            (folder / name).write_text(text + "\n")
+    assert kernels.reported_l2_bytes(tmp_path) == 2 * 2**20
+    assert kernels.parse_cache_size("1024K") == 2**20 and kernels.parse_cache_size("512") == 512
+    monkeypatch.setattr(kernels, "CPU_CACHES", tmp_path / "absent")
+    monkeypatch.setattr(kernels, "_l2", [])
+    with caplog.at_level(logging.INFO, logger="vitlab"):
+        assert kernels.l2_cache_bytes() == kernels.L2_ASSUMED
+    assert "no L2 cache size reported" in caplog.text

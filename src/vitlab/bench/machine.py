@@ -14,7 +14,7 @@ from importlib import metadata
 
 import torch
 
-from vitlab.model.kernels import cpu_capability, cpu_name, native
+from vitlab.model.kernels import cpu_capability, cpu_name, native, onednn_linear
 
 # Variables that make this CPU run as a lesser one: ATen's kernels (ATEN_CPU_CAPABILITY=avx2), oneDNN's
 # (ONEDNN_MAX_CPU_ISA=AVX2: bf16 then has no native kernels) and MKL's fp32 GEMMs. Recorded when set.
@@ -90,7 +90,7 @@ def gemm_peak(
     may pass over)."""
     gemms: list[Callable[[torch.Tensor, torch.Tensor], object]] = [torch.mm]
     if device.type == "cpu" and torch.backends.mkldnn.is_available() and native(dtype):
-        gemms.append(lambda a, b: torch.ops.mkldnn._linear_pointwise(a, b, None, "none", [], ""))
+        gemms.append(lambda a, b: onednn_linear(a, b, None))
     best = 0.0
     for n in sizes:
         a = torch.randn(n, n, device=device).to(dtype)

@@ -19,6 +19,9 @@
   choice: on an AMD EPYC (AVX512), MKL took its generic path at 198 GFLOP/s against oneDNN's 436
   (Ti/16's fc1, 2 threads).
 
+- `l2_cache_bytes()`: one core's L2 cache as Linux reports it, which sizes the blocks of eager
+  inference attention (attention.images_per_block).
+
 Every choice is logged once. Dynamo treats the choices as constants (assume_constant_result): they
 are made while tracing, not traced.
 """
@@ -65,6 +68,42 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+L2_ASSUMED = 2**20  # bytes of L2 per core where the system does not say (the AMD EPYC of docs/benchmarks.md's)
+CPU_CACHES = Path("/sys/devices/system/cpu/cpu0/cache")
+_l2: list[int] = []
+
+
+def l2_cache_bytes() -> int:
+    """One core's L2 cache, as Linux reports it; L2_ASSUMED, logged once, where it does not."""
+    if not _l2:
+        size = reported_l2_bytes(CPU_CACHES)
+        if size is None:
+            log.info("no L2 cache size reported here: attention blocks sized for %d KiB per core", L2_ASSUMED // 1024)
+        _l2.append(size or L2_ASSUMED)
+    return _l2[0]
+
+
+def reported_l2_bytes(caches: Path) -> int | None:
+    """The level-2 data (or unified) cache's size in a sysfs cache folder (index0, index1, ...)."""
+    for index in sorted(caches.glob("index*")):
+        try:
+            level, kind = ((index / name).read_text().strip() for name in ("level", "type"))
+            if level == "2" and kind != "Instruction":
+                return parse_cache_size((index / "size").read_text())
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def parse_cache_size(text: str) -> int:
+    """sysfs' cache size ("1024K", "2M", "512") in bytes."""
+    text = text.strip().upper()
+    units = {"K": 2**10, "M": 2**20, "G": 2**30}
+    if text and text[-1] in units:
+        return int(text[:-1]) * units[text[-1]]
+    return int(text)
+
+
 def cpu_capability() -> str:
     """The ATen kernels dispatched to: AVX2, AVX512, ... (ATEN_CPU_CAPABILITY lowers it)."""
     return torch.backends.cpu.get_cpu_capability()
@@ -84,6 +123,7 @@ def reset() -> None:
     _native.clear()
     _attention.clear()
     _gemm.clear()
+    _l2.clear()
 
 
 @torch.compiler.assume_constant_result
@@ -196,7 +236,7 @@ def time_fp32_gemms(repeats: int = 5) -> dict:
     x, weight, bias = torch.randn(rows, fan_in), torch.randn(fan_out, fan_in), torch.randn(fan_out)
     runs: dict[str, Callable[[], object]] = {
         "mkl": lambda: F.linear(x, weight, bias),
-        "onednn": lambda: torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], ""),
+        "onednn": lambda: onednn_linear(x, weight, bias),
     }
     try:
         best = fastest(runs, repeats)
@@ -280,12 +320,20 @@ def eager_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
     return x.dtype == torch.float32 and fp32_gemm() == "onednn"
 
 
+def onednn_linear(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, activation: str = "none", approximate: str = ""
+) -> torch.Tensor:
+    """F.linear(x, weight, bias) by oneDNN, `activation` ("none" or "gelu", `approximate` its variant)
+    in the GEMM's epilogue; where eager_onednn."""
+    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, activation, [], approximate)
+
+
 class Linear(nn.Linear):
     """nn.Linear (same parameters and state dict) through `widened`, or oneDNN (see eager_onednn)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if eager_onednn(x, self.weight):
-            return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
+            return onednn_linear(x, self.weight, self.bias)
         return widened(F.linear, x, self.weight, self.bias)
 
     def gelu(self, x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
@@ -293,7 +341,7 @@ class Linear(nn.Linear):
         (on the fp32 accumulator, before the output is rounded to x's dtype). In fp32 ATen's GELU: the
         epilogue's erf differs from it by more than the 1e-5 to which vitlab matches its peers."""
         if x.dtype in HALF and eager_onednn(x, self.weight):
-            return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "gelu", [], approximate)
+            return onednn_linear(x, self.weight, self.bias, "gelu", approximate)
         return F.gelu(self(x), approximate=approximate)
 
 

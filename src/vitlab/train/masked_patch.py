@@ -28,6 +28,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from vitlab.model.patch_embed import patches
+
 CORRUPT_FRACTION = 0.5
 REPLACE_WITH_MASK, REPLACE_WITH_RANDOM = 0.8, 0.1  # and 0.1 kept (Appendix B.1.2)
 UNTOUCHED, MASKED, RANDOM, KEPT = 0, 1, 2, 3  # what corrupt_patches did to each patch
@@ -67,13 +69,6 @@ def corrupt_patches(
     out = torch.where((kind == RANDOM)[..., None], borrowed, tokens)
     out = torch.where((kind == MASKED)[..., None], mask_embedding.to(tokens.dtype).expand_as(tokens), out)
     return out, kind
-
-
-def patches(images: torch.Tensor, patch: int) -> torch.Tensor:
-    """(B, C, H, W) -> (B, N, C, P, P) in the patch embedding's row-major order."""
-    batch, channels, _, _ = images.shape
-    grid = images.unfold(2, patch, patch).unfold(3, patch, patch)  # (B, C, H/P, W/P, P, P)
-    return grid.permute(0, 2, 3, 1, 4, 5).reshape(batch, -1, channels, patch, patch)
 
 
 def colour_class(rgb: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,47 @@
+"""Eq. 1's patch embedding: the GEMM of eager CPU inference computes the convolution's numbers."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from vitlab.model import kernels
+from vitlab.model.patch_embed import PatchEmbedding, patches
+
+
+def test_patches_are_row_major_and_channel_first():
+    images = torch.arange(2 * 3 * 4 * 6, dtype=torch.float32).reshape(2, 3, 4, 6)
+    tiles = patches(images, 2)  # a 2 x 3 grid of 2 x 2 patches
+    assert tiles.shape == (2, 6, 3, 2, 2)
+    torch.testing.assert_close(tiles[1, 4], images[1, :, 2:4, 2:4])  # second row, middle column
+    torch.testing.assert_close(tiles[0, 2], images[0, :, 0:2, 4:6])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_eager_inference_patch_gemm_computes_the_convolution(monkeypatch, dtype):
+    """Where the linears run through oneDNN, so does the patch embedding (one GEMM, no convolution), with
+    the convolution's numbers and grid on a non-square image."""
+    monkeypatch.setattr(kernels, "_gemm", {"fp32": "onednn"})
+    torch.manual_seed(0)
+    embed = PatchEmbedding(8, 3, 40).to(dtype)
+    images = torch.randn(2, 3, 24, 40).to(dtype)
+    with torch.no_grad():
+        convolved = embed.proj(images).flatten(2).transpose(1, 2)
+        if not kernels.eager_onednn(images, embed.proj.weight):  # bf16 on a CPU without native bf16
+            pytest.skip("this CPU runs no oneDNN bf16 GEMMs")
+    conv_calls = []
+    monkeypatch.setattr(embed.proj, "forward", lambda x: conv_calls.append(1) or pytest.fail("convolution ran"))
+    with torch.no_grad():
+        tokens, grid = embed(images)
+    assert conv_calls == [] and grid == (3, 5) and tokens.shape == (2, 15, 40) and tokens.dtype == dtype
+    tolerance = {"rtol": 0, "atol": 1e-5} if dtype == torch.float32 else {"rtol": 2**-7, "atol": 2**-7}
+    torch.testing.assert_close(tokens, convolved, **tolerance)
+    assert tokens.abs().max() > 0.5
+
+
+def test_training_keeps_the_convolution(monkeypatch):
+    monkeypatch.setattr(kernels, "_gemm", {"fp32": "onednn"})
+    embed = PatchEmbedding(4, 3, 8)
+    tokens, grid = embed(torch.randn(1, 3, 8, 12))
+    tokens.sum().backward()
+    assert grid == (2, 3) and embed.proj.weight.grad is not None
