@@ -45,3 +45,40 @@ def test_training_keeps_the_convolution(monkeypatch):
     tokens, grid = embed(torch.randn(1, 3, 8, 12))
     tokens.sum().backward()
     assert grid == (2, 3) and embed.proj.weight.grad is not None
+
+
+def traced_calls(module: torch.nn.Module, images: torch.Tensor) -> tuple[torch.Tensor, set[str]]:
+    """module(images) under torch.compile, and the names of the functions its traced graph calls."""
+    called: set[str] = set()
+
+    def record(graph: torch.fx.GraphModule, _inputs: list[torch.Tensor]):
+        called.update(getattr(node.target, "__name__", str(node.target)) for node in graph.graph.nodes)
+        return graph.forward
+
+    torch._dynamo.reset()
+    tokens, _ = torch.compile(module, backend=record, fullgraph=True)(images)
+    return tokens, called
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_compiled_bf16_inference_is_given_the_patch_gemm(monkeypatch, grad):
+    """Inductor traces bf16 CPU inference (optimize_for_inference) as one linear, not a convolution,
+    with the convolution's numbers; with autograd on, the convolution stays."""
+    monkeypatch.setattr("vitlab.model.patch_embed.native", lambda dtype: True)  # on any CPU
+    torch.manual_seed(0)
+    embed = PatchEmbedding(8, 3, 40).bfloat16()
+    images = torch.randn(2, 3, 24, 40).bfloat16()
+    with torch.no_grad():
+        convolved = embed.proj(images).flatten(2).transpose(1, 2)
+    with torch.set_grad_enabled(grad):
+        tokens, called = traced_calls(embed, images)
+    assert ("linear" in called, "conv2d" in called) == ((False, True) if grad else (True, False))
+    torch.testing.assert_close(tokens.detach(), convolved, rtol=2**-7, atol=2**-7)
+    assert tokens.abs().max() > 0.5
+
+
+def test_compiled_fp32_inference_keeps_the_convolution():
+    embed = PatchEmbedding(4, 3, 8)
+    with torch.no_grad():
+        _, called = traced_calls(embed, torch.randn(1, 3, 8, 12))
+    assert "conv2d" in called and "linear" not in called

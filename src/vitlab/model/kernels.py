@@ -305,6 +305,18 @@ def eager_cpu_inference(x: torch.Tensor) -> bool:
     return eager_cpu(x) and not torch.is_grad_enabled() and not torch.is_autocast_enabled("cpu")
 
 
+def compiled_cpu_inference(x: torch.Tensor) -> bool:
+    """`x` on the CPU while torch.compile traces (not torch.export), outside autograd and autocast:
+    where Inductor chooses the kernels of a frozen inference graph (vitlab.optimize_for_inference)."""
+    return (
+        x.device.type == "cpu"
+        and torch.compiler.is_compiling()
+        and not torch.compiler.is_exporting()
+        and not torch.is_grad_enabled()
+        and not torch.is_autocast_enabled("cpu")
+    )
+
+
 def eager_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
     """A GEMM run eagerly (no autograd, autocast or compiler, which packs its own) on the CPU through
     oneDNN's linear, bias (and GELU, Linear.gelu) in its epilogue: fp32 where fp32_gemm chose oneDNN,
