@@ -171,6 +171,24 @@ def test_fp32_fast_path_runs_its_gemms_in_the_library_chosen_for_this_cpu(monkey
     torch.testing.assert_close(fast(five), reference(model, five), rtol=0, atol=1e-5)
 
 
+def test_fast_path_compiles_frozen_with_the_cpp_wrapper_on_cpu():
+    """The options reach Inductor when it compiles: freezing (weights as constants) and, on CPU, the
+    C++ wrapper; read by a stand-in backend, so nothing is compiled."""
+    fast = vitlab.optimize_for_inference(tiny_model(depth=1), dtype=torch.bfloat16)
+    seen = []
+
+    def backend(graph: torch.fx.GraphModule, _inputs: list[torch.Tensor]):
+        seen.append((torch._inductor.config.freezing, torch._inductor.config.cpp_wrapper))
+        return graph.forward
+
+    config = torch._inductor.config
+    before = (config.freezing, config.cpp_wrapper)
+    torch._dynamo.reset()
+    fast.network = torch.compile(fast.model, backend=backend)
+    fast(torch.randn(2, 3, 32, 32))
+    assert seen == [(True, True)] and (config.freezing, config.cpp_wrapper) == before  # only while compiling
+
+
 def test_eager_bf16_cpu_softmax_is_fp32s_rounded_within_an_ulp_and_so_is_its_gradient():
     """On the CPU, eagerly, the bf16 softmax runs in ATen's kernel, fp32 inside, without an fp32 tensor:
     each weight within one bf16 ulp (2^-8 relative, at most) of the fp32 softmax, with autograd or

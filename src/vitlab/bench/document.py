@@ -79,13 +79,16 @@ implementation (`vitlab bench --help`).
    rather than stored. In eager inference the scale rides in the first GEMM (baddbmm's alpha), the
    softmax runs in place over the logits and each block writes its heads already merged.
 3. **`vitlab.optimize_for_inference(model, dtype)`** (`model/fast.py`): eval mode under
-   `torch.inference_mode`, weights cast once, compiled with Inductor's freezing; in fp32 its GEMMs
-   run in the faster of MKL and oneDNN on this CPU (`model/kernels.py`, timed once and cached).
+   `torch.inference_mode`, weights cast once, compiled with Inductor's freezing and, on CPU, its C++
+   wrapper; in fp32 its GEMMs run in the faster of MKL and oneDNN on this CPU (`model/kernels.py`,
+   timed once and cached); in bf16 / fp16 the patch embedding is one GEMM over the copied-out
+   patches rather than a convolution (`model/patch_embed.py`).
    With `dtype=torch.int8` (CPU) the encoder's linears run in oneDNN's int8 kernels, GELU in their
    epilogue, and the rest in bf16 where this CPU has native bf16, else fp32 (`model/int8.py`).
 4. **`--compile` for training** (`vitlab train --compile`), with 1-2 inside the compiled graph.
 5. **Eager inference GEMMs in oneDNN** (`model/kernels.py`): bias, and fc1's GELU in bf16, in the
-   kernel's epilogue. The weights are not cached in oneDNN's layout between calls: a change made
+   kernel's epilogue; the patch embedding is one of them. Attention takes whole images at a time, as
+   many as keep their logits in the threads' L2 caches. The weights are not cached in oneDNN's layout between calls: a change made
    through `.data` moves no version counter, so a cached copy could go stale without a word.
 
 **This document is generated.** Everything below the line is rendered from the JSON files in
