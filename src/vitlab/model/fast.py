@@ -16,7 +16,9 @@ It runs a snapshot of the model:
   no recompilation either;
 - on CPU, with Inductor's C++ wrapper: the generated graph calls its ~100 kernels from C++ rather
   than Python. Interleaved with the Python wrapper (2 threads): bf16 S/16 (batch 16) 2.4% and Ti/16
-  (batch 32) 4.4% faster, fp32 S/16 the same; its first compilation took 2.5 s longer (S/16 bf16, 32 s).
+  (batch 32) 4.4% faster, fp32 S/16 the same. Compiling takes longer, on a cold Inductor cache:
+  S/16 bf16 batch 16 32 s against 29, Ti/16 bf16 batch 64 28 s against 22 and a new batch size 31 s
+  against 24.
 
 int8 (CPU): `optimize_for_inference(model, dtype=torch.int8)` runs the encoder's linear layers in
 oneDNN's int8 kernels (model/int8.py: int8 weights per channel, activations quantized per tensor on
