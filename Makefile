@@ -48,7 +48,8 @@ lint: $(STAMP)
 # build/bench/PRESET.{json,md}; bench-doc renders docs/benchmarks.md from them and the results kept there.
 # Wall time on 2 cores of an AMD EPYC (AVX512) at load average about 1.2: bench (standard, with vitlab-int8
 # in its fp32 cases) about 6 min 40 s, bench-384 about 4 min 20 s, bench-int8 2 min 20 s, bench-avx2
-# 10 min 40 s, bench-pipelines' predict half 1 min 32 s.
+# 10 min 40 s, bench-pipelines' predict half 1 min 32 s. On an EPYC of family 25 (model 17), whose bf16 GEMM
+# peak is about half as high, bench took 20 min.
 bench: $(STAMP)
 	$(PY) -m vitlab bench --preset standard --out build/bench
 

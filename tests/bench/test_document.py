@@ -43,7 +43,8 @@ def test_report_groups_by_cpu_kind_and_computes_its_verdicts(tmp_path, capsys):
     assert f"wrote {out}" in capsys.readouterr().out
     text = out.read_text()
     assert (tmp_path / "docs" / "benchmarks" / "tiny.json").is_file()  # copied beside the document
-    epyc, xeon = text.index("## CPU: AMD EPYC, AVX512"), text.index("## CPU: Intel Xeon, AVX2")
+    epyc = text.index("## CPU: AMD EPYC (family and model not recorded), AVX512")
+    xeon = text.index("## CPU: Intel Xeon (family and model not recorded), AVX2")
     assert text.index("### Model only: the `tiny` preset") > epyc and text.index("### End-to-end predict") > xeon
     assert "#### Throughput" in text and "| decode | 812.5 |" in text  # foreign markdown, headings moved down
     assert "timm 1.0.31" in text and "load average at start [0.88, 0.88, 1.12]" in text
@@ -84,3 +85,23 @@ def test_report_refuses_what_is_not_a_result_in_one_line(tmp_path, capsys):
     assert main(["bench", "report", "--out", str(out)]) == 2
     assert "vitlab bench report --runs JSON... --out DOCUMENT.md" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_a_run_on_another_cpu_of_one_name_is_kept_beside_the_first(tmp_path):
+    """standard.json from a family 25 EPYC does not replace the family 26 one's: both get a section; a
+    rerun on the family 25 one replaces its own."""
+    out = tmp_path / "docs" / "benchmarks.md"
+    runs = {}
+    for family, load in ((26, [0.5, 0.5, 0.5]), (25, [0.7, 0.7, 0.7]), (25, [0.9, 0.9, 0.9])):
+        run = copy.deepcopy(RECORDED)
+        run["machine"].update(cpu_model=f"AuthenticAMD family {family} model 1", load_average=load)
+        runs[family] = tmp_path / f"run-{family}-{load[0]}" / "standard.json"
+        runs[family].parent.mkdir()
+        runs[family].write_text(json.dumps(run))
+        assert main(["bench", "report", "--runs", str(runs[family]), "--out", str(out)]) == 0
+    kept = sorted(path.name for path in (tmp_path / "docs" / "benchmarks").glob("*.json"))
+    assert kept == ["standard-cpu-amd-epyc-authenticamd-family-25-model-1-avx512.json", "standard.json"]
+    text = out.read_text()
+    for family in (26, 25):
+        assert text.count(f"## CPU: AMD EPYC (AuthenticAMD family {family} model 1), AVX512") == 1
+    assert "[0.9, 0.9, 0.9]" in text and "[0.7, 0.7, 0.7]" not in text and "[0.5, 0.5, 0.5]" in text

@@ -37,7 +37,7 @@ def test_describe_records_the_emulation_variables_and_every_table_says_so(monkey
     machine = describe(CPU)
     assert machine["emulation"] == {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
     text = tables_of({**machine, "cpu_capability": "AVX2", "native_bf16": False})
-    said = f"AVX2 (emulated on a {machine['cpu']}: ATEN_CPU_CAPABILITY=avx2, ONEDNN_MAX_CPU_ISA=AVX2), bf16 emulated"
+    said = f"AVX2 (emulated on a {machine['cpu']} ({machine['cpu_model']}): ATEN_CPU_CAPABILITY=avx2, ONEDNN_MAX_CPU_ISA=AVX2), bf16 emulated"
     assert text.count(said) == 2, text  # above each of the two tables
 
 

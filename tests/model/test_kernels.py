@@ -64,6 +64,42 @@ def test_native_bf16_takes_the_measured_path_and_caches_it(monkeypatch, tmp_path
     assert list(entries) == [kernels.machine_key("attention bf16")] and "AVX512" in list(entries)[0]
 
 
+CPUINFO = """processor\t: 0
+vendor_id\t: AuthenticAMD
+cpu family\t: {family}
+model\t\t: {model}
+model name\t: AMD EPYC
+
+processor\t: 1
+vendor_id\t: AuthenticAMD
+cpu family\t: 99
+model\t\t: 99
+model name\t: another name
+"""
+
+
+def test_cpus_of_one_name_are_told_apart_by_family_and_model(monkeypatch, tmp_path):
+    """Two EPYCs of one name but different generations: each measures its own attention path, neither
+    reads the other's from a cache file they share."""
+    monkeypatch.setenv(kernels.CACHE_ENV, str(tmp_path))
+    info = tmp_path / "cpuinfo"
+    monkeypatch.setattr(kernels, "CPUINFO", info)
+    keys = []
+    for family, model, faster in ((25, 17, "fused"), (26, 2, "matmul")):
+        info.write_text(CPUINFO.format(family=family, model=model))
+        assert kernels.cpu_name() == "AMD EPYC"  # the first processor's block only
+        assert kernels.cpu_model() == f"AuthenticAMD family {family} model {model}"
+        timed = fake_cpu(monkeypatch, "AVX512", True, {"attention": faster, "fused_ms": 1.0, "matmul_ms": 1.0})
+        assert kernels.attention_path(torch.bfloat16, CPU, blocked_attention) == faster
+        assert timed == [1]  # measured here, not read from the other CPU's entry
+        keys.append(kernels.machine_key("attention bf16"))
+    assert list(json.loads((tmp_path / "cpu-kernels.json").read_text())) == keys
+    info.write_text("processor\t: 0\nCPU implementer\t: 0x41\nCPU part\t: 0xd40\n")  # Arm's fields
+    assert kernels.cpu_model() == "implementer 0x41 part 0xd40"
+    monkeypatch.setattr(kernels, "CPUINFO", tmp_path / "absent")
+    assert kernels.cpu_name() and kernels.cpu_model()  # the platform module's words where Linux has none
+
+
 @pytest.mark.fault("cache", kinds=1)
 @pytest.mark.parametrize("text", ["{not json", "[1, 2]", '{"%s": {"attention": "sideways"}}'])
 def test_a_corrupt_cache_file_is_measured_again(monkeypatch, tmp_path, caplog, text):

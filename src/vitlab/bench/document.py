@@ -3,9 +3,9 @@
     vitlab bench report --runs build/bench/res384.json --out docs/benchmarks.md
 
 copies each given JSON beside the document (into docs/benchmarks/) and renders every JSON there
-under a fixed preamble that holds no measured number: one section per CPU kind (model and
-capability, since AVX2 and AVX512 machines run different kernels), one table per run with the line
-saying where and how loaded it ran. Any JSON with the keys "kind", "machine" and "markdown" is
+under a fixed preamble that holds no measured number: one section per CPU kind (name, family and
+model, and capability: AVX2 and AVX512 machines run different kernels, and CPUs of one name differ),
+one table per run with the line saying where and how loaded it ran. Any JSON with the keys "kind", "machine" and "markdown" is
 rendered; model-only results (kind "model-only") are re-rendered from their rows, so every run reads
 the same way and its sentences and target verdicts are computed from its numbers.
 """
@@ -17,6 +17,7 @@ import re
 import shutil
 from pathlib import Path
 
+from .machine import cpu_text
 from .report import KIND, machine_line, markdown
 
 REQUIRED = ("kind", "machine", "markdown")
@@ -65,6 +66,10 @@ implementation (`vitlab bench --help`).
 - **MFU** = model FLOPs per image x images/s / the machine's GEMM peak of the same dtype (the best
   rate of a large GEMM, through `torch.mm` or, on CPU, oneDNN); vitlab skips the last layer's non-class rows and its frozen graphs use
   prepacked kernels, so its MFU reads high.
+- **Which CPU.** Results are grouped by CPU kind: the name, the vendor's family and model numbers
+  (from /proc/cpuinfo) and the capability ATen dispatches to. CPUs sold under one name differ in
+  generation, and so in their GEMM peaks and in which kernels are fastest; runs made before the family
+  and model were recorded say so. vitlab's measured kernel choices are cached under the same key.
 - **Targets.** Each preset states the ratios it must reach (`TARGETS` in src/vitlab/bench/targets.py);
   every table lists them as met / not met from its own numbers. The model-only targets hold each side
   in its best mode, and again each run eagerly: "eager" is the faster of `eager` and `eager+bf16w`,
@@ -117,10 +122,22 @@ def read_result(path: Path) -> dict:
 
 
 def cpu_kind(machine: dict) -> str:
-    """The heading a run goes under: its GPU, or its CPU model and capability."""
+    """The heading a run goes under: its GPU, or its CPU (name, family and model) and capability."""
     if machine.get("gpu"):
         return f"GPU: {machine['gpu']}"
-    return f"CPU: {machine.get('cpu', 'not recorded')}, {machine.get('cpu_capability') or 'capability not recorded'}"
+    return f"CPU: {cpu_text(machine)}, {machine.get('cpu_capability') or 'capability not recorded'}"
+
+
+def asset_name(file: Path, data: dict, assets: Path) -> str:
+    """The name a result is kept under beside the document: its own, unless that holds a result from
+    another kind of CPU, which it must not replace; then its own with the CPU kind appended."""
+    kind = cpu_kind(data["machine"])
+    slug = re.sub(r"[^a-z0-9]+", "-", kind.lower()).strip("-")
+    for name in (file.name, f"{file.stem}-{slug}{file.suffix}"):
+        kept = assets / name
+        if not kept.exists() or kept.resolve() == file.resolve() or cpu_kind(read_result(kept)["machine"]) == kind:
+            return name
+    raise ValueError(f"{assets / file.name}: holds results of another CPU than {kind} under both names")
 
 
 def section(path: Path, data: dict, assets: str) -> str:
@@ -164,12 +181,12 @@ def write_document(runs: list[Path], out: Path) -> Path:
     out = Path(out)
     assets = out.parent / out.stem  # docs/benchmarks.md -> docs/benchmarks/
     files = [file for run in map(Path, runs) for file in (result_files(run) if run.is_dir() else [run])]
-    for file in files:
-        read_result(file)  # every input checked before anything is copied
+    results = [(file, read_result(file)) for file in files]  # every input checked before anything is copied
     assets.mkdir(parents=True, exist_ok=True)
-    for file in files:
-        if file.resolve() != (assets / file.name).resolve():
-            shutil.copyfile(file, assets / file.name)
+    for file, data in results:
+        kept = assets / asset_name(file, data, assets)
+        if file.resolve() != kept.resolve():
+            shutil.copyfile(file, kept)
     report = f"vitlab bench report --runs {assets.as_posix()} --out {out.as_posix()}"
     out.write_text(assemble(result_files(assets), report, assets.name))
     return out

@@ -14,7 +14,7 @@ from importlib import metadata
 
 import torch
 
-from vitlab.model.kernels import cpu_capability, cpu_name, native, onednn_linear
+from vitlab.model.kernels import cpu_capability, cpu_model, cpu_name, native, onednn_linear
 
 # Variables that make this CPU run as a lesser one: ATen's kernels (ATEN_CPU_CAPABILITY=avx2), oneDNN's
 # (ONEDNN_MAX_CPU_ISA=AVX2: bf16 then has no native kernels) and MKL's fp32 GEMMs. Recorded when set.
@@ -47,12 +47,18 @@ def emulation() -> dict[str, str]:
     return {name: os.environ[name] for name in EMULATION_ENVS if os.environ.get(name)}
 
 
+def cpu_text(machine: dict) -> str:
+    """ "AMD EPYC (AuthenticAMD family 25 model 17)": the CPU's name and which one of that name it is."""
+    model = machine.get("cpu_model") or "family and model not recorded"
+    return f"{machine.get('cpu', 'CPU not recorded')} ({model})"
+
+
 def capability_text(machine: dict) -> str:
     """ "AVX2 (emulated on ...: ATEN_CPU_CAPABILITY=avx2, ...), bf16 emulated": said beside every table."""
     text = str(machine.get("cpu_capability", "not recorded"))
     if machine.get("emulation"):
         settings = ", ".join(f"{name}={value}" for name, value in machine["emulation"].items())
-        text += f" (emulated on a {machine.get('cpu', 'CPU')}: {settings})"
+        text += f" (emulated on a {cpu_text(machine)}: {settings})"
     if "native_bf16" in machine:
         text += ", bf16 " + ("native" if machine["native_bf16"] else "emulated (no native kernels)")
     return text
@@ -62,6 +68,7 @@ def describe(device: torch.device) -> dict:
     info = {
         "device": str(device),
         "cpu": cpu_name(),
+        "cpu_model": cpu_model(),  # family and model: CPUs of one name differ
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "torch": torch.__version__,

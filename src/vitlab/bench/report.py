@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .machine import capability_text
+from .machine import capability_text, cpu_text
 from .targets import TARGETS
 
 INT8_POINTS_LOST = 0.5  # the most top-1 points int8 may lose on the digits model
@@ -31,7 +31,7 @@ def case_name(case: dict) -> str:
 
 def machine_line(machine: dict) -> str:
     """Where a run ran: CPU (or GPU), capability, cores, threads, torch, the peers' versions, the load."""
-    where = machine.get("gpu") or f"{machine.get('cpu', 'CPU not recorded')}, {machine.get('cpu_count', '?')} cores"
+    where = machine.get("gpu") or f"{cpu_text(machine)}, {machine.get('cpu_count', '?')} cores"
     peers = machine.get("peers")
     versions = ", ".join(f"{name} {version or 'not installed'}" for name, version in peers.items()) if peers else ""
     line = (

@@ -57,14 +57,39 @@ _attention: dict[torch.dtype, AttentionPath] = {}
 _gemm: dict[str, GemmLibrary] = {}
 
 
-def cpu_name() -> str:
+CPUINFO = Path("/proc/cpuinfo")
+
+
+def cpuinfo_fields(path: Path | None = None) -> dict[str, str]:
+    """The first processor's fields in Linux's /proc/cpuinfo ("model name", "cpu family", ...); empty
+    where there is none."""
+    fields: dict[str, str] = {}
     try:
-        with open("/proc/cpuinfo") as info:
+        with open(path or CPUINFO) as info:
             for line in info:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
+                if not line.strip():
+                    break  # the end of the first processor's block
+                name, _, value = line.partition(":")
+                fields.setdefault(name.strip(), value.strip())
     except OSError:
         pass
+    return fields
+
+
+def cpu_name() -> str:
+    """The CPU's marketing name ("AMD EPYC"), which CPUs of different generations may share."""
+    return cpuinfo_fields().get("model name") or platform.processor() or platform.machine()
+
+
+def cpu_model() -> str:
+    """Vendor, family and model numbers ("AuthenticAMD family 25 model 17"): what tells apart two CPUs
+    of one name (an AMD EPYC of family 25 and one of family 26 run bf16 GEMMs at very different rates).
+    Where Linux does not say, what the platform module does."""
+    fields = cpuinfo_fields()
+    if "cpu family" in fields and "model" in fields:
+        return f"{fields.get('vendor_id', 'vendor not reported')} family {fields['cpu family']} model {fields['model']}"
+    if "CPU implementer" in fields and "CPU part" in fields:  # Arm
+        return f"implementer {fields['CPU implementer']} part {fields['CPU part']}"
     return platform.processor() or platform.machine()
 
 
@@ -160,7 +185,8 @@ def cache_file() -> Path:
 
 
 def machine_key(what: str) -> str:
-    return f"{cpu_name()} | {cpu_capability()} | torch {torch.__version__} | {what}"
+    """A cached measurement's key: the CPU's name alone would hand one generation's choice to another."""
+    return f"{cpu_name()} | {cpu_model()} | {cpu_capability()} | torch {torch.__version__} | {what}"
 
 
 def read_cache(path: Path) -> dict:
