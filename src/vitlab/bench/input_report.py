@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from .machine import cpu_text
+
 
 def markdown(results: dict) -> str:
     config, machine, augment = results["config"], results["machine"], results["augment"]
@@ -17,7 +19,7 @@ def markdown(results: dict) -> str:
         f"Mixup {augment['mixup']}, CutMix {augment['cutmix']}) -> normalised float batches of {config['batch']}, "
         f"{where}; {config['rounds']} interleaved rounds of {config['batches_per_round']} batches, median.",
         "",
-        f"Machine: {machine['cpu']}, {machine['cpu_count']} cores, CPU capability {machine['cpu_capability']}, "
+        f"Machine: {cpu_text(machine)}, {machine['cpu_count']} cores, CPU capability {machine['cpu_capability']}, "
         f"torch {machine['torch']}; load average at start {machine['load_average']}, "
         f"at end {results['load_average_end']} (a shared machine: the ratio, from one interleaved run, is the figure).",
         "",

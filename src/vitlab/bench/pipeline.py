@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from .machine import describe, load_average
+from .machine import cpu_text, describe, load_average
 from .pipeline_runs import RUNS, PipelineSettings
 from .rss import PeakRss
 
@@ -169,7 +169,7 @@ def markdown(results: dict) -> str:
     lines = [
         f"{config['files']} JPEGs of {width} x {height} on disk -> top-5, {config['variant']} at "
         f"{config['image_size']}, batch {config['batch']}, {config['workers']} DataLoader worker(s) each; "
-        f"{machine['cpu']}, {machine['cpu_count']} cores, CPU capability {machine['cpu_capability']}, "
+        f"{cpu_text(machine)}, {machine['cpu_count']} cores, CPU capability {machine['cpu_capability']}, "
         f"torch {machine['torch']}; load average {machine['load_average']} at start, "
         f"{results['load_average_end']} at the end. Median of {config['rounds']} interleaved passes, each with "
         "its loader and workers started anew; peak RSS of the process and its workers over its whole run, "
