@@ -5,9 +5,10 @@
 copies each given JSON beside the document (into docs/benchmarks/) and renders every JSON there
 under a fixed preamble that holds no measured number: one section per CPU kind (name, family and
 model, and capability: AVX2 and AVX512 machines run different kernels, and CPUs of one name differ),
-one table per run with the line saying where and how loaded it ran. Any JSON with the keys "kind", "machine" and "markdown" is
-rendered; model-only results (kind "model-only") are re-rendered from their rows, so every run reads
-the same way and its sentences and target verdicts are computed from its numbers.
+one table per run with the line saying where and how loaded it ran. Any JSON with the keys "kind",
+"machine" and "markdown" is rendered; model-only results (kind "model-only") are re-rendered from
+their rows, so every run reads the same way and its sentences and target verdicts are computed from
+its numbers.
 """
 
 from __future__ import annotations

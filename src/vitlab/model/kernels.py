@@ -83,8 +83,8 @@ def cpu_name() -> str:
 
 def cpu_model() -> str:
     """Vendor, family and model numbers ("AuthenticAMD family 25 model 17"): what tells apart two CPUs
-    of one name (an AMD EPYC of family 25 and one of family 26 run bf16 GEMMs at very different rates).
-    Where Linux does not say, what the platform module does."""
+    of one name (AMD EPYCs of different generations share "AMD EPYC"; docs/benchmarks.md records two
+    whose bf16 GEMM peaks differ about twofold). Where Linux does not say, what the platform module does."""
     fields = cpuinfo_fields()
     if "cpu family" in fields and "model" in fields:
         return f"{fields.get('vendor_id', 'vendor not reported')} family {fields['cpu family']} model {fields['model']}"
