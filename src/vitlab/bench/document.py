@@ -94,8 +94,14 @@ implementation (`vitlab bench --help`).
 4. **`--compile` for training** (`vitlab train --compile`), with 1-2 inside the compiled graph.
 5. **Eager inference GEMMs in oneDNN** (`model/kernels.py`): bias, and fc1's GELU in bf16, in the
    kernel's epilogue; the patch embedding is one of them. Attention takes whole images at a time, as
-   many as keep their logits in the threads' L2 caches. The weights are not cached in oneDNN's layout between calls: a change made
-   through `.data` moves no version counter, so a cached copy could go stale without a word.
+   many as keep their logits in the threads' L2 caches. The weights are not cached in oneDNN's layout
+   between calls: a change made through `.data` moves no version counter, so a cached copy could go
+   stale without a word.
+6. **vitlab's own bf16 softmax kernel in eager inference attention** (`model/softmax.py`,
+   `model/csrc/softmax_bf16.c`): ATen's numbers (fp32 inside, one rounding to bf16) with AVX-512
+   throughout, where ATen's kernel takes each row's last len % 16 values one at a time. Built once
+   per machine with the system's C compiler, checked against ATen's before its first use and timed
+   against it once; ATen's kernel runs where it cannot (no AVX512_BF16, no compiler) or is faster.
 
 **This document is generated.** Everything below the line is rendered from the JSON files in
 `docs/benchmarks/` by

@@ -12,6 +12,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from .kernels import HALF, Linear, attention_path, eager_cpu, eager_cpu_inference, l2_cache_bytes
+from .softmax import softmax_
 
 
 def softmax_attention(
@@ -97,7 +98,7 @@ def inference_attention(
             logits = torch.baddbmm(unused, q[part, :, block].flatten(0, 1), keys, beta=0, alpha=scale)
             if part_bias is not None:
                 logits.view(-1, heads, *logits.shape[1:]).add_(part_bias[..., block, :])
-            torch._softmax(logits, -1, False, out=logits)  # ATen's kernel, in fp32 inside (softmax_attention)
+            softmax_(logits)  # in fp32 inside, like softmax_attention's; softmax.py says whose kernel
             out[part, block] = torch.bmm(logits, values).unflatten(0, (-1, heads)).transpose(1, 2)
     return out.transpose(1, 2)
 

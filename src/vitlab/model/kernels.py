@@ -189,7 +189,7 @@ def machine_key(what: str) -> str:
     return f"{cpu_name()} | {cpu_model()} | {cpu_capability()} | torch {torch.__version__} | {what}"
 
 
-def read_cache(path: Path) -> dict:
+def read_cache(path: Path, warn: bool = True) -> dict:
     if not path.exists():
         return {}
     try:
@@ -198,7 +198,8 @@ def read_cache(path: Path) -> dict:
             raise ValueError("not a JSON object")
         return entries
     except (OSError, ValueError) as error:
-        log.warning("%s is unreadable (%s): measuring again", path, str(error).splitlines()[0])
+        if warn:
+            log.warning("%s is unreadable (%s): measuring again", path, str(error).splitlines()[0])
         return {}
 
 
@@ -206,18 +207,27 @@ def cached_measurement(
     what: str, field: str, choices: tuple[str, ...], measure: Callable[[], dict]
 ) -> tuple[dict, str]:
     """The entry for `what` on this machine (its `field` one of `choices`): from the cache file, or
-    measured once and stored; and how it was obtained, for the log."""
+    measured once and stored; and how it was obtained, for the log. A measurement may make another
+    (timing the attention paths chooses the softmax kernel): the lock is one per file and reentrant."""
     path, key = cache_file(), machine_key(what)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(f"{path}.lock"):  # one process measures; the others read its result
-        entries = read_cache(path)
-        entry = entries.get(key)
+    with file_lock(path):  # one process measures; the others read its result
+        entry = read_cache(path).get(key)
         if isinstance(entry, dict) and entry.get(field) in choices:
             return entry, f"measured earlier, {path}"
         entry = measure()
+        entries = read_cache(path, warn=False)  # again: with what a measurement inside this one stored
         entries[key] = entry
         path.write_text(json.dumps(entries, indent=1) + "\n")
         return entry, "measured"
+
+
+_locks: dict[Path, FileLock] = {}
+
+
+def file_lock(path: Path) -> FileLock:
+    """The lock of the cache file `path`: one FileLock per file, which counts nested acquisitions."""
+    return _locks.setdefault(path, FileLock(f"{path}.lock"))
 
 
 def measured_attention_path(dtype: torch.dtype, matmul: MatmulAttention) -> AttentionPath:

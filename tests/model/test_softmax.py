@@ -1,0 +1,195 @@
+"""The bf16 softmax of eager CPU inference attention (vitlab.model.softmax): vitlab's kernel computes
+ATen's numbers, runs only where it was built, checked and measured faster, and ATen's runs elsewhere."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+import torch
+
+import vitlab
+from vitlab.model import attention, kernels, softmax
+
+
+@pytest.fixture(autouse=True)
+def _fresh_choice(monkeypatch, tmp_path):
+    monkeypatch.setenv(kernels.CACHE_ENV, str(tmp_path))
+    monkeypatch.setattr(softmax, "_chosen", [])
+
+
+def skip_unless_the_kernel_runs_here() -> None:
+    reason = softmax.unavailable_reason()
+    if reason is not None:
+        pytest.skip(f"vitlab's softmax kernel does not run here: {reason}")
+
+
+def kernel_here() -> softmax.Kernel:
+    skip_unless_the_kernel_runs_here()
+    return softmax.built_kernel(softmax.compiler(), softmax.openmp_library())
+
+
+def atens(logits: torch.Tensor) -> torch.Tensor:
+    return torch._softmax(logits.clone(), -1, False)
+
+
+@pytest.mark.parametrize("cols", [1, 7, 16, 33, 197, 577, 4097, softmax.MAX_COLS])
+def test_the_kernel_computes_atens_softmax(cols):
+    """Within one bf16 rounding of the fp32 softmax, as ATen's kernel is, and ATen's own value
+    almost everywhere; the same with one thread and with two."""
+    kernel = kernel_here()
+    logits = (6 * torch.randn(3, max(1, 40_000 // cols), cols)).bfloat16()
+    logits[0, 0, : cols // 2] = float("-inf")
+    exact, aten = logits.float().softmax(dim=-1), atens(logits)
+    mine = logits.clone()
+    kernel(mine)
+    assert ((mine.float() - exact).abs() <= 2**-8 * exact).all()
+    assert (mine != aten).float().mean() < 1e-3
+    assert mine.sum(dim=-1).float().sub(1).abs().max() < 2**-5
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        alone = logits.clone()
+        kernel(alone)
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(alone, mine)
+
+
+def test_a_kernel_that_is_not_atens_is_refused(caplog):
+    """The check before first use fails a kernel that rounds twice, one that skips the rows' tails and
+    one that loses a NaN; the check of vitlab's own kernel passes."""
+
+    def pure_bf16(logits):  # exp and sum rounded to bf16 before dividing
+        exps = (logits.float() - logits.float().amax(-1, keepdim=True)).exp().bfloat16()
+        logits.copy_(exps / exps.float().sum(-1, keepdim=True).bfloat16())
+
+    def no_tail(logits):
+        full = logits.shape[-1] - logits.shape[-1] % 16
+        logits[..., :full] = torch.softmax(logits[..., :full].float(), -1).bfloat16()
+
+    def nan_to_zero(logits):
+        logits.copy_(torch.softmax(logits.float(), -1).nan_to_num(0.0).bfloat16())
+
+    for wrong, says in [(pure_bf16, "rounding"), (no_tail, "rows of 1"), (nan_to_zero, "NaN")]:
+        problem = softmax.disagreement(wrong)
+        assert problem is not None and says in problem, (wrong.__name__, problem)
+        with caplog.at_level(logging.WARNING, logger="vitlab"):
+            assert softmax.measured_choice(wrong) is None
+    assert len(caplog.records) == 3 and all("ATen's kernel instead" in r.getMessage() for r in caplog.records)
+    assert softmax.disagreement(kernel_here()) is None
+
+
+def test_atens_kernel_runs_where_vitlabs_cannot_and_the_log_says_why(monkeypatch, caplog):
+    logits = torch.randn(4, 197).bfloat16()
+    cases = [
+        ("machine", lambda: monkeypatch.setattr(softmax.platform, "machine", lambda: "aarch64"), "not x86-64"),
+        ("capability", lambda: monkeypatch.setattr(kernels, "cpu_capability", lambda: "AVX2"), "are AVX2"),
+        ("bf16", lambda: monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False), "AVX512_BF16"),
+        ("openmp", lambda: monkeypatch.setattr(softmax, "openmp_library", lambda: None), "libgomp"),
+        ("compiler", lambda: monkeypatch.setattr(softmax, "compiler", lambda: None), "no C compiler"),
+    ]
+    for name, fake, says in cases:
+        with monkeypatch.context() as patched:
+            patched.setattr(softmax, "unavailable_reason", softmax.unavailable_reason)
+            fake()
+            softmax.reset()
+            caplog.clear()
+            with caplog.at_level(logging.INFO, logger="vitlab"):
+                assert torch.equal(softmax.softmax_(logits.clone()), atens(logits)), name
+                softmax.softmax_(logits.clone())
+            said = [r.getMessage() for r in caplog.records]
+            assert len(said) == 1 and "ATen's kernel" in said[0] and says in said[0], (name, said)
+        monkeypatch.undo()
+        monkeypatch.setattr(softmax, "_chosen", [])
+
+
+@pytest.mark.fault("kernel-build", kinds=2)
+def test_a_compiler_that_fails_leaves_atens_kernel_and_a_damaged_library_is_built_again(monkeypatch, caplog, tmp_path):
+    skip_unless_the_kernel_runs_here()  # and nothing loaded: the library is damaged below
+    broken = tmp_path / "cc"
+    broken.write_text("#!/bin/sh\necho 'cc: error: something is wrong' >&2\nexit 3\n")
+    broken.chmod(0o755)
+    monkeypatch.setenv("CC", str(broken))
+    logits = torch.randn(8, 197).bfloat16()
+    with caplog.at_level(logging.INFO, logger="vitlab"):
+        assert torch.equal(softmax.softmax_(logits.clone()), atens(logits))
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 1 and "did not build" in said[0] and "exited with 3: cc: error" in said[0], said
+
+    monkeypatch.delenv("CC")
+    cc, libgomp = softmax.compiler(), softmax.openmp_library()
+    library = softmax.library_path(cc, libgomp)
+    softmax.build(cc, libgomp)
+    library.write_bytes(library.read_bytes()[:4096])  # cut short, as by a full disk
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="vitlab"):
+        kernel = softmax.built_kernel(cc, libgomp)
+    assert [r.getMessage() for r in caplog.records] == [f"{library} does not match its SHA-256: building it again"]
+    mine = logits.clone()
+    kernel(mine)
+    assert ((mine.float() - logits.float().softmax(-1)).abs() <= 2**-8 * logits.float().softmax(-1)).all()
+
+
+def test_the_choice_is_measured_once_cached_and_atens_where_it_was_faster(monkeypatch, tmp_path):
+    kernel_here()
+    timed = []
+
+    def timing(kernel):
+        timed.append(kernel)
+        return {"softmax": "aten", "aten_ms": 0.1, "vitlab_ms": 0.2}
+
+    monkeypatch.setattr(softmax, "time_kernels", timing)
+    assert softmax.chosen_kernel() is None and len(timed) == 1
+    softmax.reset()
+    assert softmax.chosen_kernel() is None and len(timed) == 1  # read back, not timed again
+    entries = json.loads((tmp_path / "cpu-kernels.json").read_text())
+    assert entries[kernels.machine_key(f"softmax bf16 {softmax.source_digest()}")]["softmax"] == "aten"
+
+
+def test_a_measurement_made_inside_another_keeps_both():
+    """Timing the attention paths runs the matmul path, which chooses the softmax kernel: both
+    entries reach the cache file, and the lock taken twice does not deadlock."""
+    inner = lambda: kernels.cached_measurement("inner", "k", ("a",), lambda: {"k": "a"})[0]  # noqa: E731
+    outer = kernels.cached_measurement("outer", "k", ("b",), lambda: {"k": "b", "inner": inner()["k"]})[0]
+    assert outer == {"k": "b", "inner": "a"}
+    entries = json.loads(kernels.cache_file().read_text())
+    assert entries[kernels.machine_key("inner")] == {"k": "a"} and entries[kernels.machine_key("outer")] == outer
+
+
+def test_eager_bf16_inference_attention_runs_the_chosen_kernel_and_only_there(monkeypatch):
+    calls = []
+
+    def spy(logits):
+        calls.append(tuple(logits.shape))
+        torch._softmax(logits, -1, False, out=logits)
+
+    images = torch.randn(3, 3, 32, 32).bfloat16()
+    matmul = kernels.attention_path(torch.bfloat16, images.device, attention.blocked_attention) == "matmul"
+    monkeypatch.setattr(softmax, "_chosen", [spy])
+    model = vitlab.create_model("Ti/16", num_classes=5, image_size=32).eval().bfloat16()
+    with torch.no_grad():
+        model(images)
+    assert bool(calls) == matmul and all(shape[-1] == 5 for shape in calls)  # 4 patches and the class token
+    calls.clear()
+    model(images)  # with autograd: the training path's softmax
+    transposed = torch.randn(6, 5).bfloat16().t()  # not contiguous
+    half = torch.randn(6, 5).half()
+    for logits in (transposed, half):
+        assert torch.equal(softmax.softmax_(logits.clone()), atens(logits))
+    assert calls == []
+
+
+def test_a_model_with_vitlabs_kernel_gives_the_logits_it_gives_with_atens(monkeypatch):
+    kernel = kernel_here()
+    model = vitlab.create_model("S/16", num_classes=10, image_size=64).eval().bfloat16()
+    torch.nn.init.normal_(model.head.weight, std=0.5)
+    images = torch.randn(5, 3, 64, 64).bfloat16()
+    logits = {}
+    for name, chosen in (("aten", None), ("vitlab", kernel)):
+        monkeypatch.setattr(softmax, "_chosen", [chosen])
+        with torch.no_grad():
+            logits[name] = model(images).float()
+    assert logits["aten"].abs().max() > 0.5
+    torch.testing.assert_close(logits["vitlab"], logits["aten"], rtol=2**-6, atol=2**-6 * logits["aten"].abs().max())
