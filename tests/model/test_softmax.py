@@ -1,5 +1,6 @@
-"""The bf16 softmax of eager CPU inference attention (vitlab.model.softmax): vitlab's kernel computes
-ATen's numbers, runs only where it was built, checked and measured faster, and ATen's runs elsewhere."""
+"""The bf16 softmax of eager CPU inference attention (vitlab.model.softmax) and the building of vitlab's
+own kernels (vitlab.model.native): vitlab's kernel computes ATen's numbers, runs only where it was
+built, checked and measured faster, and ATen's runs elsewhere."""
 
 from __future__ import annotations
 
@@ -10,40 +11,41 @@ import pytest
 import torch
 
 import vitlab
-from vitlab.model import attention, kernels, softmax
+from vitlab.model import attention, kernels, native, softmax
 
 
 @pytest.fixture(autouse=True)
-def _fresh_choice(monkeypatch, tmp_path):
+def _fresh_choices(monkeypatch, tmp_path):
     monkeypatch.setenv(kernels.CACHE_ENV, str(tmp_path))
+    monkeypatch.setattr(native, "_library", [])
     monkeypatch.setattr(softmax, "_chosen", [])
 
 
-def skip_unless_the_kernel_runs_here() -> None:
-    reason = softmax.unavailable_reason()
+def skip_unless_the_kernels_run_here() -> None:
+    reason = native.unavailable_reason()
     if reason is not None:
-        pytest.skip(f"vitlab's softmax kernel does not run here: {reason}")
+        pytest.skip(f"vitlab's kernels do not run here: {reason}")
 
 
-def kernel_here() -> softmax.Kernel:
-    skip_unless_the_kernel_runs_here()
-    return softmax.built_kernel(softmax.compiler(), softmax.openmp_library())
+def loaded() -> None:
+    skip_unless_the_kernels_run_here()
+    assert native.library() is not None
 
 
 def atens(logits: torch.Tensor) -> torch.Tensor:
     return torch._softmax(logits.clone(), -1, False)
 
 
-@pytest.mark.parametrize("cols", [1, 7, 16, 33, 197, 577, 4097, softmax.MAX_COLS])
+@pytest.mark.parametrize("cols", [1, 7, 16, 33, 197, 577, 4097, native.MAX_COLS])
 def test_the_kernel_computes_atens_softmax(cols):
     """Within one bf16 rounding of the fp32 softmax, as ATen's kernel is, and ATen's own value
     almost everywhere; the same with one thread and with two."""
-    kernel = kernel_here()
+    loaded()
     logits = (6 * torch.randn(3, max(1, 40_000 // cols), cols)).bfloat16()
     logits[0, 0, : cols // 2] = float("-inf")
     exact, aten = logits.float().softmax(dim=-1), atens(logits)
     mine = logits.clone()
-    kernel(mine)
+    softmax.kernel(mine)
     assert ((mine.float() - exact).abs() <= 2**-8 * exact).all()
     assert (mine != aten).float().mean() < 1e-3
     assert mine.sum(dim=-1).float().sub(1).abs().max() < 2**-5
@@ -51,7 +53,7 @@ def test_the_kernel_computes_atens_softmax(cols):
     try:
         torch.set_num_threads(1)
         alone = logits.clone()
-        kernel(alone)
+        softmax.kernel(alone)
     finally:
         torch.set_num_threads(threads)
     assert torch.equal(alone, mine)
@@ -76,38 +78,37 @@ def test_a_kernel_that_is_not_atens_is_refused(caplog):
         problem = softmax.disagreement(wrong)
         assert problem is not None and says in problem, (wrong.__name__, problem)
         with caplog.at_level(logging.WARNING, logger="vitlab"):
-            assert softmax.measured_choice(wrong) is None
+            assert not native.measured_choice("softmax", lambda found=problem: found, softmax.timing)
     assert len(caplog.records) == 3 and all("ATen's kernel instead" in r.getMessage() for r in caplog.records)
-    assert softmax.disagreement(kernel_here()) is None
+    loaded()
+    assert softmax.disagreement() is None
 
 
 def test_atens_kernel_runs_where_vitlabs_cannot_and_the_log_says_why(monkeypatch, caplog):
     logits = torch.randn(4, 197).bfloat16()
-    cases = [
-        ("machine", lambda: monkeypatch.setattr(softmax.platform, "machine", lambda: "aarch64"), "not x86-64"),
-        ("capability", lambda: monkeypatch.setattr(kernels, "cpu_capability", lambda: "AVX2"), "are AVX2"),
-        ("bf16", lambda: monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False), "AVX512_BF16"),
-        ("openmp", lambda: monkeypatch.setattr(softmax, "openmp_library", lambda: None), "libgomp"),
-        ("compiler", lambda: monkeypatch.setattr(softmax, "compiler", lambda: None), "no C compiler"),
+    fakes = [
+        (lambda m: m.setattr(native.platform, "machine", lambda: "aarch64"), "not x86-64"),
+        (lambda m: m.setattr(kernels, "cpu_capability", lambda: "AVX2"), "are AVX2"),
+        (lambda m: m.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False), "no AVX512_BF16"),
+        (lambda m: m.setattr(native, "openmp_library", lambda: None), "not libgomp's"),
+        (lambda m: m.setattr(native, "compiler", lambda: None), "no C compiler"),
     ]
-    for name, fake, says in cases:
+    for fake, says in fakes:
         with monkeypatch.context() as patched:
-            patched.setattr(softmax, "unavailable_reason", softmax.unavailable_reason)
-            fake()
+            fake(patched)
+            native.reset()
             softmax.reset()
             caplog.clear()
             with caplog.at_level(logging.INFO, logger="vitlab"):
-                assert torch.equal(softmax.softmax_(logits.clone()), atens(logits)), name
+                assert torch.equal(softmax.softmax_(logits.clone()), atens(logits)), says
                 softmax.softmax_(logits.clone())
             said = [r.getMessage() for r in caplog.records]
-            assert len(said) == 1 and "ATen's kernel" in said[0] and says in said[0], (name, said)
-        monkeypatch.undo()
-        monkeypatch.setattr(softmax, "_chosen", [])
+            assert len(said) == 1 and "ATen's kernel" in said[0] and says in said[0], (says, said)
 
 
 @pytest.mark.fault("kernel-build", kinds=2)
 def test_a_compiler_that_fails_leaves_atens_kernel_and_a_damaged_library_is_built_again(monkeypatch, caplog, tmp_path):
-    skip_unless_the_kernel_runs_here()  # and nothing loaded: the library is damaged below
+    skip_unless_the_kernels_run_here()  # and nothing loaded: the library is damaged below
     broken = tmp_path / "cc"
     broken.write_text("#!/bin/sh\necho 'cc: error: something is wrong' >&2\nexit 3\n")
     broken.chmod(0o755)
@@ -119,33 +120,34 @@ def test_a_compiler_that_fails_leaves_atens_kernel_and_a_damaged_library_is_buil
     assert len(said) == 1 and "did not build" in said[0] and "exited with 3: cc: error" in said[0], said
 
     monkeypatch.delenv("CC")
-    cc, libgomp = softmax.compiler(), softmax.openmp_library()
-    library = softmax.library_path(cc, libgomp)
-    softmax.build(cc, libgomp)
+    cc, libgomp = native.compiler(), native.openmp_library()
+    library = native.library_path(cc, libgomp)
+    native.build(cc, libgomp)
     library.write_bytes(library.read_bytes()[:4096])  # cut short, as by a full disk
+    native.reset()
+    softmax.reset()
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="vitlab"):
-        kernel = softmax.built_kernel(cc, libgomp)
+        mine = softmax.softmax_(logits.clone())
     assert [r.getMessage() for r in caplog.records] == [f"{library} does not match its SHA-256: building it again"]
-    mine = logits.clone()
-    kernel(mine)
-    assert ((mine.float() - logits.float().softmax(-1)).abs() <= 2**-8 * logits.float().softmax(-1)).all()
+    exact = logits.float().softmax(-1)
+    assert ((mine.float() - exact).abs() <= 2**-8 * exact).all() and native.library() is not None
 
 
 def test_the_choice_is_measured_once_cached_and_atens_where_it_was_faster(monkeypatch, tmp_path):
-    kernel_here()
+    loaded()
     timed = []
 
-    def timing(kernel):
-        timed.append(kernel)
-        return {"softmax": "aten", "aten_ms": 0.1, "vitlab_ms": 0.2}
+    def timing():
+        timed.append(1)
+        return {"faster": "aten", "aten_ms": 0.1, "vitlab_ms": 0.2}
 
-    monkeypatch.setattr(softmax, "time_kernels", timing)
-    assert softmax.chosen_kernel() is None and len(timed) == 1
+    monkeypatch.setattr(softmax, "timing", timing)
+    assert not softmax.chosen() and len(timed) == 1
     softmax.reset()
-    assert softmax.chosen_kernel() is None and len(timed) == 1  # read back, not timed again
+    assert not softmax.chosen() and len(timed) == 1  # read back, not timed again
     entries = json.loads((tmp_path / "cpu-kernels.json").read_text())
-    assert entries[kernels.machine_key(f"softmax bf16 {softmax.source_digest()}")]["softmax"] == "aten"
+    assert entries[kernels.machine_key(f"softmax bf16 {native.source_digest()}")]["faster"] == "aten"
 
 
 def test_a_measurement_made_inside_another_keeps_both():
@@ -160,14 +162,10 @@ def test_a_measurement_made_inside_another_keeps_both():
 
 def test_eager_bf16_inference_attention_runs_the_chosen_kernel_and_only_there(monkeypatch):
     calls = []
-
-    def spy(logits):
-        calls.append(tuple(logits.shape))
-        torch._softmax(logits, -1, False, out=logits)
-
     images = torch.randn(3, 3, 32, 32).bfloat16()
     matmul = kernels.attention_path(torch.bfloat16, images.device, attention.blocked_attention) == "matmul"
-    monkeypatch.setattr(softmax, "_chosen", [spy])
+    monkeypatch.setattr(softmax, "_chosen", [True])
+    monkeypatch.setattr(softmax, "kernel", lambda logits: calls.append(tuple(logits.shape)) or atens(logits))
     model = vitlab.create_model("Ti/16", num_classes=5, image_size=32).eval().bfloat16()
     with torch.no_grad():
         model(images)
@@ -182,12 +180,12 @@ def test_eager_bf16_inference_attention_runs_the_chosen_kernel_and_only_there(mo
 
 
 def test_a_model_with_vitlabs_kernel_gives_the_logits_it_gives_with_atens(monkeypatch):
-    kernel = kernel_here()
+    loaded()
     model = vitlab.create_model("S/16", num_classes=10, image_size=64).eval().bfloat16()
     torch.nn.init.normal_(model.head.weight, std=0.5)
     images = torch.randn(5, 3, 64, 64).bfloat16()
     logits = {}
-    for name, chosen in (("aten", None), ("vitlab", kernel)):
+    for name, chosen in (("aten", False), ("vitlab", True)):
         monkeypatch.setattr(softmax, "_chosen", [chosen])
         with torch.no_grad():
             logits[name] = model(images).float()

@@ -98,10 +98,11 @@ implementation (`vitlab bench --help`).
    between calls: a change made through `.data` moves no version counter, so a cached copy could go
    stale without a word.
 6. **vitlab's own bf16 softmax kernel in eager inference attention** (`model/softmax.py`,
-   `model/csrc/softmax_bf16.c`): ATen's numbers (fp32 inside, one rounding to bf16) with AVX-512
-   throughout, where ATen's kernel takes each row's last len % 16 values one at a time. Built once
-   per machine with the system's C compiler, checked against ATen's before its first use and timed
-   against it once; ATen's kernel runs where it cannot (no AVX512_BF16, no compiler) or is faster.
+   `model/native.py`, `model/csrc/bf16_kernels.c`): ATen's numbers (fp32 inside, one rounding to
+   bf16) with AVX-512 throughout, where ATen's kernel takes each row's last len % 16 values one at a
+   time. Built once per machine with the system's C compiler, checked against ATen's before its first
+   use and timed against it once; ATen's kernel runs where it cannot (no AVX512_BF16, no compiler) or
+   is faster.
 
 **This document is generated.** Everything below the line is rendered from the JSON files in
 `docs/benchmarks/` by
