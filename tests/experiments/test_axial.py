@@ -13,6 +13,7 @@ from vitlab.bench.flops import model_flops
 from vitlab.cli import main
 from vitlab.experiments import Settings
 from vitlab.experiments.axial import findings, model_config
+from vitlab.model import cpu
 
 
 def closed_form_flops(axial: bool, grid: tuple[int, int], dim: int, depth: int, patch: int, classes: int) -> int:
@@ -58,6 +59,7 @@ def test_axial_smallest_configuration_writes_flops_times_and_two_panels(tmp_path
     table = (tmp_path / "axial.md").read_text()
     assert f"| {axial['ms_per_image']:g} |" in table and "inference ms / image" in table
     assert "The paper: Fig. 13" in table and "CPU capability" in document["findings"][-1]
+    assert f"({cpu.cpu_model()})" in document["findings"][-1]  # which CPU of its name
     with Image.open(tmp_path / "axial.png") as image:  # two panels side by side: FLOPs and time
         assert image.size[0] > 2.5 * image.size[1]
     assert (tmp_path / "runs" / "Axial-16x1-seed0" / "summary.json").exists()

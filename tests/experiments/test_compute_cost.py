@@ -9,6 +9,7 @@ import pytest
 
 from vitlab.experiments import Settings, run_experiment
 from vitlab.experiments.compute_cost import findings, largest_batch
+from vitlab.model import cpu
 
 
 @pytest.mark.parametrize("threshold", [1, 2, 3, 37, 64, 65, 1000])
@@ -77,6 +78,7 @@ def test_compute_cost_smallest_configuration(tmp_path):
     measured = document["measured"]
     assert measured["dtype"] == "fp32" and measured["threads"] >= 1 and measured["cpu_capability"]
     assert "No training" in table and document["findings"][0].startswith("Measured on")
+    assert measured["cpu_model"] == cpu.cpu_model() and f"({cpu.cpu_model()})" in document["findings"][0]
 
 
 @pytest.mark.fault("bad-config", kinds=3)

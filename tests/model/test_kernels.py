@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from vitlab.model import kernels
+from vitlab.model import cpu, kernels
 from vitlab.model.attention import Attention, blocked_attention
 from vitlab.model.runtime import resolve_precision
 
@@ -83,21 +83,21 @@ def test_cpus_of_one_name_are_told_apart_by_family_and_model(monkeypatch, tmp_pa
     reads the other's from a cache file they share."""
     monkeypatch.setenv(kernels.CACHE_ENV, str(tmp_path))
     info = tmp_path / "cpuinfo"
-    monkeypatch.setattr(kernels, "CPUINFO", info)
+    monkeypatch.setattr(cpu, "CPUINFO", info)
     keys = []
     for family, model, faster in ((25, 17, "fused"), (26, 2, "matmul")):
         info.write_text(CPUINFO.format(family=family, model=model))
-        assert kernels.cpu_name() == "AMD EPYC"  # the first processor's block only
-        assert kernels.cpu_model() == f"AuthenticAMD family {family} model {model}"
+        assert cpu.cpu_name() == "AMD EPYC"  # the first processor's block only
+        assert cpu.cpu_model() == f"AuthenticAMD family {family} model {model}"
         timed = fake_cpu(monkeypatch, "AVX512", True, {"attention": faster, "fused_ms": 1.0, "matmul_ms": 1.0})
         assert kernels.attention_path(torch.bfloat16, CPU, blocked_attention) == faster
         assert timed == [1]  # measured here, not read from the other CPU's entry
         keys.append(kernels.machine_key("attention bf16"))
     assert list(json.loads((tmp_path / "cpu-kernels.json").read_text())) == keys
     info.write_text("processor\t: 0\nCPU implementer\t: 0x41\nCPU part\t: 0xd40\n")  # Arm's fields
-    assert kernels.cpu_model() == "implementer 0x41 part 0xd40"
-    monkeypatch.setattr(kernels, "CPUINFO", tmp_path / "absent")
-    assert kernels.cpu_name() and kernels.cpu_model()  # the platform module's words where Linux has none
+    assert cpu.cpu_model() == "implementer 0x41 part 0xd40"
+    monkeypatch.setattr(cpu, "CPUINFO", tmp_path / "absent")
+    assert cpu.cpu_name() and cpu.cpu_model()  # the platform module's words where Linux has none
 
 
 @pytest.mark.fault("cache", kinds=1)
@@ -114,6 +114,23 @@ def test_a_corrupt_cache_file_is_measured_again(monkeypatch, tmp_path, caplog, t
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == (0 if text.startswith('{"') else 1)  # an unknown entry is simply replaced
     assert all("\n" not in w and "cpu-kernels.json" in w for w in warnings)
+
+
+@pytest.mark.fault("cache", kinds=1)
+def test_a_cache_folder_that_cannot_be_written_measures_for_this_process_and_says_so(monkeypatch, tmp_path, caplog):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv(kernels.CACHE_ENV, str(blocker / "cache"))  # a folder inside a file
+    timed = fake_cpu(monkeypatch, "AVX512", True, {"attention": "matmul", "fused_ms": 2.0, "matmul_ms": 1.0})
+    with caplog.at_level(logging.WARNING, logger="vitlab"):
+        assert kernels.attention_path(torch.bfloat16, CPU, blocked_attention) == "matmul"
+    assert timed == [1]
+    warnings = [r.getMessage() for r in caplog.records]
+    assert (
+        len(warnings) == 1
+        and "cannot be written" in warnings[0]
+        and "attention bf16 measured for this process only" in warnings[0]
+    )
 
 
 def test_without_native_bf16_a_linear_layer_runs_as_fp32_gemm_on_bf16_operands(monkeypatch):
@@ -208,20 +225,3 @@ def test_eager_fp32_inference_linears_run_in_the_chosen_library(monkeypatch, lib
     torch.testing.assert_close(transposed, expected.detach().transpose(0, 1), rtol=0, atol=1e-5)
     layer(x).sum().backward()  # with autograd: ATen's linear, whatever the library
     assert len(calls) == (1 if library == "onednn" else 3) and layer.weight.grad is not None
-
-
-def test_the_l2_cache_size_is_read_from_sysfs_and_assumed_aloud_where_absent(monkeypatch, tmp_path, caplog):
-    for index, (level, kind, size) in enumerate(
-        [("1", "Data", "48K"), ("1", "Instruction", "32K"), ("2", "Unified", "2M")]
-    ):
-        folder = tmp_path / f"index{index}"
-        folder.mkdir()
-        for name, text in (("level", level), ("type", kind), ("size", size)):
-            (folder / name).write_text(text + "\n")
-    assert kernels.reported_l2_bytes(tmp_path) == 2 * 2**20
-    assert kernels.parse_cache_size("1024K") == 2**20 and kernels.parse_cache_size("512") == 512
-    monkeypatch.setattr(kernels, "CPU_CACHES", tmp_path / "absent")
-    monkeypatch.setattr(kernels, "_l2", [])
-    with caplog.at_level(logging.INFO, logger="vitlab"):
-        assert kernels.l2_cache_bytes() == kernels.L2_ASSUMED
-    assert "no L2 cache size reported" in caplog.text

@@ -134,6 +134,19 @@ def test_a_compiler_that_fails_leaves_atens_kernel_and_a_damaged_library_is_buil
     assert ((mine.float() - exact).abs() <= 2**-8 * exact).all() and native.library() is not None
 
 
+@pytest.mark.fault("cache", kinds=1)
+def test_a_cache_folder_that_cannot_be_written_leaves_atens_kernel_and_says_why(monkeypatch, tmp_path, caplog):
+    skip_unless_the_kernels_run_here()
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv(kernels.CACHE_ENV, str(blocker / "cache"))
+    logits = torch.randn(8, 197).bfloat16()
+    with caplog.at_level(logging.INFO, logger="vitlab"):
+        assert torch.equal(softmax.softmax_(logits.clone()), atens(logits))
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 1 and "ATen's kernel" in said[0] and "did not build" in said[0] and "a-file" in said[0], said
+
+
 def test_the_choice_is_measured_once_cached_and_atens_where_it_was_faster(monkeypatch, tmp_path):
     loaded()
     timed = []

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from matplotlib.axes import Axes
 
-from vitlab.bench.machine import describe
+from vitlab.bench.machine import cpu_text, describe
 from vitlab.bench.steps import Mode, inference_step
 from vitlab.bench.timing import median_seconds
 from vitlab.model import ViTConfig, config_for, create_untrained
@@ -165,8 +165,8 @@ def findings(summary: list[dict[str, Any]]) -> list[str]:
 def timing_line(timing: dict[str, Any]) -> str:
     machine = timing["machine"]
     return (
-        f"Inference timed on {machine['cpu']} (CPU capability {machine['cpu_capability']}, "
-        f"{machine['torch_threads']} torch thread(s)), batch {timing['batch']}, {timing['dtype']} {timing['mode']}, "
+        f"Inference timed on {cpu_text(machine)}, CPU capability {machine['cpu_capability']}, "
+        f"{machine['torch_threads']} torch thread(s), batch {timing['batch']}, {timing['dtype']} {timing['mode']}, "
         f"median of {timing['rounds']} interleaved rounds after {timing['warmup']} warm-up calls; "
         f"load average {machine['load_average']}."
     )

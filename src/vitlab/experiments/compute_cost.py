@@ -29,12 +29,13 @@ from matplotlib.axes import Axes
 
 from vitlab.bench.flops import model_flops
 from vitlab.bench.harness import BenchConfig
-from vitlab.bench.machine import cpu_name, load_average
+from vitlab.bench.machine import cpu_name, cpu_text, load_average
 from vitlab.bench.memory import step_peak_bytes
 from vitlab.bench.steps import Case, Mode, make_step
 from vitlab.bench.timing import median_seconds
 from vitlab.model import BiTConfig, ViTConfig, config_for, create_untrained
 from vitlab.model.budget import available_memory, memory_needed
+from vitlab.model.cpu import cpu_model
 
 from .runner import Experiment, Results, Settings, describe_model
 from .wording import compare
@@ -140,6 +141,7 @@ def run(settings: Settings) -> Results:
             models = {name: describe_model(config) for name, config in configs.items()}
     measured = {
         "cpu": cpu_name(),
+        "cpu_model": cpu_model(),  # family and model: CPUs of one name differ
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "threads": threads,
         "dtype": DTYPE,
@@ -161,7 +163,7 @@ def run(settings: Settings) -> Results:
 
 def measured_on(measured: dict[str, Any]) -> str:
     return (
-        f"Measured on {measured['cpu']} (CPU capability {measured['cpu_capability']}), {measured['threads']} "
+        f"Measured on {cpu_text(measured)}, CPU capability {measured['cpu_capability']}, {measured['threads']} "
         f"thread(s), {measured['dtype']} inference, throughput at batch {measured['throughput_batch']} "
         f"(median of {measured['rounds']} rounds), memory budget {measured['memory_budget_mib']:g} MiB; "
         f"load average {measured['load_average']}."

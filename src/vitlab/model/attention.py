@@ -11,7 +11,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from .kernels import HALF, Linear, attention_path, eager_cpu, eager_cpu_inference, l2_cache_bytes
+from .cpu import l2_cache_bytes
+from .kernels import HALF, Linear, attention_path, eager_cpu, eager_cpu_inference
 from .softmax import softmax_
 
 
@@ -66,7 +67,7 @@ INFERENCE_QUERY_BLOCK = 200
 
 def images_per_block(heads: int, rows: int, keys: int, itemsize: int) -> int:
     """How many images' logits (heads x rows x keys each) inference_attention computes at once: as
-    many as fit in the L2 caches of the threads that share them (kernels.l2_cache_bytes), at least one.
+    many as fit in the L2 caches of the threads that share them (cpu.l2_cache_bytes), at least one.
     In the whole S/16 model (batch 16, bf16, 2 threads, 1 MiB of L2 each; 12 interleaved runs of 20
     forwards), 4 images' 1.9 MB of logits took 48-58 ms of attention per forward where all 16 at
     once (7.4 MB) took 45-83 ms; B/16 at batch 8, 2 images at once: 52-56 ms against 53-81 ms."""

@@ -19,10 +19,7 @@
   choice: on an AMD EPYC (AVX512), MKL took its generic path at 198 GFLOP/s against oneDNN's 436
   (Ti/16's fc1, 2 threads).
 
-- `l2_cache_bytes()`: one core's L2 cache as Linux reports it, which sizes the blocks of eager
-  inference attention (attention.images_per_block).
-
-Every choice is logged once. Dynamo treats the choices as constants (assume_constant_result): they
+What CPU this is (name, family and model, capability, L2 cache): cpu.py. Every choice is logged once. Dynamo treats the choices as constants (assume_constant_result): they
 are made while tracing, not traced.
 """
 
@@ -31,7 +28,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import platform
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -41,6 +37,9 @@ import torch
 import torch.nn.functional as F
 from filelock import FileLock
 from torch import nn
+
+from . import cpu
+from .cpu import cpu_capability, cpu_model, cpu_name
 
 log = logging.getLogger("vitlab")
 
@@ -57,83 +56,6 @@ _attention: dict[torch.dtype, AttentionPath] = {}
 _gemm: dict[str, GemmLibrary] = {}
 
 
-CPUINFO = Path("/proc/cpuinfo")
-
-
-def cpuinfo_fields(path: Path | None = None) -> dict[str, str]:
-    """The first processor's fields in Linux's /proc/cpuinfo ("model name", "cpu family", ...); empty
-    where there is none."""
-    fields: dict[str, str] = {}
-    try:
-        with open(path or CPUINFO) as info:
-            for line in info:
-                if not line.strip():
-                    break  # the end of the first processor's block
-                name, _, value = line.partition(":")
-                fields.setdefault(name.strip(), value.strip())
-    except OSError:
-        pass
-    return fields
-
-
-def cpu_name() -> str:
-    """The CPU's marketing name ("AMD EPYC"), which CPUs of different generations may share."""
-    return cpuinfo_fields().get("model name") or platform.processor() or platform.machine()
-
-
-def cpu_model() -> str:
-    """Vendor, family and model numbers ("AuthenticAMD family 25 model 17"): what tells apart two CPUs
-    of one name (AMD EPYCs of different generations share "AMD EPYC"; docs/benchmarks.md records two
-    whose bf16 GEMM peaks differ about twofold). Where Linux does not say, what the platform module does."""
-    fields = cpuinfo_fields()
-    if "cpu family" in fields and "model" in fields:
-        return f"{fields.get('vendor_id', 'vendor not reported')} family {fields['cpu family']} model {fields['model']}"
-    if "CPU implementer" in fields and "CPU part" in fields:  # Arm
-        return f"implementer {fields['CPU implementer']} part {fields['CPU part']}"
-    return platform.processor() or platform.machine()
-
-
-L2_ASSUMED = 2**20  # bytes of L2 per core where the system does not say (the AMD EPYC of docs/benchmarks.md's)
-CPU_CACHES = Path("/sys/devices/system/cpu/cpu0/cache")
-_l2: list[int] = []
-
-
-def l2_cache_bytes() -> int:
-    """One core's L2 cache, as Linux reports it; L2_ASSUMED, logged once, where it does not."""
-    if not _l2:
-        size = reported_l2_bytes(CPU_CACHES)
-        if size is None:
-            log.info("no L2 cache size reported here: attention blocks sized for %d KiB per core", L2_ASSUMED // 1024)
-        _l2.append(size or L2_ASSUMED)
-    return _l2[0]
-
-
-def reported_l2_bytes(caches: Path) -> int | None:
-    """The level-2 data (or unified) cache's size in a sysfs cache folder (index0, index1, ...)."""
-    for index in sorted(caches.glob("index*")):
-        try:
-            level, kind = ((index / name).read_text().strip() for name in ("level", "type"))
-            if level == "2" and kind != "Instruction":
-                return parse_cache_size((index / "size").read_text())
-        except (OSError, ValueError):
-            continue
-    return None
-
-
-def parse_cache_size(text: str) -> int:
-    """sysfs' cache size ("1024K", "2M", "512") in bytes."""
-    text = text.strip().upper()
-    units = {"K": 2**10, "M": 2**20, "G": 2**30}
-    if text and text[-1] in units:
-        return int(text[:-1]) * units[text[-1]]
-    return int(text)
-
-
-def cpu_capability() -> str:
-    """The ATen kernels dispatched to: AVX2, AVX512, ... (ATEN_CPU_CAPABILITY lowers it)."""
-    return torch.backends.cpu.get_cpu_capability()
-
-
 def onednn_supports(dtype: torch.dtype) -> bool:
     """oneDNN's own word on this CPU (within ONEDNN_MAX_CPU_ISA): native bf16 / fp16 GEMMs."""
     if dtype == torch.bfloat16:
@@ -148,7 +70,7 @@ def reset() -> None:
     _native.clear()
     _attention.clear()
     _gemm.clear()
-    _l2.clear()
+    cpu.reset()
 
 
 @torch.compiler.assume_constant_result
@@ -208,18 +130,24 @@ def cached_measurement(
 ) -> tuple[dict, str]:
     """The entry for `what` on this machine (its `field` one of `choices`): from the cache file, or
     measured once and stored; and how it was obtained, for the log. A measurement may make another
-    (timing the attention paths chooses the softmax kernel): the lock is one per file and reentrant."""
+    (timing the attention paths chooses the softmax kernel): the lock is one per file and reentrant.
+    Where the cache folder cannot be written, measured for this process only, and the log says why."""
     path, key = cache_file(), machine_key(what)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with file_lock(path):  # one process measures; the others read its result
-        entry = read_cache(path).get(key)
-        if isinstance(entry, dict) and entry.get(field) in choices:
-            return entry, f"measured earlier, {path}"
-        entry = measure()
-        entries = read_cache(path, warn=False)  # again: with what a measurement inside this one stored
-        entries[key] = entry
-        path.write_text(json.dumps(entries, indent=1) + "\n")
-        return entry, "measured"
+    entry = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with file_lock(path):  # one process measures; the others read its result
+            cached = read_cache(path).get(key)
+            if isinstance(cached, dict) and cached.get(field) in choices:
+                return cached, f"measured earlier, {path}"
+            entry = measure()
+            entries = read_cache(path, warn=False)  # again: with what a measurement inside this one stored
+            entries[key] = entry
+            path.write_text(json.dumps(entries, indent=1) + "\n")
+            return entry, "measured"
+    except OSError as error:
+        log.warning("%s cannot be written (%s): %s measured for this process only", path, error, what)
+        return entry if entry is not None else measure(), "measured, not kept"
 
 
 _locks: dict[Path, FileLock] = {}

@@ -57,7 +57,7 @@ def library() -> ctypes.CDLL | None:
         if reason is None:
             try:
                 _library.append(load(build(compiler() or "", openmp_library() or "")))
-            except BuildError as error:
+            except (BuildError, OSError) as error:  # OSError: the cache folder cannot be written
                 reason = f"vitlab's did not build: {error}"
         if reason is not None:
             log.info("bf16 softmax: ATen's kernel (%s)", reason)
