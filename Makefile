@@ -47,10 +47,10 @@ lint: $(STAMP)
 # vitlab against timm, transformers and torchvision (docs/benchmarks.md), one preset per target: each writes
 # build/bench/PRESET.{json,md}; bench-doc renders docs/benchmarks.md from them and the results kept there.
 # Wall time on 2 cores of an AMD EPYC of family 26 model 2 (AVX512), from a cold Inductor cache, one
-# preset after another: bench (standard) 11 min 14 s (9 min warm, when it also timed the int8 rows), bench-384 9 min 32 s,
-# bench-int8 3 min 28 s, bench-pipelines 1 min 40 s, bench-avx2 16 min 13 s. On an EPYC of family 25
-# (model 17), whose bf16 GEMM peak is about half as high, bench took 20 min (with the int8 rows it
-# no longer times; they are bench-int8's).
+# preset after another: bench (standard) 11 min 14 s (9 min warm, when it also timed the int8 rows),
+# bench-384 9 min 32 s, bench-int8 3 min 28 s, bench-pipelines 1 min 40 s, bench-avx2 16 min 13 s.
+# On an EPYC of family 25 (model 17), whose bf16 GEMM peak is about half as high, bench took 20 min
+# (with the int8 rows it no longer times; they are bench-int8's).
 bench: $(STAMP)
 	$(PY) -m vitlab bench --preset standard --out build/bench
 
