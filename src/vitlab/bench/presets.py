@@ -26,8 +26,8 @@ INT8 = ("vitlab", "vitlab-int8", "onnxruntime", "onnxruntime-int8")
 
 
 # Every implementation computing the case's own numbers: the int8 ones (OTHER_NUMERICS) have their preset,
-# `int8`, and compiling vitlab-int8 and quantizing for onnxruntime took 1.5 of standard's 14.6 minutes
-# on a cold Inductor cache (AMD EPYC, family 26 model 2).
+# `int8`. With them standard took 14.6 minutes on a cold Inductor cache, without them 11.2 (AMD EPYC,
+# family 26 model 2; the Makefile's bench wall times).
 SAME_NUMERICS = tuple(name for name in IMPLEMENTATIONS if name not in OTHER_NUMERICS)
 
 

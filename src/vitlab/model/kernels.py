@@ -19,8 +19,9 @@
   choice: on an AMD EPYC (AVX512), MKL took its generic path at 198 GFLOP/s against oneDNN's 436
   (Ti/16's fc1, 2 threads).
 
-What CPU this is (name, family and model, capability, L2 cache): cpu.py. Every choice is logged once. Dynamo treats the choices as constants (assume_constant_result): they
-are made while tracing, not traced.
+What CPU this is (name, family and model, capability, L2 cache): cpu.py. Every choice is logged
+once. Dynamo treats the choices as constants (assume_constant_result): they are made while tracing,
+not traced.
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ ATen's kernel computes a bf16 row in fp32 and rounds it once; it takes the last 
 each row one at a time through a scalar exp, 5 of a row of 197 keys. vitlab's kernel (native.py,
 csrc/bf16_kernels.c) computes the same numbers with AVX-512 throughout. On an AMD EPYC (family 26
 model 2, 2 threads) S/16's block of 4 images (4728 rows of 197) took 0.18-0.20 ms against ATen's
-0.45-0.52, and the eager bf16 forward pass 4% less time for S/16 (batch 16), 6-9% less for Ti/16
-(batch 32), interleaved. It runs where native.py's conditions hold and it was the faster here.
+0.45-0.52, and the eager bf16 forward pass 3.8% less time for S/16 (batch 16), 6.8% less for Ti/16
+(batch 32): the median of 40 rounds, each timing the model with either kernel back to back. It runs where native.py's conditions hold and it was the faster here.
 """
 
 from __future__ import annotations
