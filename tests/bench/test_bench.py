@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -143,6 +146,15 @@ def test_peak_memory_sees_a_temporary_tensor():
         return buffer.sum()
 
     assert 8 * 2**20 <= step_peak_bytes(step, CPU) < 9 * 2**20
+
+
+def test_peak_memory_keeps_the_profilers_lines_off_stderr():
+    """Kineto prints "profiler_start" / "profiler_stop" and, without a GPU, an ERROR line to stderr."""
+    code = "import torch; from vitlab.bench.memory import cpu_peak_bytes; print(cpu_peak_bytes(lambda: torch.ones(99)))"
+    env = {name: value for name, value in os.environ.items() if name != "KINETO_LOG_LEVEL"}
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert int(run.stdout) > 0
+    assert "profiler_st" not in run.stderr and "ERROR" not in run.stderr, run.stderr
 
 
 def test_flop_count_matches_the_analytic_formula():

@@ -6,10 +6,15 @@ tracemalloc cannot see these allocations and the process's RSS keeps freed pages
 return, so neither is used. Memory that libraries allocate behind PyTorch's back (oneDNN's scratch
 space) is not counted, for any implementation.
 CUDA: the caching allocator's own peak counter.
+
+The profiler's C++ side (Kineto) writes a line to stderr at every start and stop, and an "ERROR" on
+a machine without a GPU; KINETO_LOG_LEVEL=6 (above its last level) keeps a bench's output to its own
+lines. A level the user set stays.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 import torch
@@ -26,6 +31,7 @@ def _allocations(node, out: list[tuple[int, int]]) -> None:
 
 
 def cpu_peak_bytes(step: Callable[[], object]) -> int:
+    os.environ.setdefault("KINETO_LOG_LEVEL", "6")  # read when the profiler first starts
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as profiler:
         step()
     events: list[tuple[int, int]] = []
