@@ -66,7 +66,7 @@ def test_tiny_run_reports_every_implementation_with_sane_fields(tiny_results):
         for row in case["rows"]:
             assert row["images_per_s"] > 0
             assert row["images_per_s"] == max(row["modes"].values())  # the best mode is reported
-            assert 0 < row["mfu"] < 1
+            assert 0 < row["mfu"] < 1 if row["implementation"] not in OTHER_NUMERICS else row["mfu"] is None
             assert row["peak_memory_mib"] > 0
         speeds = {row["implementation"]: row["images_per_s"] for row in case["rows"]}
         best_peer = max((name for name in speeds if name != "vitlab"), key=speeds.get)

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import copy
+import json
+from pathlib import Path
+
 import pytest
 import torch
 
 from vitlab.bench import PRESETS, markdown
 from vitlab.bench.implementations import ONNXRUNTIME
-from vitlab.bench.machine import EMULATION_ENVS, describe
+from vitlab.bench.machine import EMULATION_ENVS, describe, utilisation
 from vitlab.bench.report import machine_line
 from vitlab.bench.targets import TARGETS
 from vitlab.cli import main as cli_main
@@ -59,3 +63,37 @@ def test_variants_that_select_no_case_are_named_in_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "--variants B/16" in err
     assert not (tmp_path / "bench.json").exists()
+
+
+RECORDED = json.loads((Path(__file__).parents[1] / "fixtures" / "bench" / "tiny.json").read_text())
+
+
+def mfu_cells(results: dict) -> dict[tuple[str, str, str], str]:
+    """(dtype, task, implementation) -> the MFU cell of the per-implementation table."""
+    cells = {}
+    for line in markdown(results).splitlines():
+        cols = [col.strip() for col in line.strip("|").split("|")]
+        if len(cols) == 9 and cols[3] not in ("implementation", "---"):
+            cells[(cols[2], cols[1], cols[3])] = cols[6]
+    return cells
+
+
+def test_mfu_is_against_the_fastest_gemm_on_the_dtypes_numbers_and_none_for_int8():
+    peaks = {"fp32": 2e11, "bf16": 1e9}  # bf16 emulated: its own GEMM at 1 GFLOP/s
+    assert utilisation(1e9, 10.0, "bf16", peaks) == pytest.approx(0.05)  # against fp32's peak, not 1000%
+    assert utilisation(1e9, 10.0, "bf16", {"fp32": 2e11, "bf16": 5e11}) == pytest.approx(0.02)  # native bf16
+    assert utilisation(1e9, 10.0, "fp32", {"fp32": 2e11, "bf16": 5e11}) == pytest.approx(0.05)
+    assert utilisation(1e9, 10.0, "fp32", peaks, other_numerics=True) is None
+
+    emulated = copy.deepcopy(RECORDED)
+    emulated["gemm_peak_flops"] = peaks
+    for case in emulated["cases"]:
+        for row in case["rows"]:
+            row["mfu"] = 99.0  # a stale stored value: the table computes its own
+    cells = mfu_cells(emulated)
+    bf16 = next(case for case in RECORDED["cases"] if case["dtype"] == "bf16" and case["task"] == "infer")
+    expected = 100 * bf16["flops_per_image"] * bf16["rows"][0]["images_per_s"] / peaks["fp32"]
+    assert cells[("bf16", "infer", "vitlab")] == f"{expected:.0f}%"
+    assert cells[("fp32", "infer", "vitlab-int8")] == "-"
+    assert cells[("fp32", "infer", "onnxruntime-int8")] == "-"
+    assert cells[("fp32", "infer", "timm")] != "-"

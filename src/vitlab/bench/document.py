@@ -65,8 +65,11 @@ implementation (`vitlab bench --help`).
   PyTorch's CPU allocator during one step of the best mode; memory that libraries allocate outside
   PyTorch (oneDNN scratch, onnxruntime) is not counted. On CUDA, the caching allocator's peak.
 - **MFU** = model FLOPs per image x images/s / the machine's GEMM peak of the same dtype (the best
-  rate of a large GEMM, through `torch.mm` or, on CPU, oneDNN); vitlab skips the last layer's non-class rows and its frozen graphs use
-  prepacked kernels, so its MFU reads high.
+  rate of a large GEMM, through `torch.mm` or, on CPU, oneDNN). Where bf16 is emulated, its own GEMM
+  is a fallback at about 1 GFLOP/s; bf16 operands widen to fp32 exactly, so the fp32 GEMM's peak is
+  the one used. The int8 rows have none (their GEMMs are int8, whose peak is not measured). vitlab
+  skips the last layer's non-class rows and its frozen graphs use prepacked kernels, so its MFU
+  reads high.
 - **Which CPU.** Results are grouped by CPU kind: the name, the vendor's family and model numbers
   (from /proc/cpuinfo) and the capability ATen dispatches to. CPUs sold under one name differ in
   generation, and so in their GEMM peaks and in which kernels are fastest; runs made before the family

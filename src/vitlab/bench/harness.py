@@ -21,7 +21,7 @@ from vitlab.model.kernels import native
 
 from .flops import model_flops
 from .implementations import FAST_DTYPES, IMPLEMENTATIONS, ONNXRUNTIME, OTHER_NUMERICS, build
-from .machine import capability_text, describe, gemm_peak, load_average
+from .machine import capability_text, describe, gemm_peak, load_average, utilisation
 from .memory import step_peak_bytes
 from .report import gflops
 from .steps import DTYPES, Case, Mode, make_step
@@ -183,7 +183,8 @@ def run_case(spec: CaseSpec, config: BenchConfig, device: torch.device, peak: di
         memory = None
         if config.memory and implementation not in ONNXRUNTIME:
             memory = step_peak_bytes(steps[f"{implementation} {best}"], device) / 2**20
-        rows.append(Row(implementation, best, tried[best], tried, memory, flops * tried[best] / peak[case.dtype]))
+        mfu = utilisation(flops, tried[best], case.dtype, peak, implementation in OTHER_NUMERICS)
+        rows.append(Row(implementation, best, tried[best], tried, memory, mfu))
     result = CaseResult(case, flops, rows, list(contenders.values()), load_average())
     for row in rows:
         log.info("  %-12s %-14s %8.1f images/s", row.implementation, row.mode, row.images_per_s)

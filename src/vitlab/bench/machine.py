@@ -112,3 +112,17 @@ def gemm_peak(
                 synchronize(device)
                 best = max(best, 2 * n**3 / (time.perf_counter() - start))
     return best
+
+
+def utilisation(
+    flops_per_image: float, images_per_s: float, dtype: str, peaks: dict[str, float], other_numerics: bool = False
+) -> float | None:
+    """Model FLOPs utilisation: model FLOP/s over the fastest GEMM this machine runs on `dtype`'s
+    numbers. bf16 / fp16 operands widen to fp32 exactly, so where the CPU emulates them (their own GEMM
+    a fallback at about 1 GFLOP/s, against which every row would read thousands of percent) that is
+    the fp32 GEMM's peak. None for int8 rows (`other_numerics`): their GEMMs are int8, whose peak is
+    not measured."""
+    if other_numerics:
+        return None
+    peak = max(peaks[dtype], peaks["fp32"]) if dtype != "fp32" else peaks[dtype]
+    return flops_per_image * images_per_s / peak
