@@ -6,6 +6,7 @@ import pytest
 
 from vitlab.bench import PRESETS, Case, Mode
 from vitlab.bench.presets import INT8_ACCURACY_PRESETS
+from vitlab.bench.report import targets_table
 from vitlab.bench.targets import BEST_PEER, EAGER, TARGETS, Side, Target
 from vitlab.model import config_for
 
@@ -108,3 +109,39 @@ def test_an_eager_target_reads_each_sides_fastest_eager_mode_among_pytorch_peers
     assert eager.label == "S/16 @224: vitlab eager (bf16 infer) / best PyTorch peer eager (bf16 infer) >= 1.2x"
     best = Target("S/16", 224, Side("infer", "bf16", "vitlab"), Side("infer", "bf16", BEST_PEER), 1.2)
     assert best.ratio(cases) == pytest.approx(80.0 / 70.0)
+
+
+def test_a_target_within_one_case_gives_its_ratio_in_each_round_and_the_report_says_when_one_falls_short():
+    def contender(name: str, mode: str, *seconds: float) -> dict:
+        return {"implementation": name, "mode": mode, "seconds": list(seconds)}
+
+    def row(name: str, **modes: float) -> dict:
+        return {"implementation": name, "images_per_s": max(modes.values()), "modes": modes}
+
+    case = {
+        "variant": "S/16",
+        "image_size": 224,
+        "task": "infer",
+        "dtype": "bf16",
+        "best_peer": "timm",
+        "rows": [row("vitlab", eager=10.0, fast=20.0), row("timm", eager=8.0, compile=12.0)],
+        "contenders": [
+            contender("vitlab", "eager", 1.0, 1.0, 1.0),
+            contender("vitlab", "fast", 0.5, 0.5, 0.4),
+            contender("timm", "eager", 1.3, 1.1, 1.25),
+            contender("timm", "compile", 0.9, 0.8, 0.8),
+        ],
+    }
+    fp32 = {**case, "dtype": "fp32", "contenders": []}
+    eager = Target("S/16", 224, Side("infer", "bf16", "vitlab", EAGER), Side("infer", "bf16", BEST_PEER, EAGER), 1.2)
+    assert eager.ratio([case]) == pytest.approx(10.0 / 8.0)
+    assert eager.round_ratios([case]) == pytest.approx([1.3, 1.1, 1.25])  # timm eager over vitlab eager
+    best = Target("S/16", 224, Side("infer", "bf16", "vitlab"), Side("infer", "bf16", BEST_PEER), 1.2)
+    assert best.round_ratios([case]) == pytest.approx([1.8, 1.6, 2.0])  # timm compile over vitlab fast
+    across = Target("S/16", 224, Side("infer", "fp32", "vitlab"), Side("infer", "bf16", "vitlab", "fast"), 1.0)
+    assert across.round_ratios([fp32, case]) is None  # timed in different rounds: no pairs
+
+    results = {"preset": "standard", "cases": [case]}
+    text = "\n".join(targets_table(results))
+    assert f"| {eager.label} | 1.25x | 1.10x - 1.30x | met |" in text
+    assert f"a rerun may miss: 1 ({eager.label})" in text

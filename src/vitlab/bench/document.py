@@ -78,6 +78,9 @@ implementation (`vitlab bench --help`).
   every table lists them as met / not met from its own numbers. The model-only targets hold each side
   in its best mode, and again each run eagerly: "eager" is the faster of `eager` and `eager+bf16w`,
   and the best PyTorch peer's excludes onnxruntime, whose one session always optimizes the graph.
+  A target is judged by the ratio of the two sides' median speeds. Beside it, where both sides were
+  timed in the same rounds, the lowest and highest ratio within one round: where the lowest falls
+  below the target, the summary says that a rerun may miss it.
 
 ## What makes vitlab faster
 

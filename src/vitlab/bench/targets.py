@@ -29,35 +29,43 @@ class Side:
         mode = f" {self.mode}" if self.mode else ""
         return f"{self.implementation}{mode} ({self.dtype} {self.task})"
 
+    def case(self, cases: list[dict], variant: str, image_size: int) -> dict | None:
+        """The run's case (JSON dict) this side is read from; None when the run lacks it."""
+        wanted = (variant, image_size, self.task, self.dtype)
+        return next((c for c in cases if (c["variant"], c["image_size"], c["task"], c["dtype"]) == wanted), None)
+
+    def choice(self, case: dict) -> tuple[str, str] | None:
+        """The (implementation, mode) this side stands for in `case`."""
+        if self.mode == EAGER:
+            return eager_choice(case["rows"], self.implementation)
+        name = case["best_peer"] if self.implementation == BEST_PEER else self.implementation
+        row = next((row for row in case["rows"] if row["implementation"] == name), None)
+        if row is None:
+            return None
+        mode = self.mode or max(row["modes"], key=row["modes"].get)
+        return (name, mode) if mode in row["modes"] else None
+
     def speed(self, cases: list[dict], variant: str, image_size: int) -> float | None:
-        """images/s of this side in the run's `cases` (JSON dicts); None when the run lacks it."""
-        for case in cases:
-            if (case["variant"], case["image_size"], case["task"], case["dtype"]) != (
-                variant,
-                image_size,
-                self.task,
-                self.dtype,
-            ):
-                continue
-            if self.mode == EAGER:
-                return eager_speed(case["rows"], self.implementation)
-            name = case["best_peer"] if self.implementation == BEST_PEER else self.implementation
-            row = next((row for row in case["rows"] if row["implementation"] == name), None)
-            if row is None:
-                return None
-            return row["modes"].get(self.mode) if self.mode else row["images_per_s"]
-        return None
+        """images/s of this side in the run's `cases`; None when the run lacks it."""
+        case = self.case(cases, variant, image_size)
+        choice = self.choice(case) if case else None
+        if case is None or choice is None:
+            return None
+        row = next(row for row in case["rows"] if row["implementation"] == choice[0])
+        return row["modes"][choice[1]] if self.mode else row["images_per_s"]
 
 
-def eager_speed(rows: list[dict], implementation: str) -> float | None:
-    """The fastest eager mode's images/s of `implementation`, or of the PyTorch peers (BEST_PEER)."""
+def eager_choice(rows: list[dict], implementation: str) -> tuple[str, str] | None:
+    """The fastest eager mode of `implementation`, or of the PyTorch peers (BEST_PEER)."""
     if implementation == BEST_PEER:
         excluded = ("vitlab", *ONNXRUNTIME, *OTHER_NUMERICS)
         chosen = [row for row in rows if row["implementation"] not in excluded]
     else:
         chosen = [row for row in rows if row["implementation"] == implementation]
-    speeds = [speed for row in chosen for mode, speed in row["modes"].items() if mode.split("+")[0] == "eager"]
-    return max(speeds, default=None)
+    eager = [(row["implementation"], mode, speed) for row in chosen for mode, speed in row["modes"].items()]
+    eager = [entry for entry in eager if entry[1].split("+")[0] == "eager"]
+    fastest = max(eager, key=lambda entry: entry[2], default=None)
+    return fastest and fastest[:2]
 
 
 @dataclass(frozen=True)
@@ -73,9 +81,22 @@ class Target:
         return f"{self.variant} @{self.image_size}: {self.numerator} / {self.denominator} >= {self.at_least:g}x"
 
     def ratio(self, cases: list[dict]) -> float | None:
+        """The ratio of the two sides' speeds (each the median over the run's rounds)."""
         top = self.numerator.speed(cases, self.variant, self.image_size)
         bottom = self.denominator.speed(cases, self.variant, self.image_size)
         return None if top is None or bottom is None else top / bottom
+
+    def round_ratios(self, cases: list[dict]) -> list[float] | None:
+        """The ratio within each interleaved round, where both sides were timed in the same rounds (one
+        case): the spread says how far the run's noise reaches. None across cases (int8 over bf16)."""
+        top_case = self.numerator.case(cases, self.variant, self.image_size)
+        if top_case is None or top_case is not self.denominator.case(cases, self.variant, self.image_size):
+            return None
+        top, bottom = self.numerator.choice(top_case), self.denominator.choice(top_case)
+        timed = {(c["implementation"], c["mode"]): c.get("seconds") for c in top_case.get("contenders", [])}
+        if not (top and bottom and timed.get(top) and timed.get(bottom)):
+            return None
+        return [slow / fast for fast, slow in zip(timed[top], timed[bottom], strict=True)]
 
 
 def versus_best_peer(variant: str, image_size: int, task: str, dtype: str, at_least: float) -> Target:
