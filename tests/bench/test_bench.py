@@ -240,7 +240,8 @@ def test_cli_names_a_bad_case_in_one_line(tmp_path, capsys):
 
 
 def test_gpu_script_runs_tiny_on_cpu(tmp_path, capsys):
-    flags = ["--tiny", "--device", "cpu", "--rounds", "2", "--modes", "eager,eager+bf16w", "--out", str(tmp_path)]
+    flags = ["--tiny", "--device", "cpu", "--rounds", "2", "--modes", "eager,eager+bf16w", "--ddp-steps", "2"]
+    flags += ["--out", str(tmp_path)]
     assert gpu_main(flags) == 0
     summary = (tmp_path / "summary.txt").read_text()
     assert "mu/16@32 infer bf16 batch 2: vitlab" in summary and "timm" in summary
@@ -250,3 +251,12 @@ def test_gpu_script_runs_tiny_on_cpu(tmp_path, capsys):
     assert "input pipeline at 32 px, batch 4: decode + crop + flip + RandAugment + normalise on cpu" in summary
     comparison = json.loads((tmp_path / "bench.json").read_text())["input_pipeline"]["comparison"]
     assert comparison["within_tolerance"] and comparison["mean_levels"] < 0.5 and "within the tolerance" in summary
+    # A few data-parallel steps under torchrun (gloo here, nccl on GPUs): two processes' slices of one
+    # batch give the whole batch's gradients; ddp.json renders in docs/benchmarks.md beside bench.json.
+    assert "data-parallel mu/16@32 over gloo, 2 process(es) x 2 images" in summary
+    assert "gradient check passed" in summary
+    ddp = json.loads((tmp_path / "ddp.json").read_text())
+    assert ddp["check"]["passed"] and 0 < ddp["check"]["max_difference"] < 1e-4 and len(ddp["timing"]["losses"]) == 4
+    out = tmp_path / "docs" / "benchmarks.md"
+    assert cli_main(["bench", "report", "--runs", str(tmp_path), "--out", str(out)]) == 0
+    assert "### Data-parallel training (gloo)" in out.read_text()

@@ -7,15 +7,20 @@ Reports images/s, peak memory, and model FLOPs utilisation against both the meas
 and the GPU's nominal dense bf16 peak (H200: ~790 TFLOP/s, pass --nominal-tflops for another GPU).
 Writes bench.json and bench.md like `vitlab bench`, plus summary.txt with the MFU against the
 nominal peak. It also times the input pipeline that decodes and augments on the device against the CPU
-one and compares their outputs (gpu_input.py; --no-input skips it). vitlab runs from source but imports its dependencies (pyproject.toml) and timm; on a
-machine without a network, install them into a folder beforehand and put it on PYTHONPATH:
+one and compares their outputs (gpu_input.py; --no-input skips it), and runs a few data-parallel
+training steps over nccl, one process per GPU, with their gradient check (ddp.py: ddp.json beside
+bench.json; --ddp-steps 0 skips it). `vitlab bench report --runs DIR` puts both in docs/benchmarks.md.
+vitlab runs from source but imports its dependencies (pyproject.toml) and timm; on a machine
+without a network, install them into a folder beforehand and put it on PYTHONPATH:
 `pip install --target DIR --python-version 3.12 --only-binary=:all: timm safetensors ...`.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
+import subprocess
 import sys
 from pathlib import Path
 
@@ -53,6 +58,28 @@ def summary(results: dict, nominal_tflops: float) -> list[str]:
     return lines
 
 
+def data_parallel(out: Path, device: torch.device, tiny: bool, steps: int) -> tuple[list[str], bool]:
+    """ddp.py under torchrun, one process per GPU (two on a CPU); its summary lines and whether it passed."""
+    processes = torch.cuda.device_count() if device.type == "cuda" else 2
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}"]
+    command += ["-m", "vitlab.bench.ddp", "--device", device.type, "--steps", str(steps), "--out", str(out)]
+    written = out / "ddp.json"
+    written.unlink(missing_ok=True)  # an earlier run's would pass for this one's
+    status = subprocess.run([*command, *(["--tiny"] if tiny else [])]).returncode
+    if not written.is_file():
+        return [f"data-parallel steps: exit status {status}, no ddp.json (its log is above)"], False
+    result = json.loads(written.read_text())
+    check, timing = result["check"], result["timing"]
+    images_per_s = result["world_size"] * result["batch_per_process"] / timing["step_ms"] * 1e3
+    line = (
+        f"data-parallel {result['variant']}@{result['image_size']} over {result['backend']}, "
+        f"{result['world_size']} process(es) x {result['batch_per_process']} images: {timing['step_ms']:.1f} ms "
+        f"per step, {images_per_s:.1f} images/s; gradient check "
+        f"{'passed' if check['passed'] else 'FAILED'} ({check['max_difference']:.1e} of the largest gradient)"
+    )
+    return [line], check["passed"] and status == 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m vitlab.bench.gpu", description=__doc__.split("\n\n")[0])
     parser.add_argument("--tiny", action="store_true", help="a tiny model at 32 px: checks the script on any machine")
@@ -62,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--modes", default=",".join(MODES), help="comma-separated modes to try")
     parser.add_argument("--nominal-tflops", type=float, default=H200_BF16_TFLOPS)
     parser.add_argument("--no-input", action="store_true", help="skip the input pipeline's timing and comparison")
+    parser.add_argument("--ddp-steps", type=int, default=10, help="timed data-parallel steps (0: none)")
     parser.add_argument("--out", default="build/bench-gpu")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
@@ -82,10 +110,14 @@ def main(argv: list[str] | None = None) -> int:
         lines += input_summary(results["input_pipeline"])
     results["summary"] = lines
     json_path, md_path = write(results, args.out)
+    passed = True
+    if args.ddp_steps:
+        ddp_lines, passed = data_parallel(Path(args.out), torch.device(args.device), args.tiny, args.ddp_steps)
+        lines += ddp_lines
     (Path(args.out) / "summary.txt").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     print(f"wrote {json_path}, {md_path} and summary.txt")
-    return 0
+    return 0 if passed else 1
 
 
 if __name__ == "__main__":
