@@ -32,6 +32,7 @@ make bench-384    # S/16 and B/16 at the paper's fine-tuning resolution, 384 px 
 make bench-int8   # vitlab's and onnxruntime's int8 against onnxruntime fp32 and vitlab's fast paths
 make bench-pipelines  # JPEG files -> top-5 against timm's pipeline; the training input pipeline per core
 make bench-avx2   # the model-only cases with this CPU limited to AVX2 (no native bf16)
+python -m vitlab.bench.gpu --out build/bench-gpu  # on a GPU: B/16 against timm, the device input pipeline, DDP
 vitlab bench Ti/16:infer:bf16:64 B/16:train:bf16:8:vitlab,timm --image-size 224 --rounds 7
 ```
 
