@@ -57,6 +57,16 @@ def test_the_avx2_preset_has_the_standard_cases_and_no_contender_that_ignores_th
     assert all(s.implementations and not set(s.implementations) & set(ONNXRUNTIME) for s in specs)
 
 
+def test_the_avx2_preset_on_a_cpu_with_native_bf16_says_it_measures_this_cpu(monkeypatch):
+    from vitlab.bench import presets
+
+    monkeypatch.setattr(presets, "native", lambda dtype: True)
+    assert "this one has it" in (presets.misfit("avx2") or "")
+    assert presets.misfit("standard") is None
+    monkeypatch.setattr(presets, "native", lambda dtype: False)  # AVX2 only, or emulated
+    assert presets.misfit("avx2") is None
+
+
 @pytest.mark.fault("bench-cli", kinds=1)
 def test_variants_that_select_no_case_are_named_in_one_line(tmp_path, capsys):
     assert cli_main(["bench", "--preset", "avx2", "--variants", "B/16", "--out", str(tmp_path)]) == 2

@@ -11,6 +11,10 @@ preset's ratios must reach (targets.py; docs/benchmarks.md says met / not met fr
 
 from __future__ import annotations
 
+import torch
+
+from vitlab.model.kernels import native
+
 from .harness import CaseSpec
 from .implementations import IMPLEMENTATIONS, ONNXRUNTIME, OTHER_NUMERICS
 from .steps import Case
@@ -105,6 +109,17 @@ def avx2() -> list[CaseSpec]:
             CaseSpec(Case(variant, 224, 8, "bf16", "train"), VERSUS_TIMM, TRAIN),
         ]
     return specs
+
+
+def misfit(preset: str) -> str | None:
+    """Why `preset` does not measure what it is for on this CPU, or None: the avx2 preset on a CPU
+    with native bf16 measures that CPU, not one without (its tables say which it ran on)."""
+    if preset == "avx2" and native(torch.bfloat16):
+        return (
+            "--preset avx2 is for a CPU without native bf16, and this one has it: its cases run on this CPU "
+            "as it is (`make bench-avx2` limits it to AVX2)"
+        )
+    return None
 
 
 PRESETS = {"standard": standard, "full": full, "tiny": tiny, "avx2": avx2, "res384": res384, "int8": int8}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 
 from . import with_examples
 
@@ -76,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
 
     from vitlab.bench import PRESETS, BenchConfig, CaseSpec, run_bench, write
     from vitlab.bench.machine import capability_text
-    from vitlab.bench.presets import INT8_ACCURACY_PRESETS
+    from vitlab.bench.presets import INT8_ACCURACY_PRESETS, misfit
     from vitlab.bench.report import with_document_keys
 
     if REPORT in args.cases:
@@ -115,6 +116,8 @@ def run(args: argparse.Namespace) -> int:
         memory=not args.no_memory,
     )
     preset = None if args.cases else args.preset
+    if preset and (why := misfit(preset)):
+        logging.getLogger("vitlab").warning(why)
     results = run_bench(config)
     if preset in INT8_ACCURACY_PRESETS:
         from vitlab.bench.int8_accuracy import int8_accuracy
