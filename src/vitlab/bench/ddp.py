@@ -113,6 +113,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--out", default="build/bench-gpu")
     args = parser.parse_args(argv)
+    if args.steps < 1 or (args.batch is not None and args.batch < 1):
+        parser.error(f"--steps {args.steps} and --batch {args.batch}: each at least 1")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: torch sees no CUDA device here")
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     cuda = args.device == "cuda"
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
