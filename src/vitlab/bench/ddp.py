@@ -36,8 +36,6 @@ from vitlab.model import create_untrained
 from .machine import describe, synchronize
 from .report import machine_line
 
-log = logging.getLogger("vitlab")
-
 KIND = "ddp"
 GRAD_TOLERANCE = 1e-4  # of the largest gradient entry: fp32 sums in another order differ by ~1e-6
 
@@ -46,12 +44,17 @@ def gradients(model: nn.Module) -> torch.Tensor:
     return torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
 
 
+def replicated(model: nn.Module, device: torch.device) -> nn.Module:
+    """`model` in DDP, whatever the number of processes (vitlab's trainer wraps only from two on)."""
+    return nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+
+
 def gradient_check(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, device: torch.device) -> dict:
     """DDP's averaged gradient against one model's on the whole batch (each process: its slice)."""
     rank, world = dist.get_rank(), dist.get_world_size()
     per_process = images.shape[0] // world
     mine = slice(rank * per_process, (rank + 1) * per_process)
-    parallel = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    parallel = replicated(model, device)  # held through backward: its reducer does the averaging
     F.cross_entropy(parallel(images[mine]), labels[mine]).backward()
     averaged = gradients(model).clone()
     model.zero_grad(set_to_none=True)
@@ -64,7 +67,7 @@ def gradient_check(model: nn.Module, images: torch.Tensor, labels: torch.Tensor,
 
 def timed_steps(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, steps: int, device: torch.device) -> dict:
     """`steps` bf16-autocast training steps through DDP after two untimed ones; milliseconds per step."""
-    parallel = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    parallel = replicated(model, device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     milliseconds, losses = [], []
     for step in range(steps + 2):
@@ -81,7 +84,8 @@ def timed_steps(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, st
         losses.append(loss.item())
     slowest = torch.tensor([statistics.median(milliseconds)], device=device)
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX)  # the step is as slow as its slowest process
-    return {"step_ms": slowest.item(), "losses": losses}
+    images_per_s = dist.get_world_size() * images.shape[0] / slowest.item() * 1e3
+    return {"step_ms": slowest.item(), "images_per_s": images_per_s, "losses": losses}
 
 
 def markdown(result: dict) -> str:
@@ -100,7 +104,7 @@ def markdown(result: dict) -> str:
         "| loss, first step -> last |",
         "|---:|---|---:|---:|---:|---|",
         f"| {world} | {result['backend']} | {batch} | {timing['step_ms']:.1f} "
-        f"| {world * batch / timing['step_ms'] * 1e3:.1f} | {timing['losses'][0]:.3f} -> {timing['losses'][-1]:.3f} |",
+        f"| {timing['images_per_s']:.1f} | {timing['losses'][0]:.3f} -> {timing['losses'][-1]:.3f} |",
     ]
     return "\n".join(lines) + "\n"
 

@@ -70,11 +70,10 @@ def data_parallel(out: Path, device: torch.device, tiny: bool, steps: int) -> tu
         return [f"data-parallel steps: exit status {status}, no ddp.json (its log is above)"], False
     result = json.loads(written.read_text())
     check, timing = result["check"], result["timing"]
-    images_per_s = result["world_size"] * result["batch_per_process"] / timing["step_ms"] * 1e3
     line = (
         f"data-parallel {result['variant']}@{result['image_size']} over {result['backend']}, "
         f"{result['world_size']} process(es) x {result['batch_per_process']} images: {timing['step_ms']:.1f} ms "
-        f"per step, {images_per_s:.1f} images/s; gradient check "
+        f"per step, {timing['images_per_s']:.1f} images/s; gradient check "
         f"{'passed' if check['passed'] else 'FAILED'} ({check['max_difference']:.1e} of the largest gradient)"
     )
     return [line], check["passed"] and status == 0
