@@ -6,7 +6,9 @@ from __future__ import annotations
 import csv
 import json
 import logging
+import os
 import re
+import socket
 
 import numpy as np
 import pytest
@@ -19,6 +21,7 @@ from vitlab.data import read_image
 from vitlab.evaluate import stream
 from vitlab.evaluate.predict import eval_transform
 from vitlab.model import create_model
+from vitlab.runlock import RunLock
 
 COUNT = 7  # files, predicted in batches of 2: four batches, the last one short
 
@@ -92,6 +95,37 @@ def test_an_interrupted_run_resumes_where_it_stopped(model_folder, pictures, tmp
         assert predict(model_folder, str(pictures), "--out", str(out)) == 0
     assert "4 of 7 files already predicted, 3 to go" in caplog.text
     assert read_rows(out) == read_rows(whole)  # every file once, in order, the same numbers
+
+
+@pytest.mark.fault("bad-input", kinds=1)
+def test_a_resume_without_its_features_file_is_refused(model_folder, pictures, tmp_path, capsys):
+    out, features = tmp_path / "top.csv", tmp_path / "features.npy"
+    argv = ["predict", "--ckpt", str(model_folder), str(pictures), "--out", str(out), "--features", str(features)]
+    assert main(argv) == 0
+    lines = out.read_text().splitlines(keepends=True)
+    out.write_text("".join(lines[:5]))  # four files done, as after an interruption
+    features.unlink()  # a new file would hold zeros for those four
+    line = one_line_error(capsys, argv)
+    assert f"--features {features} is missing, yet --out already holds 4 files' rows" in line, line
+    assert out.read_text() == "".join(lines[:5]) and not features.exists()
+
+
+@pytest.mark.fault("concurrency", kinds=2)
+@pytest.mark.parametrize("option", ["--out", "--features"])
+def test_a_second_run_on_the_same_output_is_refused_naming_the_first(model_folder, pictures, tmp_path, capsys, option):
+    out, features = tmp_path / "top.csv", tmp_path / "features.npy"
+    argv = ["predict", "--ckpt", str(model_folder), str(pictures), "--out", str(out), "--features", str(features)]
+    live = RunLock.beside(out if option == "--out" else features, option)
+    live.acquire()  # another run writing there (an flock: a second process is refused the same way)
+    try:
+        line = one_line_error(capsys, argv)
+    finally:
+        live.release()
+    held = out if option == "--out" else features
+    assert f"{option}: {held} is in use by another run (host {socket.gethostname()} PID {os.getpid()}" in line, line
+    assert not features.exists() and (option == "--features" or not out.exists())  # nothing written
+    assert predict(model_folder, str(pictures), "--out", str(out), "--features", str(features)) == 0
+    assert len(read_rows(out)) == COUNT and not list(tmp_path.glob(".*.holder"))  # released at the end
 
 
 @pytest.mark.fault("bad-input", kinds=2)

@@ -14,11 +14,11 @@ import pytest
 from helpers import TINY_FLAGS, tiny_config
 from vitlab.cli import main
 from vitlab.model import ConfigError
+from vitlab.runlock import HOLDER_FILE
 from vitlab.train import Trainer
-from vitlab.train.runlock import HOLDER_FILE
 
 HOLD = (
-    "import sys, time\nfrom vitlab.train.runlock import RunLock\nlock = RunLock(sys.argv[1])\nlock.acquire()\n"
+    "import sys, time\nfrom vitlab.runlock import RunLock\nlock = RunLock(sys.argv[1])\nlock.acquire()\n"
     "print('held', flush=True)\ntime.sleep(120)\n"
 )
 

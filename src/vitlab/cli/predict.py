@@ -150,7 +150,12 @@ def run_predict(args: argparse.Namespace) -> int:
         )
     features = None
     if args.features:
-        features = FeatureFile(Path(args.features), len(paths), config.feature_dim, resume=bool(done))
+        try:
+            features = FeatureFile(Path(args.features), len(paths), config.feature_dim, done=len(done))
+        except BaseException:
+            if writer is not None:
+                writer.close()  # frees --out for the rerun this error asks for
+            raise
 
     fast, why = (
         (False, "onnxruntime") if args.runtime == "onnx" else choose_path(args.fast, precision.name, device, len(todo))

@@ -25,6 +25,8 @@ from typing import IO, Any
 import numpy as np
 import torch
 
+from vitlab.runlock import RunLock
+
 from .stream import FileResult
 
 SUFFIXES = (".csv", ".jsonl")
@@ -70,7 +72,16 @@ class PredictionWriter:
         self.out, self.topk, self.csv = out, topk, out.suffix == ".csv"
         self.done: set[str] = set()
         self.skipped_before = 0
-        meta = options_file(out)
+        self.lock = RunLock.beside(out, "--out")  # a second run appending here would predict every file again
+        self.lock.acquire()
+        try:
+            self._open(options)
+        except BaseException:
+            self.lock.release()
+            raise
+
+    def _open(self, options: dict[str, Any]) -> None:
+        out, meta = self.out, options_file(self.out)
         if out.exists() and out.stat().st_size > 0:
             if not meta.is_file():
                 raise ValueError(f"{out} exists without its {meta.name}: not a vitlab prediction file to resume")
@@ -92,7 +103,7 @@ class PredictionWriter:
         self.handle: IO[str] = open(out, "a", newline="", encoding="utf-8")
         if self.csv and out.stat().st_size == 0:
             header = ["path", "status", "error"]
-            header += [f"{field}_{k}" for k in range(1, topk + 1) for field in ("label", "prob")]
+            header += [f"{field}_{k}" for k in range(1, self.topk + 1) for field in ("label", "prob")]
             csv.writer(self.handle).writerow(header)
             self.handle.flush()
 
@@ -131,14 +142,30 @@ class PredictionWriter:
 
     def close(self) -> None:
         self.handle.close()
+        self.lock.release()
 
 
 class FeatureFile:
-    """An .npy of (rows, dim) float32 written row by row in place; an existing one of that shape is reused."""
+    """An .npy of (rows, dim) float32 written row by row in place. `done` files are already predicted
+    (a resumed run): their rows are in the existing file of that shape, which must be there."""
 
-    def __init__(self, path: Path, rows: int, dim: int, resume: bool) -> None:
+    def __init__(self, path: Path, rows: int, dim: int, done: int) -> None:
         shape = (rows, dim)
-        if resume and path.is_file():
+        self.lock = RunLock.beside(path, "--features")
+        self.lock.acquire()
+        try:
+            self._open(path, shape, done)
+        except BaseException:
+            self.lock.release()
+            raise
+
+    def _open(self, path: Path, shape: tuple[int, int], done: int) -> None:
+        if done and not path.is_file():  # a new file would give their rows as zeros without a word
+            raise ValueError(
+                f"--features {path} is missing, yet --out already holds {done} files' rows, whose features "
+                "it held: restore it, or start anew with another --out"
+            )
+        if done:
             found = np.load(path, mmap_mode="r")
             if found.shape != shape or found.dtype != np.float32:
                 raise ValueError(
@@ -152,8 +179,8 @@ class FeatureFile:
             created = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=shape)
             self.offset = created.offset  # the header's length; the rows follow
             del created
-        self.row_bytes = dim * 4
-        self.dim = dim
+        self.dim = shape[1]
+        self.row_bytes = self.dim * 4
         self.handle = open(path, "r+b")
 
     def write(self, results: Sequence[FileResult]) -> None:
@@ -165,3 +192,4 @@ class FeatureFile:
 
     def close(self) -> None:
         self.handle.close()
+        self.lock.release()

@@ -21,6 +21,7 @@ import torch
 
 from vitlab.model import BiTConfig, ViTConfig
 from vitlab.model.runtime import resolve_device, resolve_precision, torch_threads
+from vitlab.runlock import RunLock
 
 from . import checkpoint as ckpt
 from . import default_callbacks, distributed, outputs
@@ -34,7 +35,6 @@ from .optim import build_ema, build_optimizer, build_schedule, clip_gradients, t
 from .outcomes import Diverged, Interrupted, TrainResult
 from .outputs import RUN_FILE
 from .rng import seed_everything
-from .runlock import RunLock
 from .selection import BestWeights
 from .signals import stop_requests
 
