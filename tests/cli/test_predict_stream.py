@@ -110,6 +110,19 @@ def test_a_resume_without_its_features_file_is_refused(model_folder, pictures, t
     assert out.read_text() == "".join(lines[:5]) and not features.exists()
 
 
+@pytest.mark.fault("bad-input", kinds=1)
+def test_a_resume_with_features_over_other_files_is_refused(model_folder, pictures, tmp_path, capsys):
+    out, features = tmp_path / "top.csv", tmp_path / "features.npy"
+    argv = ["predict", "--ckpt", str(model_folder), str(pictures), "--out", str(out), "--features", str(features)]
+    assert main(argv) == 0
+    lines = out.read_text().splitlines(keepends=True)
+    out.write_text("".join(lines[:3]))  # 0.png and 1.png done
+    (pictures / "0.png").rename(pictures / "9.png")  # as many files, but the rows would shift by one
+    line = one_line_error(capsys, argv)
+    assert re.search(r"other options \(file_list '7 files, sha256 \w+' then, '7 files, sha256 \w+' now\)", line), line
+    assert out.read_text() == "".join(lines[:3])
+
+
 @pytest.mark.fault("concurrency", kinds=2)
 @pytest.mark.parametrize("option", ["--out", "--features"])
 def test_a_second_run_on_the_same_output_is_refused_naming_the_first(model_folder, pictures, tmp_path, capsys, option):

@@ -140,6 +140,8 @@ def run_predict(args: argparse.Namespace) -> int:
         ],
         "draft": args.draft,
         "features": args.features,
+        # --features rows follow the file list's order: a resume must list the same files, in order
+        "file_list": paths.fingerprint() if args.features else None,
     }
     writer = PredictionWriter(Path(args.out), options, args.topk) if args.out else None
     done = writer.done if writer else set()

@@ -9,6 +9,7 @@ Python strings would be copied page by page into each worker as reference counts
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -39,6 +40,12 @@ class PathTable:
 
     def __iter__(self):
         return (self[i] for i in range(len(self)))
+
+    def fingerprint(self) -> str:
+        """The list in a few words: its length and the sha256 of its paths, in order."""
+        digest = hashlib.sha256(self.offsets.tobytes())
+        digest.update(self.data.tobytes())
+        return f"{len(self)} files, sha256 {digest.hexdigest()[:16]}"
 
 
 @dataclass

@@ -2,9 +2,10 @@
 
 `--out FILE.csv` (columns path, status, error, label_1, prob_1, ... label_K, prob_K) or `FILE.jsonl`
 (one object a file: {"path", "top": [{"label", "prob"}]} or {"path", "skipped": why}). Beside it,
-FILE.options.json records what produced the rows (model fingerprint, top-k, preprocessing, ...): a
-rerun with the same --out skips the files already written when its options are the same and says
-what differs otherwise. A last line cut short by the interruption is dropped and redone.
+FILE.options.json records what produced the rows (model fingerprint, top-k, preprocessing, with
+--features the file list, ...): a rerun with the same --out skips the files already written when its
+options are the same and says what differs otherwise. A last line cut short by the interruption is
+dropped and redone. One run at a time writes an --out (and a --features): a second is refused.
 
 `--features FILE.npy` holds one float32 row of pre-logits features per listed file, row i for file i
 (the CSV's order); rows of skipped files are NaN. It is written in place, row by row, so memory does
