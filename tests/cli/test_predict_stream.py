@@ -157,6 +157,30 @@ def test_a_rerun_with_other_options_is_refused_naming_them(model_folder, picture
     assert "other.csv exists without its other.csv.options.json" in line, line
 
 
+@pytest.mark.fault("bad-input", kinds=3)
+def test_outputs_in_the_way_are_one_line_before_any_work(model_folder, pictures, tmp_path, capsys, monkeypatch):
+    def never(*args, **kwargs):
+        raise AssertionError("a model was loaded before the outputs were checked")
+
+    monkeypatch.setattr("vitlab.cli.load_checkpoint", never)
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "folder.csv").mkdir()
+    for flags, words in [
+        (["--out", str(tmp_path / "folder.csv")], f"--out {tmp_path / 'folder.csv'}: is a folder, not a file"),
+        (
+            ["--out", str(tmp_path / "file" / "top.csv")],
+            "its folder " + f"{tmp_path / 'file'}: is a file, not a folder",
+        ),
+        (
+            ["--out", str(tmp_path / "top.csv"), "--features", str(tmp_path / "file" / "f.npy")],
+            f"--features {tmp_path / 'file' / 'f.npy'}: its folder",
+        ),
+    ]:
+        line = one_line_error(capsys, ["predict", "--ckpt", str(model_folder), str(pictures), *flags])
+        assert words in line, line
+    assert not (tmp_path / "top.csv").exists()
+
+
 @pytest.mark.fault("images", kinds=1)
 def test_a_bad_file_is_skipped_named_and_recorded(model_folder, pictures, tmp_path, capsys):
     (pictures / "3.png").write_bytes(b"")

@@ -81,7 +81,7 @@ def _load_for_inference(args: argparse.Namespace, **overrides):
 
 
 def _check_arguments(args: argparse.Namespace) -> None:
-    from vitlab.cli import UserError
+    from vitlab.cli import UserError, writable_file
     from vitlab.evaluate.prediction_files import SUFFIXES
 
     if args.topk < 1:
@@ -98,6 +98,9 @@ def _check_arguments(args: argparse.Namespace) -> None:
         raise UserError(f"--features {args.features}: the file name must end in .npy")
     if args.features and args.runtime == "onnx":
         raise UserError("--features needs --runtime torch: the exported ONNX graph gives logits only")
+    for flag in ("--out", "--features"):  # a file or a read-only folder in the way: one line, before any work
+        if getattr(args, flag[2:]):
+            writable_file(getattr(args, flag[2:]), flag)
 
 
 def run_predict(args: argparse.Namespace) -> int:
