@@ -13,10 +13,14 @@ from __future__ import annotations
 
 import argparse
 import logging
+from typing import TYPE_CHECKING
 
 import torch
 
 from . import DEVICE_HELP, add_checkpoint_argument, add_runtime_arguments, run_split, with_examples
+
+if TYPE_CHECKING:
+    from vitlab.model import BiTConfig, ViTConfig
 
 logger = logging.getLogger("vitlab")
 
@@ -102,10 +106,10 @@ def load_images(paths: list[str] | None, transform, limit: int) -> torch.Tensor:
     return torch.stack(images)
 
 
-def dataset_batches(args: argparse.Namespace, transform, model_names: list[str] | None):
+def dataset_batches(args: argparse.Namespace, transform, config: ViTConfig | BiTConfig):
     """The DataLoader over the validation split of --data or the run's data, and its class names;
     None without either."""
-    from vitlab.cli import preview
+    from vitlab.cli import check_classes
     from vitlab.cli.evaluate import read_run
     from vitlab.data import load_datasets
     from vitlab.train.config import TrainConfig
@@ -126,10 +130,7 @@ def dataset_batches(args: argparse.Namespace, transform, model_names: list[str] 
         max_bad_fraction=base.data.max_bad_fraction,
         check_splits=("val",),
     )
-    if model_names is not None and list(model_names) != list(splits.class_names):
-        raise ValueError(
-            f"{args.ckpt} was trained on classes {preview(model_names)}, but {source} has {preview(splits.class_names)}"
-        )
+    check_classes(config, splits.class_names, args.ckpt, source)
     val: torch.utils.data.Dataset = splits.val
     if args.max_images is not None and args.max_images < len(splits.val):
         val = torch.utils.data.Subset(splits.val, range(args.max_images))
@@ -154,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
     overrides = {"image_size": args.image_size} if args.image_size else {}
     model = load_checkpoint(args, **overrides).to(device).eval()
     transform = eval_transform(model.config)
-    dataset = None if args.images else dataset_batches(args, transform, model.config.class_names)
+    dataset = None if args.images else dataset_batches(args, transform, model.config)
     if dataset is None:
         images = load_images(args.images, transform, args.max_images or DEFAULT_IMAGES)
         result = analyze(model, images, args.out, what=what, layer=args.layer, head=args.head, show=args.show)

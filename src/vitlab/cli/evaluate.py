@@ -26,9 +26,9 @@ from . import (
     UserError,
     add_checkpoint_argument,
     add_runtime_arguments,
+    check_classes,
     load_checkpoint,
     memory_limit,
-    preview,
     run_split,
     with_examples,
     writable_file,
@@ -41,7 +41,8 @@ OLD_EVAL_FILE = "eval.json"  # the earlier name of the default report, still wri
 EXAMPLES = (  # the end of --help
     "vitlab eval --ckpt runs/demo  # the run's data and validation split; runs/demo/eval_summary.json",
     "vitlab eval --ckpt runs/demo --split train --out train_eval.json",
-    "vitlab eval --ckpt B/16:augreg-in21k-ft-in1k --data imagefolder:VAL --image-size 384 --out in1k.json",
+    "vitlab eval --ckpt B/16:augreg-in21k-ft-in1k --data imagefolder:VAL --split all --image-size 384 "
+    "--out in1k.json  # VAL/n01440764/*.JPEG ...: every image",
 )
 SPLITS = ("val", "dev", "train", "all")
 DEFAULT_BATCH_SIZE = 64  # without a run.yaml to take the run's evaluation batch from
@@ -241,13 +242,8 @@ def run_eval(args: argparse.Namespace) -> int:
         max_bad_fraction=settings.max_bad_fraction,
         check_splits=(),  # the scored files are checked as they are read, during the evaluation (SkipLog)
     )
-    names = model.config.class_names
-    if names is not None and list(names) != list(splits.class_names):
-        raise ValueError(
-            f"{args.ckpt} was trained on classes {preview(names)}, but {settings.data} has "
-            f"{preview(splits.class_names)}"
-        )
-    if splits.held_out and run is None:
+    check_classes(model.config, splits.class_names, args.ckpt, settings.data)
+    if splits.held_out and run is None and args.split != "all":  # all: every image, however split
         log.info(
             "%s has no run.yaml: %s's validation images held out with seed %d, val_fraction %g "
             "(pass the training run's --seed and --val-fraction)",

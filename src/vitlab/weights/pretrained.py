@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from pathlib import Path
 from typing import Any
@@ -71,6 +72,18 @@ def imagenet_class_names() -> list[str]:
     from torchvision.models import ViT_B_16_Weights
 
     return list(ViT_B_16_Weights.IMAGENET1K_V1.meta["categories"])
+
+
+# sha256 of ImageNet-1k's 1000 WordNet IDs (ILSVRC2012's synsets, the class folders of its train and
+# val sets), sorted and joined by newlines; timm ships the list as timm/data/_info/imagenet_synsets.txt.
+IMAGENET_WNIDS_SHA256 = "385e0240499426c022b773be1ae4da780f057b89c9694c7f47199f62746b6edd"
+
+
+def imagenet_folders(names: list[str]) -> bool:
+    """`names` are ImageNet-1k's WordNet IDs (n01440764, ...) in sorted order: the classes of an ImageNet
+    ImageFolder, whose k-th is the k-th of imagenet_class_names()."""
+    digest = hashlib.sha256("\n".join(map(str, names)).encode()).hexdigest()
+    return len(names) == IN1K_CLASSES and digest == IMAGENET_WNIDS_SHA256
 
 
 def load_pretrained(name: str, **overrides: Any) -> VisionTransformer:
