@@ -97,30 +97,33 @@ def test_an_interrupted_run_resumes_where_it_stopped(model_folder, pictures, tmp
     assert read_rows(out) == read_rows(whole)  # every file once, in order, the same numbers
 
 
-@pytest.mark.fault("bad-input", kinds=1)
-def test_a_resume_without_its_features_file_is_refused(model_folder, pictures, tmp_path, capsys):
+def interrupted_with_features(model_folder, pictures, tmp_path, done: int):
+    """A run with --out and --features whose CSV keeps `done` rows, as after an interruption: (argv,
+    the CSV's text, the features file)."""
     out, features = tmp_path / "top.csv", tmp_path / "features.npy"
     argv = ["predict", "--ckpt", str(model_folder), str(pictures), "--out", str(out), "--features", str(features)]
     assert main(argv) == 0
-    lines = out.read_text().splitlines(keepends=True)
-    out.write_text("".join(lines[:5]))  # four files done, as after an interruption
+    kept = "".join(out.read_text().splitlines(keepends=True)[: 1 + done])
+    out.write_text(kept)
+    return argv, kept, features
+
+
+@pytest.mark.fault("bad-input", kinds=1)
+def test_a_resume_without_its_features_file_is_refused(model_folder, pictures, tmp_path, capsys):
+    argv, kept, features = interrupted_with_features(model_folder, pictures, tmp_path, done=4)
     features.unlink()  # a new file would hold zeros for those four
     line = one_line_error(capsys, argv)
     assert f"--features {features} is missing, yet --out already holds 4 files' rows" in line, line
-    assert out.read_text() == "".join(lines[:5]) and not features.exists()
+    assert (tmp_path / "top.csv").read_text() == kept and not features.exists()
 
 
 @pytest.mark.fault("bad-input", kinds=1)
 def test_a_resume_with_features_over_other_files_is_refused(model_folder, pictures, tmp_path, capsys):
-    out, features = tmp_path / "top.csv", tmp_path / "features.npy"
-    argv = ["predict", "--ckpt", str(model_folder), str(pictures), "--out", str(out), "--features", str(features)]
-    assert main(argv) == 0
-    lines = out.read_text().splitlines(keepends=True)
-    out.write_text("".join(lines[:3]))  # 0.png and 1.png done
+    argv, kept, _ = interrupted_with_features(model_folder, pictures, tmp_path, done=2)
     (pictures / "0.png").rename(pictures / "9.png")  # as many files, but the rows would shift by one
     line = one_line_error(capsys, argv)
     assert re.search(r"other options \(file_list '7 files, sha256 \w+' then, '7 files, sha256 \w+' now\)", line), line
-    assert out.read_text() == "".join(lines[:3])
+    assert (tmp_path / "top.csv").read_text() == kept
 
 
 @pytest.mark.fault("concurrency", kinds=2)
