@@ -220,6 +220,36 @@ def test_features_are_the_models_pre_logits_row_by_row(model_folder, pictures, t
     np.testing.assert_allclose(top1, probabilities.max(dim=1).values.numpy(), rtol=1e-5)
 
 
+def test_a_feature_extractor_writes_its_representation_alone(pictures, tmp_path, capsys):
+    import vitlab
+
+    folder, out, features = tmp_path / "extractor", tmp_path / "files.csv", tmp_path / "features.npy"
+    options = dict(image_size=16, depth=1, dim=16, num_heads=2, mlp_dim=32, num_classes=0)
+    randomise_(create_model("Ti/4", **options)).save_pretrained(folder)
+    line = one_line_error(capsys, ["predict", "--ckpt", str(folder), str(pictures), "--out", str(out)])
+    assert "is a feature extractor (num_classes=0): it has no classes to predict; pass --out and --features" in line
+    assert not out.exists()  # refused before anything is written
+    assert predict(folder, str(pictures), "--out", str(out), "--features", str(features)) == 0
+    rows = read_rows(out)
+    assert list(rows[0]) == ["path", "status", "error"] and [row["status"] for row in rows] == ["ok"] * COUNT
+    model = vitlab.load(folder).eval()
+    transform = eval_transform(model.config)
+    with torch.no_grad():  # a feature extractor's output is its representation
+        expected = model(torch.stack([transform(read_image(row["path"])) for row in rows]))
+    matrix = np.load(features)
+    assert matrix.shape == (COUNT, 16) and matrix.std(axis=0).min() > 1e-4
+    np.testing.assert_allclose(matrix, expected.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_a_topk_above_the_classes_shows_each_and_says_so(model_folder, pictures, tmp_path, caplog):
+    out = tmp_path / "top.csv"
+    with caplog.at_level(logging.INFO, logger="vitlab"):
+        assert predict(model_folder, str(pictures), "--out", str(out), "--topk", "100") == 0
+    assert f"--topk 100: {model_folder} has 6 classes, each shown" in caplog.text
+    header = list(read_rows(out)[0])
+    assert header[-2:] == ["label_6", "prob_6"]  # no empty columns for classes the model lacks
+
+
 def test_draft_decoding_is_offered_by_predict_only(model_folder, tmp_path, capsys):
     rng = np.random.default_rng(1)
     photo = tmp_path / "photo.jpg"

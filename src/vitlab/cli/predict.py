@@ -30,7 +30,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     predict = subparsers.add_parser("predict", help="class probabilities for image files", **with_examples(*EXAMPLES))
     add_checkpoint_argument(predict)
     predict.add_argument("images", nargs="+", metavar="IMAGE_OR_DIR", help="image files or folders of them")
-    predict.add_argument("--topk", type=int, default=5, metavar="K", help="classes shown per image (default 5)")
+    predict.add_argument(
+        "--topk", type=int, default=5, metavar="K", help="classes shown per image (default 5; at most the model's)"
+    )
     predict.add_argument("--json", action="store_true", help="print JSON instead of text")
     predict.add_argument(
         "--runtime",
@@ -49,7 +51,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "rerun with the same --out to resume",
     )
     predict.add_argument(
-        "--features", metavar="FILE.npy", help="also the pre-logits features, a row per file (needs --out)"
+        "--features",
+        metavar="FILE.npy",
+        help="also the pre-logits features, a row per file (needs --out); a feature extractor (num_classes=0) "
+        "writes these alone",
     )
     predict.add_argument(
         "--fast",
@@ -103,6 +108,25 @@ def _check_arguments(args: argparse.Namespace) -> None:
             writable_file(getattr(args, flag[2:]), flag)
 
 
+def classes_shown(args: argparse.Namespace, config) -> int:
+    """--topk, at most the model's classes (said where fewer); 0 for a feature extractor, whose run
+    writes its representation to --features, the rows of --out listing the files."""
+    from vitlab.cli import UserError
+
+    if config.num_classes == 0:
+        if not args.features:
+            raise UserError(
+                f"{args.ckpt} is a feature extractor (num_classes=0): it has no classes to predict; pass --out "
+                f"and --features FILE.npy to write its {config.feature_dim}-wide representation of each file"
+            )
+        log.info("%s is a feature extractor (num_classes=0): --out lists the files, --features holds them", args.ckpt)
+        return 0
+    if args.topk > config.num_classes:
+        log.info("--topk %d: %s has %d classes, each shown", args.topk, args.ckpt, config.num_classes)
+        return config.num_classes
+    return args.topk
+
+
 def run_predict(args: argparse.Namespace) -> int:
     import numpy as np
     import torch
@@ -128,12 +152,13 @@ def run_predict(args: argparse.Namespace) -> int:
         model, device, precision = _load_for_inference(args)
         fingerprint = model_fingerprint(model)
     config = model.config
+    topk = classes_shown(args, config)
     options = {
         "images": list(args.images),
         "model": fingerprint,
         "runtime": args.runtime,
         "precision": precision.name,
-        "topk": args.topk,
+        "topk": topk,
         "image_size": list(config.image_size),
         "preprocessing": [
             list(config.preprocessing.mean),
@@ -146,7 +171,7 @@ def run_predict(args: argparse.Namespace) -> int:
         # --features rows follow the file list's order: a resume must list the same files, in order
         "file_list": paths.fingerprint() if args.features else None,
     }
-    writer = PredictionWriter(Path(args.out), options, args.topk) if args.out else None
+    writer = PredictionWriter(Path(args.out), options, topk) if args.out else None
     done = writer.done if writer else set()
     todo = np.fromiter((i for i, path in enumerate(paths) if path not in done), dtype=np.int64)
     if writer and done:
@@ -175,7 +200,7 @@ def run_predict(args: argparse.Namespace) -> int:
     )
     predictor = StreamPredictor(
         model,
-        topk=args.topk,
+        topk=topk,
         device=device,
         dtype=precision.dtype or torch.float32,
         autocast=precision.autocast,

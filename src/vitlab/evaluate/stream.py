@@ -81,7 +81,7 @@ class StreamPredictor:
         batch_size: int | None = None,
     ) -> None:
         config = model_config(model)
-        self.names = class_names(config)
+        self.names = class_names(config) if topk else []  # topk 0: the features alone (a feature extractor's)
         self.topk = topk
         self.device = device
         self.normalize = BatchNormalize(config.preprocessing.mean, config.preprocessing.std)
@@ -103,7 +103,7 @@ class StreamPredictor:
             with self.autocast():
                 output = self.network(images)
             logits, features = output if self.features else (output, None)
-            top = top_classes(logits[:count], self.names, self.topk)
+            top = top_classes(logits[:count], self.names, self.topk) if self.topk else [[] for _ in range(count)]
             rows = features[:count].float().cpu().numpy() if features is not None else [None] * count
             results += [FileResult(p, t, None, f) for p, t, f in zip(batch.positions, top, rows)]
         return sorted(results, key=lambda result: result.position)
