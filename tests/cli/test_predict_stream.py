@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import re
+import signal
 import socket
 
 import numpy as np
@@ -18,6 +19,7 @@ from PIL import Image
 from helpers import one_line_error, randomise_
 from vitlab.cli import build_parser, main
 from vitlab.data import read_image
+from vitlab.data import stream as stream_data
 from vitlab.evaluate import stream
 from vitlab.evaluate.predict import eval_transform
 from vitlab.model import create_model
@@ -142,6 +144,35 @@ def test_a_second_run_on_the_same_output_is_refused_naming_the_first(model_folde
     assert not features.exists() and (option == "--features" or not out.exists())  # nothing written
     assert predict(model_folder, str(pictures), "--out", str(out), "--features", str(features)) == 0
     assert len(read_rows(out)) == COUNT and not list(tmp_path.glob(".*.holder"))  # released at the end
+
+
+@pytest.mark.fault("kill", kinds=1)
+def test_a_worker_killed_mid_run_is_one_line_and_the_rerun_resumes(
+    model_folder, pictures, tmp_path, monkeypatch, capsys
+):
+    out = tmp_path / "top.csv"
+    read = stream_data.ImageFiles.__getitem__
+
+    def killed_at_the_fifth(self, index):  # as the out-of-memory killer would, in the worker process
+        if torch.utils.data.get_worker_info() is not None and self.positions[index] == 4:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return read(self, index)
+
+    monkeypatch.setattr(stream_data.ImageFiles, "__getitem__", killed_at_the_fifth)
+    chld = signal.getsignal(signal.SIGCHLD)
+    try:
+        argv = ["predict", "--ckpt", str(model_folder), str(pictures), "--out", str(out), "--batch-size", "2"]
+        status = main([*argv, "--workers", "1", "--device", "cpu"])
+    finally:
+        signal.signal(signal.SIGCHLD, chld)
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("vitlab predict: error: a DataLoader worker")]
+    assert status == 1 and len(lines) == 1 and "Traceback" not in err, err
+    assert "most often by the out-of-memory killer; what was written stays" in lines[0]
+    assert len(read_rows(out)) <= 4  # the files before the killed one, at most
+    monkeypatch.setattr(stream_data.ImageFiles, "__getitem__", read)
+    assert predict(model_folder, str(pictures), "--out", str(out)) == 0
+    assert [row["path"] for row in read_rows(out)] == [str(pictures / f"{i}.png") for i in range(COUNT)]
 
 
 @pytest.mark.fault("bad-input", kinds=2)

@@ -10,8 +10,12 @@ import argparse
 import importlib
 import logging
 import os
+import re
+import signal
 import sys
 import tempfile
+import threading
+import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -214,6 +218,40 @@ def user_errors() -> tuple[type[BaseException], ...]:
     return tuple(errors)
 
 
+# torch's words when a DataLoader worker process dies: "DataLoader worker (pid 9590) is killed by
+# signal: Killed." or "DataLoader worker (pid(s) 9590, 9591) exited unexpectedly". Where the main
+# process notices first, the pipe's own error (EOFError, ConnectionResetError) comes instead.
+WORKER_DIED = re.compile(
+    r"DataLoader worker \(pid(?:\(s\))? ([\d, ]+)\) (is killed by signal: [^.]*|exited unexpectedly)"
+)
+WORKER_ADVICE = (
+    ", most often by the out-of-memory killer; what was written stays (predict --out and train --resume go on "
+    "from it); fewer --workers or a smaller --batch-size use less memory"
+)
+
+
+def worker_death(error: BaseException) -> str | None:
+    """One line for a DataLoader worker process that died (most often at the hands of the
+    out-of-memory killer), or None for any other error."""
+    link: BaseException | None = error
+    while link is not None:
+        match = WORKER_DIED.search(str(link)) if isinstance(link, RuntimeError) else None
+        if match:
+            return f"a DataLoader worker (pid {match[1]}) {match[2]}{WORKER_ADVICE}"
+        link = link.__cause__ or link.__context__
+    frames = traceback.walk_tb(error.__traceback__)
+    if isinstance(error, (EOFError, ConnectionError)) and any(
+        frame.f_code.co_filename.endswith(os.path.join("torch", "utils", "data", "dataloader.py"))
+        for frame, _ in frames
+    ):
+        return f"a DataLoader worker ended while handing over a batch ({type(error).__name__}){WORKER_ADVICE}"
+    return None
+
+
+def on_main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -238,4 +276,15 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"vitlab {args.command}: error: {error}", file=sys.stderr)
         return 2
+    except (RuntimeError, EOFError, ConnectionError) as error:
+        # torch's SIGCHLD handler raises its RuntimeError once more, wherever this process is, for each
+        # worker that died: quiet it before anything else runs (a builtin's call checks no signals)
+        chld = signal.signal(signal.SIGCHLD, signal.SIG_DFL) if on_main_thread() else None
+        died = worker_death(error)
+        if died is None or args.verbose:
+            if chld is not None:
+                signal.signal(signal.SIGCHLD, chld)
+            raise
+        print(f"vitlab {args.command}: error: {died}", file=sys.stderr)
+        return 1
     return int(result or 0)
