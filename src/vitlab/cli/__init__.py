@@ -14,7 +14,6 @@ import re
 import signal
 import sys
 import tempfile
-import threading
 import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,6 +23,7 @@ if TYPE_CHECKING:
     from vitlab.train.config import TrainConfig
 
 log = logging.getLogger("vitlab")
+
 # Modules of vitlab.cli, each registering one or more subcommands.
 COMMAND_MODULES = [
     "models",
@@ -248,10 +248,6 @@ def worker_death(error: BaseException) -> str | None:
     return None
 
 
-def on_main_thread() -> bool:
-    return threading.current_thread() is threading.main_thread()
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -278,8 +274,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except (RuntimeError, EOFError, ConnectionError) as error:
         # torch's SIGCHLD handler raises its RuntimeError once more, wherever this process is, for each
-        # worker that died: quiet it before anything else runs (a builtin's call checks no signals)
-        chld = signal.signal(signal.SIGCHLD, signal.SIG_DFL) if on_main_thread() else None
+        # worker that died: quiet it before any Python function runs (calling a builtin runs no handler)
+        try:
+            chld = signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        except ValueError:  # not the main thread, where no handler runs
+            chld = None
         died = worker_death(error)
         if died is None or args.verbose:
             if chld is not None:
