@@ -269,6 +269,8 @@ def test_export_command_onnx_at_another_image_size(tmp_path, capsys):
             "--batch-size must be at least 1",
         ),
         (["--format", "export", "--ckpt", "{tmp}/ckpt", "--speed", "4"], "--speed BATCH needs --format onnx"),
+        (["--format", "onnx", "--ckpt", "{tmp}/ckpt", "--tolerance", "-1"], "--tolerance must be at least 0, got -1"),
+        (["--format", "onnx", "--ckpt", "{tmp}/ckpt", "--tolerance", "nan"], "--tolerance must be at least 0, got nan"),
     ],
 )
 def test_export_command_errors_are_one_line(tmp_path, capsys, arguments, message):

@@ -63,6 +63,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be at least 1, got {args.batch_size}")
+    if not args.tolerance >= 0:  # NaN too: no difference is ever within it
+        raise ValueError(f"--tolerance must be at least 0, got {args.tolerance}")
     if args.speed is not None and (args.format != "onnx" or args.speed < 1):
         raise ValueError("--speed BATCH needs --format onnx and a batch of at least 1")
     if args.quantize is not None and args.format != "onnx":
