@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+
 import numpy as np
 import pytest
 import torch
@@ -117,3 +119,30 @@ def test_features_are_the_pre_logits_representation(representation_size):
         torch.testing.assert_close(model.head(torch.from_numpy(features)), model(images), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(features, expected.numpy(), rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(got_labels, labels.numpy())
+
+
+@pytest.mark.fault("bad-input", kinds=1)
+def test_too_few_examples_for_the_shots_are_refused_before_any_feature_is_extracted(tmp_path, capsys, monkeypatch):
+    from PIL import Image
+
+    from helpers import one_line_error
+
+    probe_module = importlib.import_module("vitlab.evaluate.linear_probe")  # the package names a function so
+
+    randomise_(create_untrained("Ti/4", image_size=16, depth=1, dim=16, num_heads=2, mlp_dim=32)).save_pretrained(
+        tmp_path / "model"
+    )
+    rng = np.random.default_rng(0)
+    for name, count in (("cat", 12), ("dog", 4), ("eel", 3)):
+        (tmp_path / "data" / name).mkdir(parents=True)
+        for index in range(count):
+            image = rng.integers(0, 256, (16, 16, 3), dtype=np.uint8)
+            Image.fromarray(image).save(tmp_path / "data" / name / f"{index}.png")
+
+    def never(*args, **kwargs):
+        raise AssertionError("features extracted before the shots were checked")
+
+    monkeypatch.setattr(probe_module, "extract_features", never)
+    argv = ["fewshot", "--ckpt", str(tmp_path / "model"), "--data", str(tmp_path / "data"), "--shots", "1,5"]
+    line = one_line_error(capsys, [*argv, "--device", "cpu"])
+    assert "class 1 ('dog') has " in line and "training examples, fewer than 5 shots; 1 more classes have fewer" in line

@@ -79,6 +79,7 @@ def run(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         num_workers=args.workers,
         num_classes=splits.num_classes,
+        class_names=[str(name) for name in splits.class_names],
     )
     result.update(ckpt=str(args.ckpt), data=args.data, train_images=len(splits.train), test_images=len(splits.val))
     fewshot = result["fewshot"]

@@ -91,16 +91,26 @@ def fit_least_squares(
     return LeastSquaresClassifier(mean=mean, std=std, weight=weight)
 
 
+def check_shots(
+    labels: Sequence[int] | np.ndarray, shots: Sequence[int], num_classes: int, class_names: Sequence[str] | None = None
+) -> None:
+    """Every class has at least max(shots) training examples; from the labels alone, so that a
+    dataset too small is refused before any feature is extracted."""
+    counts = np.bincount(np.asarray(labels, dtype=np.int64), minlength=num_classes)
+    most = max(shots)
+    short = np.flatnonzero(counts < most)
+    if len(short):
+        cls = int(short[0])
+        name = f"class {cls}" + (f" ({class_names[cls]!r})" if class_names is not None else "")
+        others = f"; {len(short) - 1} more classes have fewer too" if len(short) > 1 else ""
+        raise ValueError(f"{name} has {counts[cls]} training examples, fewer than {most} shots{others}")
+
+
 def sample_shots(labels: np.ndarray, shots: int, seed: int, num_classes: int) -> np.ndarray:
     """Indices of `shots` examples of every class, drawn with numpy's default_rng(seed)."""
+    check_shots(labels, [shots], num_classes)
     rng = np.random.default_rng(seed)
-    chosen = []
-    for cls in range(num_classes):
-        members = rng.permutation(np.flatnonzero(labels == cls))
-        if len(members) < shots:
-            raise ValueError(f"class {cls} has {len(members)} training examples, fewer than {shots} shots")
-        chosen.append(members[:shots])
-    return np.concatenate(chosen)
+    return np.concatenate([rng.permutation(np.flatnonzero(labels == cls))[:shots] for cls in range(num_classes)])
 
 
 @dataclass

@@ -18,7 +18,7 @@ from sklearn.preprocessing import StandardScaler
 
 from vitlab.model import BiTResNet, VisionTransformer
 
-from .fewshot import L2_REG, NUM_SEEDS, SHOTS, extract_features, fewshot_accuracy
+from .fewshot import L2_REG, NUM_SEEDS, SHOTS, check_shots, extract_features, fewshot_accuracy
 
 
 @dataclass
@@ -64,11 +64,17 @@ def evaluate_representation(
     num_workers: int = 0,
     device: torch.device | str | None = None,
     num_classes: int | None = None,
+    class_names: Sequence[str] | None = None,
 ) -> dict:
     """Few-shot accuracy (and, with `probe`, the full linear probe) of the model's pre-logits features.
 
-    The datasets yield (image tensor, label) with the evaluation transform (no augmentation).
+    The datasets yield (image tensor, label) with the evaluation transform (no augmentation). A
+    training set with `labels` (every vitlab source) too small for `shots` is refused before its
+    features are extracted.
     """
+    labels = getattr(train_data, "labels", None)
+    if labels is not None and len(labels):
+        check_shots(labels, shots, num_classes or max(labels) + 1, class_names)
 
     def features(data: torch.utils.data.Dataset) -> tuple[np.ndarray, np.ndarray]:
         loader = torch.utils.data.DataLoader(data, batch_size=batch_size, num_workers=num_workers)
