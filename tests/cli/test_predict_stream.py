@@ -75,6 +75,23 @@ def test_rows_are_written_as_each_batch_finishes(model_folder, pictures, tmp_pat
     assert np.all(np.diff(probs, axis=1) <= 0) and np.all(probs > 0) and len({row["label_1"] for row in rows}) > 1
 
 
+def test_json_on_stdout_streams_one_list_and_stays_whole_when_interrupted(model_folder, pictures, monkeypatch, capsys):
+    run, printed = stream.StreamPredictor.run, []
+
+    def watched(self, batch):
+        printed.append(capsys.readouterr().out)  # what stdout holds as this batch starts
+        if len(printed) == 4:
+            raise KeyboardInterrupt
+        return run(self, batch)
+
+    monkeypatch.setattr(stream.StreamPredictor, "run", watched)
+    assert predict(model_folder, str(pictures), "--json") == 130
+    assert [text.count('"path"') for text in printed] == [0, 2, 2, 2]  # each batch's rows before the next
+    rows = json.loads("".join(printed) + capsys.readouterr().out)  # the three finished batches, a whole list
+    assert [row["path"] for row in rows] == [str(pictures / f"{i}.png") for i in range(6)]
+    assert all(len(row["top"]) == 5 for row in rows)
+
+
 def test_an_interrupted_run_resumes_where_it_stopped(model_folder, pictures, tmp_path, monkeypatch, caplog, capsys):
     whole, out = tmp_path / "whole.csv", tmp_path / "top.csv"
     assert predict(model_folder, str(pictures), "--out", str(whole)) == 0

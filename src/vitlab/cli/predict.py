@@ -226,13 +226,10 @@ def run_predict(args: argparse.Namespace) -> int:
             if features is not None:
                 features.write(results)  # before the rows: a row written has its features
             output.write(rows)
-    finally:  # what was written stays readable for the next run to resume
-        if writer is not None:
-            writer.close()
+    finally:  # what was written stays readable: for the next run to resume, or (--json) as JSON
+        output.close()
         if features is not None:
             features.close()
-    if writer is None:
-        output.close()
     skipped += writer.skipped_before if writer else 0
     if not predicted and len(done) == (writer.skipped_before if writer else 0):
         raise UserError("none of the images can be read")
@@ -242,21 +239,24 @@ def run_predict(args: argparse.Namespace) -> int:
 
 
 class Printed:
-    """Results on stdout: a line per image as it comes, or (--json) one JSON list at the end."""
+    """Results on stdout as they come: a line per image, or (--json) one JSON list, written an element
+    at a time so that memory does not grow with the file count."""
 
     def __init__(self, as_json: bool) -> None:
         self.as_json = as_json
-        self.rows: list[dict] = []
+        self.started = False
 
     def write(self, rows) -> None:
         for path, result in rows:
             if result.top is None:
                 continue
             if self.as_json:
-                self.rows.append({"path": path, "top": [{"label": name, "prob": prob} for name, prob in result.top]})
+                row = {"path": path, "top": [{"label": name, "prob": prob} for name, prob in result.top]}
+                print(",\n" if self.started else "[\n", json.dumps(row), sep="", end="", flush=True)
+                self.started = True
             else:
                 print(f"{path}: " + ", ".join(f"{name} ({prob:.3f})" for name, prob in result.top), flush=True)
 
     def close(self) -> None:
-        if self.as_json and self.rows:
-            print(json.dumps(self.rows, indent=2))
+        if self.as_json and self.started:
+            print("\n]")
