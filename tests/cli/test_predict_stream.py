@@ -127,6 +127,29 @@ def interrupted_with_features(model_folder, pictures, tmp_path, done: int):
     return argv, kept, features
 
 
+@pytest.mark.fault("listing", kinds=3)
+@pytest.mark.parametrize("suffix", [".csv", ".jsonl"])
+def test_odd_file_names_go_to_the_file_and_back_and_a_row_cut_inside_one_is_redone(model_folder, tmp_path, suffix):
+    folder, out = tmp_path / "odd", tmp_path / f"top{suffix}"
+    folder.mkdir()
+    names = [os.fsdecode(b"caf\xe9.png"), 'comma, "quote".png', "new\nline.png"]  # not UTF-8; quoted; a newline
+    for index, name in enumerate(names):
+        Image.new("RGB", (20, 20), (60 * index, 40, 90)).save(folder / name, format="PNG")
+    assert predict(model_folder, str(folder), "--out", str(out)) == 0
+    whole = out.read_bytes()
+    # the run stopped inside the last row: in the CSV just after the name's newline, which it quotes
+    cut = whole.index(b"new\n") + 4 if suffix == ".csv" else whole.rindex(b"new") + 4
+    out.write_bytes(whole[:cut])
+    assert predict(model_folder, str(folder), "--out", str(out)) == 0
+    assert out.read_bytes() == whole  # the part row cut off, redone once
+    if suffix == ".csv":
+        with open(out, newline="", encoding="utf-8", errors="surrogateescape") as handle:
+            paths = [row["path"] for row in csv.DictReader(handle)]
+    else:
+        paths = [json.loads(line)["path"] for line in out.read_text().splitlines()]
+    assert sorted(paths) == sorted(str(folder / name) for name in names)
+
+
 @pytest.mark.fault("bad-input", kinds=1)
 def test_a_resume_without_its_features_file_is_refused(model_folder, pictures, tmp_path, capsys):
     argv, kept, features = interrupted_with_features(model_folder, pictures, tmp_path, done=4)

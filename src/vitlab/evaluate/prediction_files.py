@@ -54,14 +54,46 @@ def file_fingerprint(path: str | os.PathLike) -> str:
     return digest.hexdigest()[:16]
 
 
-def _complete_lines(path: Path) -> list[str]:
-    """The file's complete lines; a last line without its newline is cut off the file itself."""
+# File names are bytes on Linux: one that is not UTF-8 (b"caf\xe9.jpg") comes from os.listdir with a
+# surrogate for each such byte, and goes to the file and back as those same bytes.
+NAME_ERRORS = "surrogateescape"
+
+
+def _complete_text(path: Path) -> str:
+    """The file's text up to its last newline; a last line without one is cut off the file itself."""
     data = path.read_bytes()
     end = data.rfind(b"\n") + 1
     if end < len(data):
-        with open(path, "r+b") as handle:
-            handle.truncate(end)
-    return data[:end].decode("utf-8").splitlines()
+        _cut(path, end)
+    return data[:end].decode("utf-8", NAME_ERRORS)
+
+
+def _cut(path: Path, size: int) -> None:
+    with open(path, "r+b") as handle:
+        handle.truncate(size)
+
+
+def _csv_records(path: Path) -> list[list[str]]:
+    """The complete records of a CSV file, header first. A name may hold a newline (quoted): a record
+    cut inside such a name ends at a newline yet is not whole, and is cut off the file too."""
+    text = _complete_text(path)
+    whole = 0  # characters of `text` in whole records
+    read = 0
+
+    def lines():
+        nonlocal read
+        for line in io.StringIO(text, newline=""):
+            read += len(line)
+            yield line
+
+    records = []
+    try:
+        for record in csv.reader(lines(), strict=True):  # strict: a quote left open at the end is an error
+            records.append(record)
+            whole = read
+    except csv.Error:
+        _cut(path, len(text[:whole].encode("utf-8", NAME_ERRORS)))
+    return records
 
 
 class PredictionWriter:
@@ -101,7 +133,7 @@ class PredictionWriter:
             out.parent.mkdir(parents=True, exist_ok=True)
             meta.write_text(json.dumps(options, indent=1) + "\n")
             out.write_text("")
-        self.handle: IO[str] = open(out, "a", newline="", encoding="utf-8")
+        self.handle: IO[str] = open(out, "a", newline="", encoding="utf-8", errors=NAME_ERRORS)
         if self.csv and out.stat().st_size == 0:
             header = ["path", "status", "error"]
             header += [f"{field}_{k}" for k in range(1, self.topk + 1) for field in ("label", "prob")]
@@ -109,12 +141,16 @@ class PredictionWriter:
             self.handle.flush()
 
     def _read_done(self) -> None:
-        lines = _complete_lines(self.out)
         if self.csv:
-            for row in csv.DictReader(io.StringIO("\n".join(lines) + "\n")):
-                self._seen(row["path"], row["status"] == "skipped")
-        else:
-            for line in lines:
+            records = _csv_records(self.out)
+            if not records:  # cut before its header was whole: written anew
+                return
+            header, *records = records
+            path, status = header.index("path"), header.index("status")
+            for record in records:
+                self._seen(record[path], record[status] == "skipped")
+        else:  # json.dumps escapes every control and non-ASCII character: a row is a line
+            for line in filter(str.strip, _complete_text(self.out).split("\n")):
                 row = json.loads(line)
                 self._seen(row["path"], "skipped" in row)
 
