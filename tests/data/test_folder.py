@@ -219,3 +219,17 @@ def test_one_file_in_two_classes_is_an_error_naming_both(tmp_path):
     (root / "dog" / "cat.png").symlink_to(root / "cat" / "00001.png")
     with pytest.raises(ValueError, match=r"dog/cat\.png' and '.*cat/00001\.png' are the same file"):
         load_datasets(str(root), TRAIN, EVAL)
+
+
+@pytest.mark.fault("listing", kinds=2)
+@pytest.mark.parametrize("raw", [b"caf\xe9", b"two\nlines"])
+def test_a_class_folder_whose_name_is_not_text_is_refused_naming_it(tmp_path, raw):
+    name = os.fsdecode(raw)  # not UTF-8; a control character: neither can be written as a class name
+    write_class_folders(tmp_path, {"cat": 4, name: 4})
+    with pytest.raises(ValueError, match=r"class folder b'.*': its name is not UTF-8 text or holds a control"):
+        load_datasets(str(tmp_path), TRAIN, EVAL)
+
+
+def test_class_folders_named_in_any_script_are_classes(tmp_path):
+    write_class_folders(tmp_path, {"犬　猫": 4, "café": 4})  # an ideographic space; a UTF-8 é
+    assert load_datasets(str(tmp_path), TRAIN, EVAL).class_names == ["café", "犬　猫"]

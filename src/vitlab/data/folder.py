@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import unicodedata
 from collections import Counter
 from collections.abc import Collection
 from pathlib import Path
@@ -35,6 +36,13 @@ def find_classes(directory: Path) -> list[str]:
         raise ValueError(
             f"image folder {str(directory)!r} has no class sub-folders; expected {directory}/<class name>/<image files>"
         )
+    for name in classes:  # a class name goes into config.json, run.yaml, the model card, logs and plots as text
+        # Cs: a byte that is not UTF-8 (os.scandir gives it as a surrogate); Cc: a control character (a newline)
+        if any(unicodedata.category(char) in ("Cs", "Cc") for char in name):
+            raise ValueError(
+                f"class folder {os.fsencode(directory / name)!r}: its name is not UTF-8 text or holds a control "
+                "character, and a class name is written as text (config.json, the model card, plots); rename it"
+            )
     return classes
 
 
