@@ -14,12 +14,11 @@ import numpy as np
 from matplotlib import colormaps
 from matplotlib.figure import Figure
 
+from vitlab.figures import save_figure
+
 
 def _save(figure: Figure, path: str | Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=120, bbox_inches="tight")
-    return path
+    return save_figure(figure, path, dpi=120, bbox_inches="tight")
 
 
 def tile_mosaic(tiles: np.ndarray, gap: int = 1, fill: float = np.nan) -> np.ndarray:

@@ -8,6 +8,8 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
+from vitlab.figures import save_figure
+
 MAX_TICK_LABELS = 40  # more classes than this: the axes are numbered, not named
 
 
@@ -46,7 +48,4 @@ def plot_confusion(confusion: np.ndarray, class_names: Sequence[str], path: str 
     axis.set_ylabel("True class")
     axis.set_title(f"Confusion matrix ({int(confusion.sum())} images, rows sum to 1)")
     figure.colorbar(shown, ax=axis, fraction=0.046, pad=0.04, label="Share of the true class")
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=110)
-    return path
+    return save_figure(figure, path, dpi=110)

@@ -12,6 +12,8 @@ from typing import Any
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from vitlab.figures import save_figure
+
 from .provenance import provenance
 from .runner import Experiment, Results, Settings, seeds_of, steps_of
 
@@ -147,5 +149,5 @@ def write_report(
         axes.set_title(title, fontsize=9)
     else:
         figure.suptitle(title, fontsize=9)
-    figure.savefig(paths["png"], dpi=120)
+    save_figure(figure, paths["png"], dpi=120)
     return paths

@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from vitlab.figures import save_figure
+
 PLOT_FILE = "training_curve.png"
 
 
@@ -53,5 +55,5 @@ def plot_training_curve(
         accuracy_axes.set_title(f"best val top-1 {100 * best['val_top1']:.2f}% at step {best['step']}")
     if title:
         figure.suptitle(title)
-    figure.savefig(path, dpi=100)
+    save_figure(figure, path, dpi=100)
     return path

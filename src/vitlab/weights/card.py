@@ -193,5 +193,7 @@ def model_card(config: ViTConfig | BiTConfig, num_params: int, extra: dict[str, 
 
 def write_model_card(directory: Path, config: ViTConfig | BiTConfig, num_params: int, extra: dict[str, Any]) -> Path:
     path = Path(directory) / CARD_FILE
-    path.write_text(model_card(config, num_params, extra, source=Path(directory).resolve().name))
+    text = model_card(config, num_params, extra, source=Path(directory).resolve().name)
+    # a path that is not UTF-8 (its odd bytes come as surrogates) is shown escaped: the card stays UTF-8
+    path.write_text(text, encoding="utf-8", errors="backslashreplace")
     return path
