@@ -21,7 +21,7 @@ from safetensors.torch import save_file
 import vitlab
 from helpers import one_line_error
 from vitlab.model import ConfigError, ViTConfig, create_untrained, list_models
-from vitlab.model.budget import memory_needed, parameter_count
+from vitlab.model.budget import batches_in_flight, memory_needed, parameter_count
 from vitlab.weights import CheckpointError
 from vitlab.weights.folder import FORMAT_VERSION
 
@@ -148,6 +148,28 @@ def test_the_limit_is_a_keyword_and_a_flag(folder, tmp_path, capsys):
     line = one_line_error(capsys, ["predict", "--ckpt", str(folder), str(tmp_path / "x.png"), "--memory-limit", "1e-6"])
     assert "(memory_limit)" in line
     assert main_status(["predict", "--ckpt", str(folder), str(tmp_path / "x.png"), "--memory-limit", "1"]) == 0
+
+
+@pytest.mark.fault("allocation", kinds=2)
+def test_the_batches_a_dataloader_holds_count_against_the_limit(folder, tmp_path, capsys):
+    config = vitlab.load(folder).config
+    size = config.image_size
+    assert batches_in_flight(10, size, 3, value_bytes=1) == 7 * 10 * 3 * size[0] * size[1]  # 2 ahead per worker
+    # a limit between what predict needs with no workers and with 7: the workers' batches decide
+    alone = memory_needed(config, 256) + batches_in_flight(256, size, 0, value_bytes=1)
+    seven = memory_needed(config, 256) + batches_in_flight(256, size, 7, value_bytes=1)
+    assert alone < seven
+    Image = pytest.importorskip("PIL.Image")
+    Image.new("RGB", (16, 16), (9, 99, 199)).save(tmp_path / "x.png")
+    argv = ["predict", "--ckpt", str(folder), str(tmp_path / "x.png"), "--batch-size", "256"]
+    limit = str((alone + seven) / 2 / 2**30)
+    line = one_line_error(capsys, [*argv, "--workers", "7", "--memory-limit", limit])
+    assert "of it the input batches its DataLoader holds" in line and "or use fewer workers or a smaller batch" in line
+    assert main_status([*argv, "--workers", "0", "--memory-limit", limit]) == 0
+    # training: the training loader's batches and the evaluation loader's
+    train = ["train", "--data", "digits", "--steps", "1", "--out", str(tmp_path / "run"), "--batch-size", "512"]
+    line = one_line_error(capsys, [*train, "--workers", "8", "--memory-limit", "2"])
+    assert "training on a batch of 512" in line and "of it the input batches its DataLoader holds" in line
 
 
 def main_status(argv: list[str]) -> int:

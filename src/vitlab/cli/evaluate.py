@@ -166,7 +166,7 @@ def resolve_settings(args: argparse.Namespace, run, run_file: Path | None) -> Ev
         if name == "data" and run is None:
             default = None  # no guess: the data must be named
         if name == "batch_size":
-            default = (default or 2 * base.micro_batch_size) if run is not None else DEFAULT_BATCH_SIZE
+            default = base.evaluation_batch_size if run is not None else DEFAULT_BATCH_SIZE
         given = getattr(args, name) if flag else None
         if given is None:
             values[name] = default
@@ -192,7 +192,7 @@ def run_eval(args: argparse.Namespace) -> int:
     from vitlab.evaluate.details import write_details
     from vitlab.evaluate.predict import eval_transform
     from vitlab.evaluate.real import match_real_labels, read_real_labels
-    from vitlab.model.budget import check_memory
+    from vitlab.model.budget import batches_in_flight, check_memory
     from vitlab.model.runtime import resolve_device, resolve_precision
     from vitlab.progress import progress
     from vitlab.train.loader import eval_loader
@@ -219,7 +219,10 @@ def run_eval(args: argparse.Namespace) -> int:
     else:
         model = load_checkpoint(args, **overrides)
     real = read_real_labels(args.real_labels, model.config.num_classes) if args.real_labels else None
-    check_memory(model.config, settings.batch_size, limit=memory_limit(args), source=str(args.ckpt))
+    in_flight = batches_in_flight(settings.batch_size, model.config.image_size, args.workers)
+    check_memory(
+        model.config, settings.batch_size, limit=memory_limit(args), source=str(args.ckpt), in_flight=in_flight
+    )
     model = model.to(device).eval()
     transform = eval_transform(model.config)
     if settings.dev_fraction and args.split == "val":

@@ -73,15 +73,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     predict.set_defaults(func=run_predict)
 
 
-def _load_for_inference(args: argparse.Namespace, **overrides):
+def _load_for_inference(args: argparse.Namespace, workers: int, **overrides):
     from vitlab.cli import load_checkpoint, memory_limit
-    from vitlab.model.budget import check_memory
+    from vitlab.model.budget import batches_in_flight, check_memory
     from vitlab.model.runtime import resolve_device, resolve_precision
 
     device = resolve_device(args.device)
     precision = resolve_precision(args.precision, device)
     model = load_checkpoint(args, **overrides)
-    check_memory(model.config, args.batch_size, limit=memory_limit(args), source=str(args.ckpt))  # this command's batch
+    in_flight = batches_in_flight(args.batch_size, model.config.image_size, workers, value_bytes=1)  # uint8 batches
+    check_memory(model.config, args.batch_size, limit=memory_limit(args), source=str(args.ckpt), in_flight=in_flight)
     return model.to(device).eval(), device, precision
 
 
@@ -140,6 +141,7 @@ def run_predict(args: argparse.Namespace) -> int:
     from vitlab.progress import progress
 
     _check_arguments(args)
+    workers = default_workers() if args.workers is None else args.workers
     paths = PathTable(str(path) for path in image_files(args.images))
     if args.runtime == "onnx":  # same preprocessing and top-k: the ONNX file runs as a vitlab model
         from vitlab.export import OnnxModel
@@ -149,7 +151,7 @@ def run_predict(args: argparse.Namespace) -> int:
         device, precision = torch.device("cpu"), resolve_precision("fp32", torch.device("cpu"))
         fingerprint = file_fingerprint(args.ckpt)
     else:
-        model, device, precision = _load_for_inference(args)
+        model, device, precision = _load_for_inference(args, workers)
         fingerprint = model_fingerprint(model)
     config = model.config
     topk = classes_shown(args, config)
@@ -208,7 +210,6 @@ def run_predict(args: argparse.Namespace) -> int:
         features=features is not None,
         batch_size=args.batch_size,
     )
-    workers = default_workers() if args.workers is None else args.workers
     draft = max(eval_resize(config.image_size, config.preprocessing.crop_pct)) if args.draft else None
     transform = eval_transform(config.image_size, config.preprocessing, normalize=False)
     dataset = ImageFiles(paths, transform, positions=todo, draft=draft)

@@ -143,6 +143,15 @@ def memory_needed(
     )
 
 
+def batches_in_flight(
+    batch_size: int, image_size: tuple[int, int], workers: int, value_bytes: int = FLOAT_BYTES, prefetch: int = 2
+) -> int:
+    """Bytes of the (batch, 3, H, W) input batches a DataLoader holds at once: `prefetch` (torch's
+    default prefetch_factor) decoded ahead by each of its worker processes, and the one in use."""
+    height, width = image_size
+    return (prefetch * workers + 1) * batch_size * 3 * height * width * value_bytes
+
+
 def _gib(num_bytes: float) -> str:
     return f"{num_bytes / 2**30:.3g} GiB"
 
@@ -155,10 +164,12 @@ def check_memory(
     keep_attention: bool = False,
     limit: int | None = None,
     source: str | None = None,
+    in_flight: int = 0,
 ) -> None:
     """Refuse, in one ConfigError, a model and batch needing more than `limit` bytes (default:
-    DEFAULT_FRACTION of the memory available); `memory_limit=` / `--memory-limit` raise it."""
-    needed = memory_needed(config, batch_size, training=training, keep_attention=keep_attention)
+    DEFAULT_FRACTION of the memory available); `memory_limit=` / `--memory-limit` raise it.
+    `in_flight`: bytes of input batches held beside the model (batches_in_flight)."""
+    needed = memory_needed(config, batch_size, training=training, keep_attention=keep_attention) + in_flight
     if limit is None:
         available = available_memory()
         limit = int(DEFAULT_FRACTION * available)
@@ -168,7 +179,10 @@ def check_memory(
     if needed > limit:
         name = f"{source}: " if source else ""
         batch = f", {'training' if training else 'inference'} on a batch of {batch_size}"
+        if in_flight:
+            batch += f", {_gib(in_flight)} of it the input batches its DataLoader holds"
         raise ConfigError(
             f"{name}the model needs about {_gib(needed)} ({parameter_count(config) / 1e6:,.1f}M parameters{batch}), "
             f"above the limit of {_gib(limit)} ({which}); raise it with memory_limit= or --memory-limit GIB"
+            + (", or use fewer workers or a smaller batch" if in_flight else "")
         )

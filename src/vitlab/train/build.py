@@ -15,7 +15,7 @@ from vitlab.data.datasets import EncodedImages, LabelledImages
 from vitlab.data.device_decode import DeviceDecodedImages, DrawCrop, device_transform, unsupported_augmentation
 from vitlab.data.transforms import eval_transform, resolve_preprocessing, train_transform
 from vitlab.model import BiTConfig, BiTResNet, ConfigError, VisionTransformer, ViTConfig, config_for, create_untrained
-from vitlab.model.budget import check_memory
+from vitlab.model.budget import batches_in_flight, check_memory
 from vitlab.model.runtime import resolve_device
 from vitlab.weights import load
 
@@ -110,12 +110,17 @@ def build_model_and_data(
     limit = None if config.run.memory_limit is None else int(config.run.memory_limit * 2**30)
     # Masked patch prediction trains no classifier: its model has none (fine-tuning attaches one).
     classes = names if config.objective.name == "classify" else []
+    # the training loader's batches and, while it evaluates, the evaluation loader's
+    micro, workers = config.micro_batch_size, config.data.workers
+    sizes = (micro, config.evaluation_batch_size)
+    in_flight = sum(batches_in_flight(size, vit_config.image_size, workers) for size in sizes)
     check_memory(
         vit_config.replace(num_classes=len(classes), class_names=classes or None),
-        config.micro_batch_size,
+        micro,
         training=True,
         limit=limit,
         source="run.memory_limit",
+        in_flight=in_flight,
     )  # before the model is allocated
     if spec.init:
         before = "a representation layer and " if getattr(model.config, "representation_size", None) else ""
@@ -183,7 +188,7 @@ def build_loaders(
         assert isinstance(splits.train, EncodedImages), splits.train
         train_set = DeviceDecodedImages(splits.train)
         collate = train_set.collate()
-    eval_batch = config.data.eval_batch_size or 2 * micro
+    eval_batch = config.evaluation_batch_size
     return (
         train_loader(
             train_set,

@@ -258,6 +258,11 @@ class TrainConfig:
     def micro_batch_size(self) -> int:
         return self.data.batch_size // self.optim.grad_accum
 
+    @property
+    def evaluation_batch_size(self) -> int:
+        """data.eval_batch_size, else twice the micro-batch (no gradients to keep)."""
+        return self.data.eval_batch_size or 2 * self.micro_batch_size
+
     def to_dict(self) -> dict[str, Any]:
         return plain(dataclasses.asdict(self))
 
