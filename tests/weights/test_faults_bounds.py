@@ -150,7 +150,7 @@ def test_the_limit_is_a_keyword_and_a_flag(folder, tmp_path, capsys):
     assert main_status(["predict", "--ckpt", str(folder), str(tmp_path / "x.png"), "--memory-limit", "1"]) == 0
 
 
-@pytest.mark.fault("allocation", kinds=2)
+@pytest.mark.fault("allocation", kinds=4)
 def test_the_batches_a_dataloader_holds_count_against_the_limit(folder, tmp_path, capsys):
     config = vitlab.load(folder).config
     size = config.image_size
@@ -164,12 +164,19 @@ def test_the_batches_a_dataloader_holds_count_against_the_limit(folder, tmp_path
     argv = ["predict", "--ckpt", str(folder), str(tmp_path / "x.png"), "--batch-size", "256"]
     limit = str((alone + seven) / 2 / 2**30)
     line = one_line_error(capsys, [*argv, "--workers", "7", "--memory-limit", limit])
-    assert "of it the input batches its DataLoader holds" in line and "or use fewer workers or a smaller batch" in line
+    assert "of it the input images held at once" in line and "or hold fewer input images at once" in line
     assert main_status([*argv, "--workers", "0", "--memory-limit", limit]) == 0
+    # analyze: its --images, all held at once (at most --max-images), or --data's DataLoader batches
+    analysed = ["analyze", "--ckpt", str(folder), "--out", str(tmp_path / "analysis")]
+    loads = str(1.01 * memory_needed(config, 1) / 2**30)  # the model loads; its analysis does not fit
+    line = one_line_error(capsys, [*analysed, "--images", str(tmp_path / "x.png"), "--memory-limit", loads])
+    assert "inference on a batch of 16" in line and "of it the input images held at once" in line
+    line = one_line_error(capsys, [*analysed, "--data", "digits", "--batch-size", "10000000"])
+    assert "inference on a batch of 10000000" in line and "of it the input images held at once" in line
     # training: the training loader's batches and the evaluation loader's
     train = ["train", "--data", "digits", "--steps", "1", "--out", str(tmp_path / "run"), "--batch-size", "512"]
     line = one_line_error(capsys, [*train, "--workers", "8", "--memory-limit", "2"])
-    assert "training on a batch of 512" in line and "of it the input batches its DataLoader holds" in line
+    assert "training on a batch of 512" in line and "of it the input images held at once" in line
 
 
 def main_status(argv: list[str]) -> int:

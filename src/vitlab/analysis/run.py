@@ -53,6 +53,9 @@ def parse_what(what: str | Iterable[str]) -> tuple[str, ...]:
     return tuple(a for a in known if a in names)
 
 
+BATCH = 16  # images per forward pass of the per-image analyses (each keeps every layer's attention)
+
+
 @torch.no_grad()
 def analyze(
     model: VisionTransformer | BiTResNet,
@@ -62,7 +65,7 @@ def analyze(
     layer: int = -1,
     head: int | None = None,
     show: int = 6,
-    batch_size: int = 16,
+    batch_size: int = BATCH,
     dataset: Batches | None = None,
     class_names: Sequence[str] | None = None,
 ) -> AnalysisResult:

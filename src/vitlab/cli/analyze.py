@@ -137,6 +137,25 @@ def dataset_batches(args: argparse.Namespace, transform, config: ViTConfig | BiT
     return eval_loader(val, args.batch_size, args.workers), [str(n) for n in splits.class_names]
 
 
+def check_analysis_memory(args: argparse.Namespace, config: ViTConfig | BiTConfig) -> None:
+    """Before any image is decoded: a batch of vitlab.analysis.run.BATCH (--batch-size over --data) with every
+    layer's attention kept, beside the input images held at once: all of --images (at most
+    --max-images), or a DataLoader's batches."""
+    from vitlab.analysis.run import BATCH
+    from vitlab.cli import memory_limit
+    from vitlab.cli.evaluate import read_run
+    from vitlab.data.images import image_files
+    from vitlab.model.budget import FLOAT_BYTES, batches_in_flight, check_memory
+
+    height, width = config.image_size
+    if not args.images and (args.data or read_run(args.ckpt)[0] is not None):  # dataset_batches' choice
+        batch, held = args.batch_size, batches_in_flight(args.batch_size, config.image_size, args.workers)
+    else:
+        count = min(args.max_images or DEFAULT_IMAGES, len(image_files(args.images)) if args.images else DEFAULT_IMAGES)
+        batch, held = BATCH, count * 3 * height * width * FLOAT_BYTES
+    check_memory(config, batch, keep_attention=True, limit=memory_limit(args), source=str(args.ckpt), in_flight=held)
+
+
 def run(args: argparse.Namespace) -> int:
     from vitlab.analysis import analyze, parse_what
     from vitlab.cli import load_checkpoint
@@ -153,7 +172,9 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--images and --data: give one of them")
     device = resolve_device(args.device)
     overrides = {"image_size": args.image_size} if args.image_size else {}
-    model = load_checkpoint(args, **overrides).to(device).eval()
+    model = load_checkpoint(args, **overrides)
+    check_analysis_memory(args, model.config)
+    model = model.to(device).eval()
     transform = eval_transform(model.config)
     dataset = None if args.images else dataset_batches(args, transform, model.config)
     if dataset is None:

@@ -168,7 +168,7 @@ def check_memory(
 ) -> None:
     """Refuse, in one ConfigError, a model and batch needing more than `limit` bytes (default:
     DEFAULT_FRACTION of the memory available); `memory_limit=` / `--memory-limit` raise it.
-    `in_flight`: bytes of input batches held beside the model (batches_in_flight)."""
+    `in_flight`: bytes of input images held beside the model (a DataLoader's: batches_in_flight)."""
     needed = memory_needed(config, batch_size, training=training, keep_attention=keep_attention) + in_flight
     if limit is None:
         available = available_memory()
@@ -180,9 +180,9 @@ def check_memory(
         name = f"{source}: " if source else ""
         batch = f", {'training' if training else 'inference'} on a batch of {batch_size}"
         if in_flight:
-            batch += f", {_gib(in_flight)} of it the input batches its DataLoader holds"
+            batch += f", {_gib(in_flight)} of it the input images held at once"
         raise ConfigError(
             f"{name}the model needs about {_gib(needed)} ({parameter_count(config) / 1e6:,.1f}M parameters{batch}), "
             f"above the limit of {_gib(limit)} ({which}); raise it with memory_limit= or --memory-limit GIB"
-            + (", or use fewer workers or a smaller batch" if in_flight else "")
+            + (", or hold fewer input images at once (fewer workers, a smaller batch)" if in_flight else "")
         )
