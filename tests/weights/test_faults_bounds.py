@@ -150,7 +150,7 @@ def test_the_limit_is_a_keyword_and_a_flag(folder, tmp_path, capsys):
     assert main_status(["predict", "--ckpt", str(folder), str(tmp_path / "x.png"), "--memory-limit", "1"]) == 0
 
 
-@pytest.mark.fault("allocation", kinds=4)
+@pytest.mark.fault("allocation", kinds=5)
 def test_the_batches_a_dataloader_holds_count_against_the_limit(folder, tmp_path, capsys):
     config = vitlab.load(folder).config
     size = config.image_size
@@ -172,6 +172,8 @@ def test_the_batches_a_dataloader_holds_count_against_the_limit(folder, tmp_path
     line = one_line_error(capsys, [*analysed, "--images", str(tmp_path / "x.png"), "--memory-limit", loads])
     assert "inference on a batch of 16" in line and "of it the input images held at once" in line
     line = one_line_error(capsys, [*analysed, "--data", "digits", "--batch-size", "10000000"])
+    assert "inference on a batch of 10000000" in line and "of it the input images held at once" in line
+    line = one_line_error(capsys, ["fewshot", "--ckpt", str(folder), "--data", "digits", "--batch-size", "10000000"])
     assert "inference on a batch of 10000000" in line and "of it the input images held at once" in line
     # training: the training loader's batches and the evaluation loader's
     train = ["train", "--data", "digits", "--steps", "1", "--out", str(tmp_path / "run"), "--batch-size", "512"]

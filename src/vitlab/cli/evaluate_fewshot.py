@@ -56,15 +56,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from vitlab.cli import load_checkpoint
+    from vitlab.cli import load_checkpoint, memory_limit
     from vitlab.data import load_datasets
     from vitlab.evaluate import evaluate_representation
     from vitlab.evaluate.predict import eval_transform
+    from vitlab.model.budget import batches_in_flight, check_memory
     from vitlab.model.runtime import resolve_device
 
     if args.seeds < 1:
         raise ValueError(f"--seeds must be at least 1, got {args.seeds}")
-    model = load_checkpoint(args).to(resolve_device(args.device)).eval()
+    if args.batch_size < 1 or args.workers < 0:
+        raise ValueError(f"--batch-size must be >= 1 and --workers >= 0, got {args.batch_size} and {args.workers}")
+    model = load_checkpoint(args)
+    in_flight = batches_in_flight(args.batch_size, model.config.image_size, args.workers)
+    check_memory(model.config, args.batch_size, limit=memory_limit(args), source=str(args.ckpt), in_flight=in_flight)
+    model = model.to(resolve_device(args.device)).eval()
     # Frozen features: both splits get the evaluation transform, as in big_vision.
     transform = eval_transform(model.config)
     splits = load_datasets(args.data, transform, transform)
