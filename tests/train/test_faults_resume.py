@@ -66,3 +66,27 @@ def test_a_bad_resume_checkpoint_is_one_error_naming_the_file(tmp_path, corrupt)
         Trainer(tiny_config(tmp_path, schedule={"steps": 3}, run={"resume": True}))
     assert str(path.parent) in str(caught.value) and "\n" not in str(caught.value)
     assert not (path.parent / "pwned").exists()  # the pickled code never ran
+
+
+@pytest.mark.fault("checkpoints", kinds=2)
+def test_a_resume_over_other_images_is_refused_and_over_the_same_ones_goes_on(tmp_path):
+    from helpers import write_class_folders
+
+    data = tmp_path / "data"
+    write_class_folders(data, {"cat": 10, "dog": 10})
+    run = tmp_path / "run"
+
+    def config(steps: int, resume: bool):
+        sections = dict(data={"source": str(data), "batch_size": 4}, run={"resume": resume, "eval_every": 2})
+        return tiny_config(run, schedule={"steps": steps, "warmup_steps": 1}, **sections)
+
+    Trainer(config(2, False)).fit()
+    state = ckpt.load_checkpoint(ckpt.latest_checkpoint(run))
+    assert state["data"]["train"].startswith("16 images, sha256 ")  # 20, less the validation fifth
+    (data / "cat" / "00000.png").rename(data / "dog" / "moved.png")  # relabelled: the same count, other labels
+    with pytest.raises(
+        ConfigError, match=r"--resume: the (train|val) split of data\.source=.* is not the checkpoint's"
+    ):
+        Trainer(config(4, True))
+    (data / "dog" / "moved.png").rename(data / "cat" / "00000.png")
+    assert Trainer(config(4, True)).fit().summary is not None

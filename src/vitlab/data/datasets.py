@@ -7,6 +7,7 @@ offsets and arrays, and so pickle cheaply into worker processes.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 from collections.abc import Callable, Sequence
@@ -45,6 +46,13 @@ class LabelledImages(torch.utils.data.Dataset):
 
     def subset(self, indices: Indices, transform: Transform) -> LabelledImages:
         raise NotImplementedError
+
+    def fingerprint(self) -> str:
+        """The images and labels in a few words: their count and the sha256 of their keys and labels, in order."""
+        digest = hashlib.sha256()
+        for key, label in zip(self.sample_keys(), self.labels, strict=True):
+            digest.update(f"{key}\t{label}\n".encode("utf-8", "surrogateescape"))
+        return f"{len(self)} images, sha256 {digest.hexdigest()[:16]}"
 
 
 class ArrayImages(LabelledImages):

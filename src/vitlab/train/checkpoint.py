@@ -228,6 +228,9 @@ class ResumableRun(Protocol):
     @property
     def callbacks(self) -> Sequence[Any]: ...  # those with a state (Callback.state_dict) have it saved
 
+    @property
+    def data_fingerprint(self) -> Mapping[str, str | None]: ...  # "train", "val": LabelledImages.fingerprint
+
 
 def _state(part: Any) -> Any:
     return part.state_dict() if part is not None else None
@@ -249,7 +252,22 @@ def run_state(run: ResumableRun) -> dict[str, Any]:
         "bad_steps": run.bad_steps,
         "wall_time_s": run.wall_time_s,
         "callbacks": {type(c).__name__: kept for c in run.callbacks if (kept := c.state_dict()) is not None},
+        "data": dict(run.data_fingerprint),
     }
+
+
+def check_same_data(state: Mapping[str, Any], fingerprint: Mapping[str, str | None], source: str) -> None:
+    """A resumed run must read the images its checkpoint was trained on: with images added, removed or
+    relabelled the split differs, and validation images may already have been trained on."""
+    before = state.get("data") or {}  # none in a checkpoint written before the data was recorded
+    for part in ("train", "val"):
+        then, now = before.get(part), fingerprint.get(part)
+        if then and now and then != now:
+            raise ConfigError(
+                f"--resume: the {part} split of data.source={source!r} is not the checkpoint's ({then} then, "
+                f"{now} now): its validation images may already have been trained on; restore the data, or "
+                "start a new run in another --out"
+            )
 
 
 def restore_run_state(run: ResumableRun, state: Mapping[str, Any]) -> None:

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from vitlab.data.datasets import LabelledImages
 from vitlab.model import BiTConfig, ViTConfig
 from vitlab.model.runtime import resolve_device, resolve_precision, torch_threads
 from vitlab.runlock import RunLock
@@ -83,6 +84,10 @@ class Trainer:
 
         self.model, splits, self.test_set = build_model_and_data(config, self.architecture)
         self.class_names, self.train_images, self.val_images = splits.class_names, len(splits.train), len(splits.val)
+        self.data_fingerprint: Mapping[str, str | None] = {
+            part: dataset.fingerprint() if isinstance(dataset, LabelledImages) else None
+            for part, dataset in (("train", splits.train), ("val", splits.val))
+        }
         self.steps_per_epoch = steps_per_epoch(config, len(splits.train))
         self.total_steps = total_steps(config.schedule, self.steps_per_epoch)
         # With a development split (data.dev_fraction), the source's validation split is the test split.
@@ -295,6 +300,7 @@ class Trainer:
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        ckpt.check_same_data(state, self.data_fingerprint, self.config.data.source)
         distributed.load_weights(self.resumed_from, state, self.model, self.optimizer, self.sharded)
         ckpt.restore_run_state(self, state)
 
