@@ -199,3 +199,24 @@ def test_run_with_a_dev_split(tmp_path):
     assert test["metrics"]["top1"] == summary["test_top1"]
     everything = eval_report(run, "--split", "all")
     assert everything["metrics"]["count"] == 1797 and everything["trained_images_scored"] == summary["train_images"]
+
+
+@pytest.mark.fault("bad-input", kinds=1)
+def test_eval_says_when_the_data_changed_since_the_run(tmp_path, caplog):
+    from helpers import tiny_config, write_class_folders
+    from vitlab.train import Trainer
+
+    data, run = tmp_path / "data", tmp_path / "run"
+    write_class_folders(data, {"cat": 10, "dog": 10})
+    sections = dict(data={"source": str(data), "batch_size": 4}, run={"eval_every": 2})
+    Trainer(tiny_config(run, schedule={"steps": 2, "warmup_steps": 1}, **sections)).fit()
+    changed = "has changed since the run trained on it"
+    with caplog.at_level(logging.WARNING, logger="vitlab"):
+        assert main(["eval", "--ckpt", str(run)]) == 0
+    assert changed not in caplog.text
+    write_class_folders(tmp_path / "more", {"cat": 1})
+    (tmp_path / "more" / "cat" / "00000.png").rename(data / "cat" / "new.png")
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="vitlab"):
+        assert main(["eval", "--ckpt", str(run)]) == 0
+    assert f"{data} {changed} (16 images, sha256 " in caplog.text

@@ -353,20 +353,43 @@ def trained_in_run(run, run_file: Path | None, settings: EvalSettings, splits) -
         run.data.train_fraction,
     )  # dev: always the run's
     if same:
-        return set(splits.train.sample_keys())
-    try:  # listed only, nothing decoded
-        train = load_datasets(
-            run.data.source,
-            None,
-            None,
-            **run_split(run),
-            check_splits=(),
-        ).train
-    except (OSError, ValueError) as error:
+        train = splits.train
+    else:
+        try:  # listed only, nothing decoded
+            train = load_datasets(
+                run.data.source,
+                None,
+                None,
+                **run_split(run),
+                check_splits=(),
+            ).train
+        except (OSError, ValueError) as error:
+            log.warning(
+                "cannot list the run's training data %s (%s); the scored images are not checked against it",
+                run.data.source,
+                error,
+            )
+            return None
+    recorded = read_summary(run_file).get("train_split") if run_file is not None else None
+    now = train.fingerprint() if recorded and hasattr(train, "fingerprint") else None
+    if recorded and now and recorded != now:
         log.warning(
-            "cannot list the run's training data %s (%s); the scored images are not checked against it",
+            "%s has changed since the run trained on it (%s then, %s now): the images it trained on cannot be "
+            "told apart, and scored images may be among them",
             run.data.source,
-            error,
+            recorded,
+            now,
         )
-        return None
     return set(train.sample_keys())
+
+
+def read_summary(run_file: Path) -> dict:
+    """The run's summary.json beside its run.yaml ({} where there is none, or it cannot be read)."""
+    from vitlab.textfiles import read_json
+    from vitlab.train.outputs import SUMMARY_FILE
+
+    try:
+        summary = read_json(run_file.parent / SUMMARY_FILE)
+    except (OSError, ValueError):
+        return {}
+    return summary if isinstance(summary, dict) else {}

@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import json
 import logging
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -87,6 +88,9 @@ class FinishedRun(Protocol):
     @property
     def wall_time_s(self) -> float: ...
 
+    @property
+    def data_fingerprint(self) -> Mapping[str, str | None]: ...  # "train", "val": LabelledImages.fingerprint
+
 
 def run_facts(run: FinishedRun) -> dict[str, Any]:
     """How the run went: what summary.json holds beside the validation and test numbers."""
@@ -94,6 +98,7 @@ def run_facts(run: FinishedRun) -> dict[str, Any]:
         steps=run.step,
         epochs=round(run.step / run.steps_per_epoch, 4),
         train_images=run.train_images,
+        train_split=run.data_fingerprint["train"],  # eval tells from it whether the data changed since
         wall_time_s=round(run.wall_time_s, 2),
         recipe=run.config.recipe,
         objective=run.config.objective.name,
