@@ -11,9 +11,11 @@ lock for all processes.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from filelock import FileLock, Timeout
@@ -60,6 +62,15 @@ class RunLock:
         temporary = self.holder_path.with_name(f"{self.holder_path.name}.{os.getpid()}")
         temporary.write_text(self._holder + "\n")
         os.replace(temporary, self.holder_path)  # a reader sees the old holder or the new one, never half a line
+
+    @contextlib.contextmanager
+    def released_if_failing(self) -> Iterator[None]:
+        """Frees the lock (if held) when the block raises: its holder failed to open what the lock guards."""
+        try:
+            yield
+        except BaseException:
+            self.release()
+            raise
 
     def release(self) -> None:
         if not self.held:

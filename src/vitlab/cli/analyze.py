@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import argparse
 import logging
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -106,19 +107,26 @@ def load_images(paths: list[str] | None, transform, limit: int) -> torch.Tensor:
     return torch.stack(images)
 
 
-def dataset_batches(args: argparse.Namespace, transform, config: ViTConfig | BiTConfig):
-    """The DataLoader over the validation split of --data or the run's data, and its class names;
-    None without either."""
-    from vitlab.cli import check_classes
+def analysed_data(args: argparse.Namespace) -> tuple[str | None, Any, Path | None]:
+    """(--data or the run's data source, the run's config, its run.yaml); no source with --images or
+    without either."""
     from vitlab.cli.evaluate import read_run
+
+    if args.images:
+        return None, None, None
+    run, run_file = read_run(args.ckpt)
+    return args.data or (run.data.source if run is not None else None), run, run_file
+
+
+def dataset_batches(
+    args: argparse.Namespace, transform, config: ViTConfig | BiTConfig, source: str, run, run_file: Path | None
+):
+    """The DataLoader over the validation split of `source` (analysed_data), and its class names."""
+    from vitlab.cli import check_classes
     from vitlab.data import load_datasets
     from vitlab.train.config import TrainConfig
     from vitlab.train.loader import eval_loader
 
-    run, run_file = read_run(args.ckpt)
-    source = args.data or (run.data.source if run is not None else None)
-    if source is None:
-        return None
     base = run or TrainConfig()  # the split a new run would make, for --data without a run
     if run is not None:
         logger.info("analysing the validation split of %s as %s splits it", source, run_file)
@@ -137,18 +145,17 @@ def dataset_batches(args: argparse.Namespace, transform, config: ViTConfig | BiT
     return eval_loader(val, args.batch_size, args.workers), [str(n) for n in splits.class_names]
 
 
-def check_analysis_memory(args: argparse.Namespace, config: ViTConfig | BiTConfig) -> None:
+def check_analysis_memory(args: argparse.Namespace, config: ViTConfig | BiTConfig, on_dataset: bool) -> None:
     """Before any image is decoded: a batch of vitlab.analysis.run.BATCH (--batch-size over --data) with every
     layer's attention kept, beside the input images held at once: all of --images (at most
     --max-images), or a DataLoader's batches."""
     from vitlab.analysis.run import BATCH
     from vitlab.cli import memory_limit
-    from vitlab.cli.evaluate import read_run
     from vitlab.data.images import image_files
     from vitlab.model.budget import FLOAT_BYTES, batches_in_flight, check_memory
 
     height, width = config.image_size
-    if not args.images and (args.data or read_run(args.ckpt)[0] is not None):  # dataset_batches' choice
+    if on_dataset:
         batch, held = args.batch_size, batches_in_flight(args.batch_size, config.image_size, args.workers)
     else:
         count = min(args.max_images or DEFAULT_IMAGES, len(image_files(args.images)) if args.images else DEFAULT_IMAGES)
@@ -173,10 +180,11 @@ def run(args: argparse.Namespace) -> int:
     device = resolve_device(args.device)
     overrides = {"image_size": args.image_size} if args.image_size else {}
     model = load_checkpoint(args, **overrides)
-    check_analysis_memory(args, model.config)
+    source, run_config, run_file = analysed_data(args)
+    check_analysis_memory(args, model.config, on_dataset=source is not None)
     model = model.to(device).eval()
     transform = eval_transform(model.config)
-    dataset = None if args.images else dataset_batches(args, transform, model.config)
+    dataset = None if source is None else dataset_batches(args, transform, model.config, source, run_config, run_file)
     if dataset is None:
         images = load_images(args.images, transform, args.max_images or DEFAULT_IMAGES)
         result = analyze(model, images, args.out, what=what, layer=args.layer, head=args.head, show=args.show)

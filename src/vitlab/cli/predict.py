@@ -104,9 +104,9 @@ def _check_arguments(args: argparse.Namespace) -> None:
         raise UserError(f"--features {args.features}: the file name must end in .npy")
     if args.features and args.runtime == "onnx":
         raise UserError("--features needs --runtime torch: the exported ONNX graph gives logits only")
-    for flag in ("--out", "--features"):  # a file or a read-only folder in the way: one line, before any work
-        if getattr(args, flag[2:]):
-            writable_file(getattr(args, flag[2:]), flag)
+    for flag, path in (("--out", args.out), ("--features", args.features)):  # one line, before any work
+        if path:
+            writable_file(path, flag)
 
 
 def classes_shown(args: argparse.Namespace, config) -> int:

@@ -107,11 +107,8 @@ class PredictionWriter:
         self.skipped_before = 0
         self.lock = RunLock.beside(out, "--out")  # a second run appending here would predict every file again
         self.lock.acquire()
-        try:
+        with self.lock.released_if_failing():
             self._open(options)
-        except BaseException:
-            self.lock.release()
-            raise
 
     def _open(self, options: dict[str, Any]) -> None:
         out, meta = self.out, options_file(self.out)
@@ -190,11 +187,8 @@ class FeatureFile:
         shape = (rows, dim)
         self.lock = RunLock.beside(path, "--features")
         self.lock.acquire()
-        try:
+        with self.lock.released_if_failing():
             self._open(path, shape, done)
-        except BaseException:
-            self.lock.release()
-            raise
 
     def _open(self, path: Path, shape: tuple[int, int], done: int) -> None:
         if done and not path.is_file():  # a new file would give their rows as zeros without a word

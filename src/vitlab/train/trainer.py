@@ -60,11 +60,8 @@ class Trainer:
         self.lock = RunLock(self.out)
         if self.processes.is_main:
             self.lock.acquire()
-        try:
+        with self.lock.released_if_failing():
             self._set_up(callbacks)
-        except BaseException:
-            self.lock.release()
-            raise
 
     def _set_up(self, callbacks: Sequence[Callback]) -> None:
         config = self.config
