@@ -13,16 +13,21 @@ from matplotlib.figure import Figure
 from helpers import REPO_ROOT
 from vitlab.cli import main
 from vitlab.experiments import EXPERIMENTS, Settings, data_scaling, posemb, pretrain_transfer
+from vitlab.experiments import provenance as provenance_module
 from vitlab.experiments.document import assemble, write_document
-from vitlab.experiments.provenance import git_commit
+from vitlab.experiments.provenance import git_commit, provenance, reproduces_bitwise
 from vitlab.experiments.runner import train_run, vit_config
 from vitlab.experiments.wording import trend
 
 DOCS = REPO_ROOT / "docs"
 ASSETS = DOCS / "experiments"
-# Another torch release or CPU kernel set (AVX2 vs AVX512) rounds differently and 300 steps carry
-# that on; 2 points is 7 of digits' 360 validation images.
-TOLERANCE = 0.02
+# On another machine (torch release, CPU vendor/family/model, capability) GEMMs round differently and
+# 300 steps carry that on: the run is then one more draw of the same training, as another seed is.
+# The smallest configuration (ViT on 10% of digits, 300 steps) over seeds 0-9 on an AMD EPYC of family
+# 25 model 1 (AVX2) gave val top-1 0.842-0.897, mean 0.878, standard deviation 0.0172; the tolerance is
+# three standard deviations of that spread (18 of digits' 360 validation images). An Intel Xeon
+# (family 6 model 167, AVX512) gave 0.8806 and that AMD EPYC 0.8861 against the recorded 0.8889.
+TOLERANCE = 0.05
 
 
 def test_document_is_the_experiment_outputs_joined():
@@ -139,7 +144,8 @@ def test_bar_charts_start_at_zero(module, summary):
 @pytest.mark.slow
 def test_smallest_configuration_reproduces_its_recorded_numbers(tmp_path):
     """data-scaling's ViT on 10% of digits, retrained as the experiment trains it: the same val top-1
-    as docs/experiments/data-scaling.json, exactly on the same torch and CPU capability."""
+    as docs/experiments/data-scaling.json: exactly on the machine it was recorded on, else within the
+    seeds' spread."""
     document = json.loads((ASSETS / "data-scaling.json").read_text())
     recorded = next(r for r in document["runs"] if (r["model"], r["fraction"], r["seed"]) == ("ViT", 0.1, 0))
     settings = Settings(out=tmp_path, seeds=(0,))
@@ -152,11 +158,49 @@ def test_smallest_configuration_reproduces_its_recorded_numbers(tmp_path):
         train_fraction=0.1,
     )
     assert result.summary["train_images"] == recorded["train_images"]
-    machine = document["machine"]
-    if (machine["torch"], machine["cpu_capability"]) == (torch.__version__, torch.backends.cpu.get_cpu_capability()):
-        assert result.summary["val_top1"] == recorded["val_top1"]
+    assert_reproduces(result.summary["val_top1"], recorded["val_top1"], document["machine"], provenance(threads=1))
+
+
+def assert_reproduces(value: float, recorded: float, recorded_on: dict, here: dict) -> None:
+    """Bitwise where the machine is the one the number was recorded on, else within TOLERANCE."""
+    if reproduces_bitwise(recorded_on, here):
+        assert value == recorded, f"{value} != {recorded}, recorded on this machine ({here['cpu_model']})"
     else:
-        assert abs(result.summary["val_top1"] - recorded["val_top1"]) <= TOLERANCE
+        assert abs(value - recorded) <= TOLERANCE, f"{value} vs {recorded} recorded on another machine"
+
+
+@pytest.mark.parametrize(
+    "cpu_model,capability,bitwise",
+    [
+        ("AuthenticAMD family 26 model 2", "AVX512", True),
+        ("GenuineIntel family 6 model 167", "AVX512", False),  # same capability, another vendor
+        ("AuthenticAMD family 25 model 17", "AVX512", False),  # same vendor, another family/model
+        ("AuthenticAMD family 26 model 2", "AVX2", False),  # same CPU, kernels lowered
+    ],
+)
+def test_recorded_numbers_are_compared_bitwise_only_on_the_machine_they_came_from(
+    monkeypatch, cpu_model, capability, bitwise
+):
+    monkeypatch.setattr(provenance_module, "cpu_model", lambda: cpu_model)
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
+    recorded_on = {**provenance(threads=1), "cpu_model": "AuthenticAMD family 26 model 2", "cpu_capability": "AVX512"}
+    here = provenance(threads=1)
+    assert here["cpu_model"] == cpu_model
+    assert reproduces_bitwise(recorded_on, here) is bitwise
+    off_by_one_image = 0.8889 - 1 / 360
+    if bitwise:
+        with pytest.raises(AssertionError, match="recorded on this machine"):
+            assert_reproduces(off_by_one_image, 0.8889, recorded_on, here)
+    else:
+        assert_reproduces(off_by_one_image, 0.8889, recorded_on, here)
+        with pytest.raises(AssertionError, match="another machine"):
+            assert_reproduces(0.8889 - 2 * TOLERANCE, 0.8889, recorded_on, here)
+
+
+def test_a_record_that_names_no_cpu_is_never_compared_bitwise():
+    here = provenance(threads=1)
+    written_before = {key: value for key, value in here.items() if key not in ("cpu", "cpu_model")}
+    assert not reproduces_bitwise(written_before, here) and reproduces_bitwise(dict(here), here)
 
 
 def test_posemb_findings_compare_each_column_with_the_numbers():

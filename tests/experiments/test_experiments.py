@@ -16,6 +16,7 @@ from vitlab.data.splits import take_fraction
 from vitlab.experiments import EXPERIMENTS, Settings, run_experiment
 from vitlab.experiments.runner import Results, bit_config, describe_model, hybrid_config, vit_config
 from vitlab.model import ConfigError, create_untrained
+from vitlab.model.cpu import cpu_model
 from vitlab.train import Trainer, get_recipe
 from vitlab.weights import load, save_pretrained
 
@@ -38,8 +39,10 @@ def check_report(out, name: str, rows: int, metrics: tuple[str, ...]) -> dict:
     machine = document["machine"]
     assert machine["commit"] and machine["torch"] == torch.__version__
     assert machine["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert machine["cpu_model"] == cpu_model()  # vendor, family and model: what tells two machines apart
     assert (
-        f"Commit `{machine['commit']}`, torch {machine['torch']}, CPU capability {machine['cpu_capability']}" in table
+        f"Commit `{machine['commit']}`, torch {machine['torch']}, {machine['cpu']} ({machine['cpu_model']}), "
+        f"CPU capability {machine['cpu_capability']}" in table
     )
     return document
 

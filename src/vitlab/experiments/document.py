@@ -73,9 +73,15 @@ fine-tuning recipe; self-supervision's masked patch objective); compute-cost tra
 ```
 
 (`make experiments-doc` runs every experiment with its default budget, then that command). The
-sentences under each table are computed from its numbers. On CPU, the same commit, torch version
-and CPU capability reproduce each number exactly (`tests/experiments/test_experiments.py` retrains the smallest
-configuration and compares it with its recorded JSON).
+sentences under each table are computed from its numbers. Each section names the machine it ran on.
+On CPU, the same commit, torch version, CPU (vendor, family and model) and CPU capability reproduce
+each number exactly. Another CPU, even one of the same capability, rounds its GEMMs differently, and
+a few hundred steps carry that on: its numbers differ from these by about as much as another seed's
+would, so compare them with the seeds' spread, not digit for digit
+(`tests/experiments/test_document.py` retrains the smallest configuration and compares it with its
+recorded JSON, exactly on the machine it was recorded on and within three standard deviations of
+its seed spread elsewhere). A section whose machine line names no CPU was recorded before the
+CPU's identity was.
 
 ---
 """

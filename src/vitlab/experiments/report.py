@@ -12,6 +12,7 @@ from typing import Any
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from vitlab.bench.machine import cpu_text
 from vitlab.figures import save_figure
 
 from .provenance import provenance
@@ -126,7 +127,8 @@ def write_report(
         f"# {experiment.name}: {experiment.reproduces}",
         experiment.question,
         budget_line,
-        f"Commit `{machine['commit']}`, torch {machine['torch']}, CPU capability {machine['cpu_capability']}, "
+        f"Commit `{machine['commit']}`, torch {machine['torch']}, {cpu_text(machine)}, "
+        f"CPU capability {machine['cpu_capability']}, "
         f"{machine['threads']} thread(s) per run.",
         f"```\n{command}\n```",
     ]
