@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.vitlab-installed
 TORCH_PINS ?= torch==2.14.1 torchvision==0.29.1
 
-.PHONY: install demo test test-fast lint clean browser bench bench-avx2 bench-384 bench-int8 bench-pipelines bench-doc experiments-doc
+.PHONY: install demo test test-fast lint hooks commits clean browser bench bench-avx2 bench-384 bench-int8 bench-pipelines bench-doc experiments-doc
 
 install: $(STAMP)
 
@@ -43,6 +43,17 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests
 	$(VENV)/bin/ruff format --check src tests
 	$(VENV)/bin/mypy
+
+# The commit convention (CONTRIBUTING.md): `hooks` installs the commit-msg hook that checks each new
+# message; `commits` checks the commits since COMMITS_BASE (by default: since the convention began).
+hooks: $(STAMP)
+	@hook=$$(git rev-parse --git-path hooks)/commit-msg; \
+	if [ -e "$$hook" ] && ! cmp -s .ci/commit-msg "$$hook"; then \
+		echo "make hooks: $$hook exists and is not this project's; move it away first" >&2; exit 1; fi; \
+	mkdir -p "$$(dirname "$$hook")" && cp .ci/commit-msg "$$hook" && chmod +x "$$hook" && echo "installed $$hook"
+
+commits: $(STAMP)
+	COMMITS_BASE="$(COMMITS_BASE)" GITLINT=$(VENV)/bin/gitlint bash .ci/check-commits
 
 # vitlab against timm, transformers and torchvision (docs/benchmarks.md), one preset per target: each writes
 # build/bench/PRESET.{json,md}; bench-doc renders docs/benchmarks.md from them and the results kept there.
