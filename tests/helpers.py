@@ -6,14 +6,20 @@ Test files import from here, never from one another.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import pickle
+import resource
 import signal
 import socket
 import struct
+import subprocess
 import threading
+import time
+import tracemalloc
 import zlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -333,6 +339,47 @@ def one_line_error(capsys, argv: list[str]) -> str:
     return lines[0]
 
 
+# -- the web demo in a process of its own -------------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@contextlib.contextmanager
+def serving(
+    command: list[str], checkpoint: Path, log_path: Path, *, cwd: Path, env: dict | None = None, start_timeout_s=120
+) -> Iterator[str]:
+    """`COMMAND serve --ckpt CHECKPOINT` on a free loopback port (COMMAND: e.g. [python, -m, vitlab]);
+    yields its base URL once `GET /` answers, and stops it at the end."""
+    import httpx
+
+    port = free_port()
+    with log_path.open("w") as log:
+        argv = [*command, "serve", "--ckpt", str(checkpoint), "--port", str(port)]
+        process = subprocess.Popen(argv, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT)
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + start_timeout_s
+        try:
+            while True:
+                assert process.poll() is None, f"vitlab serve exited with {process.returncode}: {log_path.read_text()}"
+                try:
+                    if httpx.get(base + "/", timeout=2).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                assert time.monotonic() < deadline, f"vitlab serve did not answer within {start_timeout_s} s"
+                time.sleep(0.5)
+            yield base
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
 # -- processes, read from Linux's /proc: their children, the addresses they listen on ----------------------
 HAS_PROC = Path("/proc/self/task").is_dir() and Path("/proc/net/tcp").is_file()
 
@@ -401,3 +448,41 @@ class ListenerWatch:
     def __exit__(self, *exc) -> None:
         self._stop.set()
         self._thread.join()
+
+
+# -- what a reader costs: traced memory, under a cap on the address space ---------------------------------
+SMALL_INPUT_PEAK = 64 * 2**20  # what reading a file of a few KB may cost, whatever the memory limit
+
+
+def virtual_size() -> int:
+    """This process's address space now (VmSize of /proc/self/status), in bytes."""
+    line = next(line for line in Path("/proc/self/status").read_text().splitlines() if line.startswith("VmSize:"))
+    return int(line.split()[1]) * 1024
+
+
+@contextlib.contextmanager
+def memory_cap(extra: int = 2**30) -> Iterator[None]:
+    """Cap the address space at what this process holds now plus `extra` bytes, so that a reader
+    that believes a lying header fails with MemoryError instead of taking the machine's memory."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    cap = virtual_size() + extra
+    resource.setrlimit(resource.RLIMIT_AS, (cap if hard == resource.RLIM_INFINITY else min(cap, hard), hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+def traced_peak(function: Callable[[], Any]) -> tuple[BaseException | None, int]:
+    """Run `function` under tracemalloc and a memory cap: (what it raised or None, peak bytes traced)."""
+    tracemalloc.start()
+    try:
+        with memory_cap():
+            function()
+        raised = None
+    except Exception as error:
+        raised = error
+    finally:
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    return raised, peak

@@ -9,13 +9,13 @@ Each of these is one ValueError naming the file here; callers turn it into their
 from __future__ import annotations
 
 import json
-import stat
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from vitlab.errors import ConfigError
+from vitlab.bounded_read import read_bounded
+from vitlab.errors import ConfigError, RefusedFileError
 
 MAX_TEXT_BYTES = 16 * 2**20  # an HF config with ImageNet-21k's id2label is under 1 MiB
 
@@ -27,15 +27,10 @@ class TextFileError(ValueError):
 def read_text(path: str | Path, limit: int = MAX_TEXT_BYTES) -> str:
     """The file's text, refusing anything but a regular file (links are followed) of at most `limit` bytes."""
     path = Path(path)
-    mode = path.stat().st_mode  # before opening: opening a FIFO blocks; FileNotFoundError goes to the caller
-    if stat.S_ISDIR(mode):
-        raise TextFileError(f"{path}: is a folder; expected a file")
-    if not stat.S_ISREG(mode):
-        raise TextFileError(f"{path}: not a regular file (a device, pipe or socket); expected a text file")
-    with open(path, "rb") as handle:
-        data = handle.read(limit + 1)
-    if len(data) > limit:
-        raise TextFileError(f"{path}: larger than {limit / 2**20:.0f} MiB; not a config file")
+    try:  # FileNotFoundError goes to the caller
+        data = read_bounded(path, limit, "a text file")
+    except RefusedFileError as error:
+        raise TextFileError(str(error)) from None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as error:

@@ -4,10 +4,7 @@ installs) and by an HTTP client; no request may leave the machine."""
 from __future__ import annotations
 
 import io
-import socket
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -15,7 +12,7 @@ import pytest
 from PIL import Image, ImageDraw
 
 import vitlab
-from helpers import CHROMIUM, CHROMIUM_ARGS, REPO_ROOT, randomise_
+from helpers import CHROMIUM, CHROMIUM_ARGS, REPO_ROOT, randomise_, serving
 from vitlab.model import ViTConfig
 from vitlab.serve import ImageClassifier
 
@@ -27,12 +24,6 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(not CHROMIUM.exists(), reason=f"{CHROMIUM} missing; `make test` installs Debian's chromium"),
 ]
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def scene() -> bytes:
@@ -64,37 +55,8 @@ def server(tmp_path_factory):
         name="Ti-demo",
     )
     vitlab.save_pretrained(randomise_(vitlab.create_model(config)), folder / "ckpt")
-    port = free_port()
-    log = (folder / "serve.log").open("w")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "vitlab", "serve", "--ckpt", str(folder / "ckpt"), "--port", str(port)],
-        cwd=REPO_ROOT,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + START_TIMEOUT_S
-    try:
-        while True:
-            if process.poll() is not None:
-                pytest.fail(f"vitlab serve exited with {process.returncode}: {(folder / 'serve.log').read_text()}")
-            try:
-                if httpx.get(base + "/", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"vitlab serve did not answer within {START_TIMEOUT_S} s")
-            time.sleep(0.5)
+    with serving([sys.executable, "-m", "vitlab"], folder / "ckpt", folder / "serve.log", cwd=REPO_ROOT) as base:
         yield base, folder / "ckpt"
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        log.close()
 
 
 def expected_top(checkpoint: Path, data: bytes) -> list[tuple[str, float]]:

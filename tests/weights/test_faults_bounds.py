@@ -218,9 +218,9 @@ def test_config_json_is_read_within_bounds(folder, tmp_path):
     cases = {
         "urandom": ("not a regular file", lambda p: os.symlink("/dev/urandom", p)),
         "fifo": ("not a regular file", lambda p: os.mkfifo(p)),
-        "huge": ("larger than 16 MiB", lambda p: p.write_bytes(b" " * (16 * 2**20 + 1))),
+        "huge": ("above the limit of 16 MiB", lambda p: p.write_bytes(b" " * (16 * 2**20 + 1))),
         "deep": ("JSON nested too deeply", lambda p: p.write_text("[" * 100_000 + "]" * 100_000)),
-        "folder": ("is a folder", lambda p: p.mkdir()),
+        "folder": ("a folder, not a regular file", lambda p: p.mkdir()),
     }
     for name, (expected, make) in cases.items():
         (tmp_path / name).mkdir()
@@ -239,7 +239,7 @@ def test_yaml_aliases_deep_nesting_and_folders_are_one_line(tmp_path, capsys):
     for name, expected in [
         ("bomb.yaml", "YAML aliases (*a) are not allowed"),
         ("deep.yaml", "nested too deeply"),
-        ("", "is a folder"),
+        ("", "a folder, not a regular file"),
     ]:
         line = one_line_error(capsys, ["train", "--out", str(tmp_path / "run"), "--config", str(tmp_path / name)])
         assert expected in line, line

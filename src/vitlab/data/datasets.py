@@ -11,14 +11,13 @@ import hashlib
 import logging
 import os
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 from PIL import Image
 
-from .images import BadImageError, check_image, read_image
+from .images import BadImageError, check_image, read_image, read_image_file
 
 logger = logging.getLogger("vitlab")
 
@@ -125,10 +124,7 @@ class EncodedImages(LabelledImages):
 
     def encoded(self, source: Any) -> bytes:
         """The file's bytes, undecoded (for decoding on the training device: device_decode.py)."""
-        try:
-            return Path(source).read_bytes()
-        except OSError as error:
-            raise BadImageError(str(source), f"cannot read file ({error.strerror or error})") from None
+        return read_image_file(source, str(source))
 
     def check(self, source: Any, decode: bool) -> None:
         """Raise BadImageError if `source` cannot be used (`decode=False`: headers only)."""

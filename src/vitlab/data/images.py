@@ -14,9 +14,13 @@ import os
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 from PIL import Image, ImageOps
+
+from vitlab.bounded_read import open_regular, read_bounded, regular_size
+from vitlab.errors import RefusedFileError
 
 # PIL refuses images above twice this many pixels and only warns above it; vitlab refuses both
 # (read_image turns the warning into an error). 89.5M pixels, PIL's own default, is e.g. 9460 x 9460:
@@ -49,6 +53,10 @@ FORMATS = (
     "AVIF",
 )  # fmt: skip  (JPEG covers MPO, the multi-picture JPEG of some cameras)
 
+# A file above this is refused before it is read: an uncompressed 16-bit RGBA image at the pixel limit
+# is 716 MB, and any compressed photo far less.
+MAX_IMAGE_FILE_BYTES = 2**30
+
 # Files that the folder sources consider images: what PIL reads, plus formats it does not, so that a
 # .heic among the .jpg files is reported as unreadable rather than silently ignored.
 IMAGE_EXTENSIONS = frozenset(
@@ -72,20 +80,39 @@ class BadImageError(ValueError):
         return (type(self), (self.name, self.reason))
 
 
-def _open(source: Source, name: str) -> Image.Image:
-    if isinstance(source, (bytes, bytearray, memoryview)):
-        data = bytes(source)
-    else:
-        try:
-            data = Path(source).read_bytes()
-        except OSError as error:
-            raise BadImageError(name, f"cannot read file ({error.strerror or error})") from None
-    if not data:
-        raise BadImageError(name, "empty file (0 bytes)")
+def read_image_file(path: str | os.PathLike, name: str | None = None) -> bytes:
+    """The encoded bytes of an image file, within the bounded-read rule; BadImageError says why not."""
+    name = os.fsdecode(path) if name is None else name
     try:
-        return Image.open(io.BytesIO(data), formats=FORMATS)
-    except Image.UnidentifiedImageError:
-        raise BadImageError(name, "not an image, or a format vitlab does not read") from None
+        return read_bounded(path, MAX_IMAGE_FILE_BYTES, "an image file")
+    except RefusedFileError as error:
+        raise BadImageError(name, error.reason) from None
+    except OSError as error:
+        raise BadImageError(name, f"cannot read file ({error.strerror or error})") from None
+
+
+@contextlib.contextmanager
+def _open(source: Source, name: str) -> Iterator[Image.Image]:
+    """The image, its decoder reading from the bytes or from the file as it goes (PIL reads a header
+    before the pixels: a file that is not an image costs a few bytes, whatever its size)."""
+    with contextlib.ExitStack() as stack:
+        if isinstance(source, (bytes, bytearray, memoryview)):
+            handle: BinaryIO = io.BytesIO(bytes(source))
+        else:
+            try:
+                handle = stack.enter_context(open_regular(source, MAX_IMAGE_FILE_BYTES, "an image file"))
+            except RefusedFileError as error:
+                raise BadImageError(name, error.reason) from None
+            except OSError as error:
+                raise BadImageError(name, f"cannot read file ({error.strerror or error})") from None
+        if handle.seek(0, io.SEEK_END) == 0:
+            raise BadImageError(name, "empty file (0 bytes)")
+        handle.seek(0)
+        try:
+            image = stack.enter_context(Image.open(handle, formats=FORMATS))
+        except Image.UnidentifiedImageError:
+            raise BadImageError(name, "not an image, or a format vitlab does not read") from None
+        yield image
 
 
 def _to_rgb(image: Image.Image) -> Image.Image:
@@ -204,8 +231,10 @@ def image_files(paths: list[str]) -> list[Path]:
             if not found:
                 raise ValueError(f"{name}: the folder holds no image files")
             files += found
-        elif path.is_file():
-            files.append(path)
         else:
-            raise FileNotFoundError(f"{name}: no such file or folder")
+            try:
+                regular_size(path, what="an image file")  # a FIFO or a device is named as such
+            except FileNotFoundError:
+                raise FileNotFoundError(f"{name}: no such file or folder") from None
+            files.append(path)
     return files

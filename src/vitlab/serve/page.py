@@ -2,18 +2,31 @@
 
 The upload is a plain file box, so that whatever a user drops in reaches vitlab's own checks and
 a bad file gets a sentence on the page instead of a crash or a bare "Error" toast.
+
+A request names the uploaded file by its path on the server, and Gradio copies whatever path a request
+names into its cache before any handler runs (its own check that the path was uploaded stays off
+in an app mounted on FastAPI): a crafted request could have the server read any file, block its
+event loop on a FIFO or spin on /dev/zero. The file box here takes a regular file inside Gradio's
+upload folder and nothing else, and refuses any other path before it is opened.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 from pathlib import Path
 
 import gradio as gr
+from starlette.concurrency import run_in_threadpool
 
+from vitlab.bounded_read import read_bounded, regular_size
 from vitlab.data import BadImageError
+from vitlab.errors import RefusedFileError
 from vitlab.model import BiTConfig, ViTConfig
 
 from .classify import ImageClassifier
+
+log = logging.getLogger("vitlab")
 
 EMPTY_MESSAGE = "Upload an image to classify it."
 UPLOAD_TTL_S = 3600
@@ -38,6 +51,41 @@ def describe(config: ViTConfig | BiTConfig) -> str:
     )
 
 
+def check_uploaded(path: str, upload_folder: str) -> None:
+    """Refuse, without opening it, any `path` but a regular file inside `upload_folder` (links resolved),
+    and any URL, which Gradio would fetch."""
+    folder, real = os.path.realpath(upload_folder), os.path.realpath(path)
+    if "://" in path or os.path.commonpath([real, folder]) != folder:
+        log.warning("serve: refused a request naming %r, which is not a file uploaded to this page", path)
+        raise gr.Error("the request names a file that was not uploaded to this page", print_exception=False)
+    try:
+        regular_size(real, what="an uploaded image")
+    except (RefusedFileError, OSError) as error:
+        log.warning("serve: refused a request naming %r (%s)", path, error)
+        raise gr.Error("the request names an upload that is not a readable file", print_exception=False) from None
+
+
+def uploads_only(box: gr.File) -> gr.File:
+    """`box` made to accept a file uploaded to this page and no other path, checked in a worker thread
+    before Gradio copies anything. The box's own methods are wrapped: a subclass of a Gradio component
+    would have Gradio write a .pyi stub beside this module when it is imported."""
+    move_async, move = box.async_move_resource_to_block_cache, box.move_resource_to_block_cache
+
+    async def checked_async(url_or_file_path: str | Path | None) -> str | None:
+        if url_or_file_path is not None:
+            await run_in_threadpool(check_uploaded, str(url_or_file_path), box.GRADIO_CACHE)
+        return await move_async(url_or_file_path)
+
+    def checked(url_or_file_path: str | Path | None) -> str | None:
+        if url_or_file_path is not None:
+            check_uploaded(str(url_or_file_path), box.GRADIO_CACHE)
+        return move(url_or_file_path)
+
+    setattr(box, "async_move_resource_to_block_cache", checked_async)  # noqa: B010 - mypy refuses a method assignment
+    setattr(box, "move_resource_to_block_cache", checked)  # noqa: B010
+    return box
+
+
 def build_page(classifier: ImageClassifier, title: str) -> gr.Blocks:
     config = classifier.model.config
 
@@ -47,8 +95,9 @@ def build_page(classifier: ImageClassifier, title: str) -> gr.Blocks:
         file = Path(path)
         try:
             classifier.check_size(file.stat().st_size, file.name)  # before reading it into memory
-            result = classifier.classify(file.read_bytes(), name=file.name)
-        except BadImageError as error:
+            data = read_bounded(file, classifier.limits.max_bytes, "an uploaded image")
+            result = classifier.classify(data, name=file.name)
+        except (BadImageError, RefusedFileError) as error:
             return None, None, None, f"**Could not classify `{file.name}`:** {error.reason}"
         best, prob = result.top[0]
         scores = {label: p for label, p in result.top}
@@ -59,7 +108,7 @@ def build_page(classifier: ImageClassifier, title: str) -> gr.Blocks:
         gr.Markdown(f"# {title}\n{describe(config)}")
         with gr.Row():
             with gr.Column():
-                upload = gr.File(label="Image", type="filepath", elem_id="upload")
+                upload = uploads_only(gr.File(label="Image", type="filepath", elem_id="upload"))
                 message = gr.Markdown(EMPTY_MESSAGE, elem_id="message")
                 labels = gr.Label(num_top_classes=classifier.top_k, label="Top classes", elem_id="top")
             with gr.Column():
