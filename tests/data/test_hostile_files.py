@@ -37,7 +37,7 @@ def test_an_image_path_that_is_no_image_file_is_refused_before_reading(tmp_path,
     path.parent.mkdir()
     make(path)
     raised, peak = traced_peak(lambda: read_image(path))
-    assert isinstance(raised, BadImageError) and raised.reason == reason, raised
+    assert isinstance(raised, BadImageError) and raised.reason.startswith(reason), raised
     assert peak < SMALL_INPUT_PEAK, f"{peak / 2**20:.0f} MiB traced"
 
 
