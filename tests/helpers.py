@@ -15,9 +15,11 @@ import signal
 import socket
 import struct
 import subprocess
+import tarfile
 import threading
 import time
 import tracemalloc
+import zipfile
 import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -465,8 +467,8 @@ def memory_cap(extra: int = 2**30) -> Iterator[None]:
     """Cap the address space at what this process holds now plus `extra` bytes, so that a reader
     that believes a lying header fails with MemoryError instead of taking the machine's memory."""
     soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-    cap = virtual_size() + extra
-    resource.setrlimit(resource.RLIMIT_AS, (cap if hard == resource.RLIM_INFINITY else min(cap, hard), hard))
+    cap = min(limit for limit in (virtual_size() + extra, soft, hard) if limit != resource.RLIM_INFINITY)
+    resource.setrlimit(resource.RLIMIT_AS, (cap, hard))  # never above a cap already in force
     try:
         yield
     finally:
@@ -486,3 +488,69 @@ def traced_peak(function: Callable[[], Any]) -> tuple[BaseException | None, int]
         peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
     return raised, peak
+
+
+# -- files whose headers lie about their size ----------------------------------------------------------------
+def lying_npy(shape: tuple[int, ...], dtype: str = "<f4", data: bytes = b"\0" * 16) -> bytes:
+    """An .npy whose header declares `shape` of `dtype`, followed by `data` (whatever its length)."""
+    buffer = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buffer, {"descr": dtype, "fortran_order": False, "shape": shape})
+    return buffer.getvalue() + data
+
+
+def lying_npz(path: Path, shape: tuple[int, ...], dtype: str = "<f4", data: bytes = b"\0" * 16) -> Path:
+    """An .npz holding one member, embedding/kernel, with lying_npy's header."""
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("embedding/kernel.npy", lying_npy(shape, dtype, data))
+    return path
+
+
+class ForgedArray:
+    """Pickles as numpy pickles an array (_reconstruct, then BUILD with its state), with any declared
+    shape and any bytes of data."""
+
+    def __init__(self, shape: tuple, raw: bytes, dtype: str = "u1") -> None:
+        self.shape, self.raw, self.dtype = shape, raw, dtype
+
+    def __reduce__(self):
+        state = (1, self.shape, np.dtype(self.dtype), False, self.raw)
+        return (np.ndarray.__reduce__(np.zeros(0, np.uint8))[0], (np.ndarray, (0,), b"b"), state)
+
+
+class ArrayCall:
+    """Pickles as a call of numpy.ndarray(shape, dtype): uninitialised memory of any size."""
+
+    def __init__(self, shape: tuple, dtype: str = "u1") -> None:
+        self.shape, self.dtype = shape, dtype
+
+    def __reduce__(self):
+        return (np.ndarray, (self.shape, np.dtype(self.dtype)))
+
+
+def tar_member(name: str, data: bytes, declared: int | None = None, kind: bytes = tarfile.REGTYPE) -> bytes:
+    """One tar member: a header declaring `declared` bytes (len(data) by default), then `data` padded
+    to the block size, whatever the declared size."""
+    info = tarfile.TarInfo(name)
+    info.size, info.type = len(data) if declared is None else declared, kind
+    padding = -len(data) % tarfile.BLOCKSIZE
+    return info.tobuf(format=tarfile.GNU_FORMAT) + data + b"\0" * padding
+
+
+def shard(path: Path, members: list[bytes], end: bool = True) -> Path:
+    """A tar file of `members` (tar_member's), ended by tar's two zero blocks unless `end` is False."""
+    path.write_bytes(b"".join(members) + (b"\0" * 2 * tarfile.BLOCKSIZE if end else b""))
+    return path
+
+
+def gnu_sparse_member(name: str, real_size: int) -> bytes:
+    """A GNU sparse member: one byte of data that stands for a file of `real_size` bytes (holes)."""
+    info = tarfile.TarInfo(name)
+    info.type, info.size = tarfile.GNUTYPE_SPARSE, 1
+    header = bytearray(info.tobuf(format=tarfile.GNU_FORMAT))
+    # The old GNU sparse map (offset 386): one (offset, numbytes) pair; the real size at 483.
+    header[386:398] = tarfile.itn(real_size - 1, 12, tarfile.GNU_FORMAT)
+    header[398:410] = tarfile.itn(1, 12, tarfile.GNU_FORMAT)
+    header[483:495] = tarfile.itn(real_size, 12, tarfile.GNU_FORMAT)
+    header[148:156] = b"        "  # the checksum is of the header with spaces in its place
+    header[148:156] = b"%06o\0 " % sum(header[:512])
+    return bytes(header) + b"x" + b"\0" * (tarfile.BLOCKSIZE - 1)

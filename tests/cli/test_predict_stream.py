@@ -159,6 +159,17 @@ def test_a_resume_without_its_features_file_is_refused(model_folder, pictures, t
     assert (tmp_path / "top.csv").read_text() == kept and not features.exists()
 
 
+@pytest.mark.integration
+@pytest.mark.fault("hostile-input", kinds=1)
+def test_a_resume_with_its_features_file_cut_short_names_it(model_folder, pictures, tmp_path, capsys):
+    argv, kept, features = interrupted_with_features(model_folder, pictures, tmp_path, done=4)
+    with features.open("r+b") as handle:
+        handle.truncate(features.stat().st_size - 10)
+    line = one_line_error(capsys, argv)
+    assert f"--features {features}: its header declares float32 (7, 16)" in line and "(cut short)" in line, line
+    assert "already holds 4 files' rows" in line and (tmp_path / "top.csv").read_text() == kept
+
+
 @pytest.mark.fault("bad-input", kinds=1)
 def test_a_resume_with_features_over_other_files_is_refused(model_folder, pictures, tmp_path, capsys):
     argv, kept, _ = interrupted_with_features(model_folder, pictures, tmp_path, done=2)

@@ -1,13 +1,16 @@
 """Image paths that are not image files: a link to /dev/zero among the training images, a FIFO, a
-sparse file of gigabytes. Each is refused by name from os.stat, before anything is read."""
+sparse file of gigabytes. Each is refused by name from os.stat, before anything is read. And images
+beyond 8 bits: converted by the range of their values, or refused by name."""
 
 from __future__ import annotations
 
 import os
 
+import numpy as np
 import pytest
+from PIL import Image
 
-from helpers import SMALL_INPUT_PEAK, traced_peak
+from helpers import SMALL_INPUT_PEAK, encode, traced_peak
 from vitlab.data import BadImageError, read_image
 from vitlab.data.images import image_files
 
@@ -21,7 +24,7 @@ def sparse(path, size: int):
     return path
 
 
-@pytest.mark.fault("hostile-input", kinds=3)
+@pytest.mark.fault("hostile-input", kinds=1)  # one per parameter
 @pytest.mark.timeout(60)  # a FIFO opened for reading waits for a writer: on today's main, for ever
 @pytest.mark.parametrize(
     "make, reason",
@@ -50,3 +53,15 @@ def test_predict_names_a_fifo_or_device_as_such_not_as_missing(tmp_path):
         image_files(["/dev/null"])
     with pytest.raises(FileNotFoundError, match="nowhere.jpg: no such file or folder"):
         image_files([str(tmp_path / "nowhere.jpg")])
+
+
+@pytest.mark.fault("hostile-input", kinds=2)
+def test_float_greyscale_is_converted_by_its_range_or_refused_by_name():
+    ramp = np.linspace(0.0, 1.0, 8 * 16, dtype=np.float32).reshape(8, 16)
+    grey = np.asarray(read_image(encode(Image.fromarray(ramp, "F"), "TIFF"), name="ramp.tif"))
+    assert grey.shape == (8, 16, 3) and grey.min() == 0 and grey.max() == 255  # 0..1 is black to white
+    assert np.array_equal(grey[..., 0], np.round(ramp * 255).astype(np.uint8))
+    levels = np.asarray(read_image(encode(Image.fromarray(ramp * 200, "F"), "TIFF")))[..., 0]
+    assert levels.max() == 200  # 0..255: grey levels as they are
+    with pytest.raises(BadImageError, match=r"odd.tif: F pixel values span -1..1; vitlab reads 0..1, 0..255"):
+        read_image(encode(Image.fromarray(ramp * 2 - 1, "F"), "TIFF"), name="odd.tif")

@@ -123,7 +123,7 @@ def test_read_image_gives_the_pixels_of_the_copying_steps_it_replaced():
         buffer = io.BytesIO()
         Image.fromarray(pixels).save(buffer, fmt, exif=exif.tobytes())
         with Image.open(io.BytesIO(buffer.getvalue())) as image:
-            old = np.asarray(_to_rgb(ImageOps.exif_transpose(image)))
+            old = np.asarray(_to_rgb(ImageOps.exif_transpose(image), "old"))
         new = read_image(buffer.getvalue())
         assert new.mode == "RGB" and np.array_equal(np.asarray(new), old), (orientation, fmt)
         assert new.size == ((6, 10) if orientation == 6 else (10, 6))

@@ -192,7 +192,7 @@ def test_an_npz_that_unpacks_beyond_the_limit_is_refused_unread(tmp_path):
     bomb = tmp_path / "bomb.npz"
     np.savez_compressed(bomb, **{"embedding/kernel": np.zeros((2048, 2048, 4), np.float32)})  # 64 MiB of zeros
     assert bomb.stat().st_size < 1_000_000
-    refused(bomb, "bomb.npz: its arrays unpack to 0.0625 GiB, above the memory limit", memory_limit=2**24)
+    refused(bomb, "bomb.npz: its arrays unpack to 64 MiB, above the memory limit of 16 MiB", memory_limit=2**24)
     scanned = tmp_path / "scanned.npz"  # big_vision's stacked layers: depth from a zero-element array
     arrays = {
         key: np.zeros(shape, np.float32)

@@ -44,9 +44,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run_fractaldb(args: argparse.Namespace) -> int:
     from vitlab.data.fractaldb import FractalDBSpec, generate_fractaldb
+    from vitlab.model.budget import DEFAULT_FRACTION, available_memory
 
     if args.workers < 1:
         raise ValueError(f"--workers must be at least 1, got {args.workers}")
     spec = FractalDBSpec(classes=args.classes, per_class=args.per_class, size=args.size, seed=args.seed)
-    generate_fractaldb(spec, args.out, format=args.format, workers=args.workers)
+    limit = int(DEFAULT_FRACTION * available_memory())
+    generate_fractaldb(spec, args.out, format=args.format, workers=args.workers, memory_limit=limit)
     return 0

@@ -9,17 +9,23 @@ files re-pickled by Python 3 may hold bytes keys (b"data") and bytes class names
 
 vitlab reads the pickles itself rather than through torchvision.datasets.CIFAR10/100: those check
 the md5 of the official files (so no small test files) and unpickle without restriction. Here the
-unpickler only builds dicts, lists, strings and numpy arrays; a file asking for anything else is
-refused without running it. `download=True` fetches the release with torchvision, md5-checked.
+unpickler only builds dicts, lists, strings and numpy arrays of numbers, each array from bytes of
+the file whose length matches its declared shape; a file asking for anything else is refused
+without running it. `download=True` fetches the release with torchvision, md5-checked.
 """
 
 from __future__ import annotations
 
+import codecs
+import io
+import math
 import pickle
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from vitlab.bounded_read import read_bounded
 
 from .datasets import ArrayImages, Transform
 from .splits import DataSplits
@@ -47,16 +53,74 @@ LAYOUTS = {
     "cifar100": CifarLayout("cifar-100-python", ("train",), "test", "meta", "fine_labels", "fine_label_names"),
 }
 
-# What a CIFAR pickle may reference: numpy's array reconstructors and the codec that protocol 2
-# uses for byte strings; nothing that runs code.
-_ALLOWED_GLOBALS = {
-    ("_codecs", "encode"),
-    ("numpy.core.multiarray", "_reconstruct"),
-    ("numpy._core.multiarray", "_reconstruct"),
-    ("numpy.core.numeric", "_frombuffer"),
-    ("numpy._core.numeric", "_frombuffer"),
-    ("numpy", "ndarray"),
-    ("numpy", "dtype"),
+# The official batches are 31 MB (CIFAR-10) and 155 MB (CIFAR-100's train); a file above this is refused unread.
+MAX_CIFAR_FILE_BYTES = 256 * 2**20
+
+
+class _Array:
+    """What numpy's `_reconstruct(ndarray, (0,), b"b")` stands for in a pickle: an empty array that the
+    pickle's BUILD then fills with (version, shape, dtype, fortran order, raw bytes)."""
+
+    array: np.ndarray | None = None
+
+    def __setstate__(self, state: tuple) -> None:
+        if not isinstance(state, tuple) or len(state) != 5:
+            raise pickle.UnpicklingError(f"an array state of {type(state).__name__} {len(state)}; expected 5 fields")
+        _, shape, dtype, fortran_order, raw = state
+        self.array = _checked_array(raw, dtype, shape, bool(fortran_order))
+
+
+class _NDArrayClass:
+    """`numpy.ndarray` as a pickle names it: only ever the first argument of `_reconstruct`. Called, it
+    would allocate whatever shape the pickle gives it, so a call is refused."""
+
+    def __call__(self, *args: object) -> None:
+        raise pickle.UnpicklingError(f"refusing to call numpy.ndarray{args!r:.60}, which allocates what it is asked")
+
+
+def _reconstruct(cls: object, shape: tuple, typecode: bytes) -> _Array:
+    if not isinstance(cls, _NDArrayClass) or tuple(shape) != (0,):
+        raise pickle.UnpicklingError(f"numpy _reconstruct({type(cls).__name__}, {shape!r}): not how an array pickles")
+    return _Array()
+
+
+def _frombuffer(buffer: bytes, dtype: np.dtype, shape: tuple, order: str) -> np.ndarray:
+    return _checked_array(buffer, dtype, shape, order == "F")
+
+
+def _dtype(code: str, align: bool = False, copy: bool = True) -> np.dtype:
+    if not isinstance(code, str) or len(code) > 4:
+        raise pickle.UnpicklingError(f"numpy dtype {code!r}: not a plain number type")
+    return np.dtype(code, align=bool(align), copy=True)  # a copy: the pickle's BUILD then sets its state
+
+
+def _checked_array(raw: object, dtype: object, shape: object, fortran_order: bool) -> np.ndarray:
+    """The array that `raw` holds, once the shape and dtype its pickle declares are found to take
+    exactly its bytes: numbers only, and nothing allocated beyond what the file held."""
+    if not isinstance(dtype, np.dtype) or dtype.kind not in "biuf" or dtype.fields or dtype.subdtype:
+        raise pickle.UnpicklingError(f"an array of dtype {dtype!r}; a CIFAR batch holds numbers only")
+    if not isinstance(raw, (bytes, bytearray)) or not isinstance(shape, tuple):
+        raise pickle.UnpicklingError(f"an array of {type(raw).__name__} data and shape {shape!r}")
+    if not all(isinstance(side, int) and side >= 0 for side in shape):
+        raise pickle.UnpicklingError(f"an array of shape {shape!r}")
+    declared = math.prod(shape) * dtype.itemsize
+    if declared != len(raw):
+        raise pickle.UnpicklingError(
+            f"an array declared {dtype} {shape} ({declared:,} bytes) with {len(raw):,} bytes of data"
+        )
+    return np.frombuffer(raw, dtype=dtype).reshape(shape, order="F" if fortran_order else "C")
+
+
+# What a CIFAR pickle may name, each mapped to a stand-in above that checks its arguments (numpy's own
+# functions would allocate whatever shape a pickle declares), and the codec protocol 2 uses for bytes.
+_ALLOWED_GLOBALS: dict[tuple[str, str], object] = {
+    ("_codecs", "encode"): codecs.encode,
+    ("numpy.core.multiarray", "_reconstruct"): _reconstruct,
+    ("numpy._core.multiarray", "_reconstruct"): _reconstruct,
+    ("numpy.core.numeric", "_frombuffer"): _frombuffer,
+    ("numpy._core.numeric", "_frombuffer"): _frombuffer,
+    ("numpy", "ndarray"): _NDArrayClass(),
+    ("numpy", "dtype"): _dtype,
 }
 
 
@@ -64,16 +128,29 @@ class _CifarUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str):
         if (module, name) not in _ALLOWED_GLOBALS:
             raise pickle.UnpicklingError(f"refusing to load {module}.{name}")
-        return super().find_class(module, name)
+        return _ALLOWED_GLOBALS[module, name]
+
+
+def _arrays(value):
+    """The content with each stand-in replaced by the array it built."""
+    if isinstance(value, _Array):
+        if value.array is None:
+            raise pickle.UnpicklingError("an array whose data never came")
+        return value.array
+    if isinstance(value, dict):
+        return {key: _arrays(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_arrays(item) for item in value]
+    return value
 
 
 def read_pickle(path: Path) -> dict:
-    if not path.is_file():
+    if not path.exists():
         raise FileNotFoundError(f"CIFAR file {str(path)!r} is missing")
     try:
-        with path.open("rb") as file:
-            # latin1 turns the Python 2 byte strings of the official files into str keys.
-            content = _CifarUnpickler(file, encoding="latin1").load()
+        data = read_bounded(path, MAX_CIFAR_FILE_BYTES, "a CIFAR batch")
+        # latin1 turns the Python 2 byte strings of the official files into str keys.
+        content = _arrays(_CifarUnpickler(io.BytesIO(data), encoding="latin1").load())
     except Exception as error:  # pickle raises many kinds on a damaged file
         raise ValueError(f"CIFAR file {str(path)!r} cannot be read: {error}") from None
     if not isinstance(content, dict):

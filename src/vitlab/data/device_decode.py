@@ -115,7 +115,7 @@ def read_header(data: bytes, name: str) -> tuple[bytes, int, int, int, str]:
     """(bytes, width, height after the EXIF orientation, orientation, name); BadImageError as read_image."""
     try:
         with Image.open(io.BytesIO(data)) as image:
-            check_size(image.width, image.height, name)
+            check_size(image.width, image.height, name, len(data))
             orientation = int(image.getexif().get(EXIF_ORIENTATION, 1))
             width, height = image.size
     except BadImageError:

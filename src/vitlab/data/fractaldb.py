@@ -41,6 +41,8 @@ FILLING_RATE = 0.2
 POINT_DENSITY = SEARCH_POINTS / SEARCH_SIZE**2  # points per canvas pixel, kept when rendering instances
 BURN_IN = 20  # chaos-game steps discarded while the chains fall onto the attractor
 PATCH = 3
+MIN_SIZE = 8  # the output side: a 3x3 patch on a canvas of twice that
+CATEGORY_BYTES = 4096  # one category's maps and their record, held for the whole run
 
 
 def jitter_table() -> np.ndarray:
@@ -198,6 +200,17 @@ def render_category(category: FractalCategory, count: int, size: int, seed: int,
     return np.round(images * 255).astype(np.uint8)
 
 
+# The arrays render_category holds at its peak, per instance and canvas pixel: chaos-game points
+# and their pixel coordinates, the patch masks and indices, the float32 canvas (29 bytes measured
+# by tracemalloc at 16 to 128 px; this bounds it from above).
+RENDER_BYTES_PER_CANVAS_PIXEL = 32
+
+
+def render_bytes(count: int, size: int) -> int:
+    """Memory render_category(count instances of size px) takes at its peak."""
+    return count * (2 * size) ** 2 * RENDER_BYTES_PER_CANVAS_PIXEL
+
+
 # -- writing -------------------------------------------------------------------------------------
 Format = Literal["folder", "wds"]
 
@@ -213,6 +226,21 @@ class FractalDBSpec:
         for name in ("classes", "per_class", "size"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"fractaldb --{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
+        if self.size < MIN_SIZE:
+            raise ValueError(
+                f"fractaldb --size must be at least {MIN_SIZE} px (a 3x3 patch per point), got {self.size}"
+            )
+
+    def check_memory(self, limit: int, workers: int) -> None:
+        """Refuse, before anything is allocated, a spec whose categories (each rendered whole in one of
+        `workers` processes) would take more than `limit` bytes."""
+        needed = workers * render_bytes(self.per_class, self.size) + self.classes * CATEGORY_BYTES
+        if needed > limit:
+            raise ValueError(
+                f"fractaldb --classes {self.classes} --per-class {self.per_class} --size {self.size} with "
+                f"{workers} worker(s) would take {needed / 2**30:,.3g} GiB of memory at once, above the limit of "
+                f"{limit / 2**30:.3g} GiB: lower --per-class, --size or --workers"
+            )
 
     @property
     def class_names(self) -> list[str]:
@@ -230,16 +258,21 @@ def _render_job(job: tuple[FractalCategory, FractalDBSpec, int]) -> np.ndarray:
     return render_category(category, spec.per_class, spec.size, spec.seed, index)
 
 
-def generate_fractaldb(spec: FractalDBSpec, out: str | Path, format: Format = "folder", workers: int = 1) -> dict:
+def generate_fractaldb(
+    spec: FractalDBSpec, out: str | Path, format: Format = "folder", workers: int = 1, memory_limit: int | None = None
+) -> dict:
     """Search the categories, render every instance and write them under `out`.
 
     folder: out/<class>/<class>_<i>.png (an ImageFolder); wds: out/fractaldb-NNNNNN.tar shards of
     <key>.png + <key>.cls with out/classes.txt. Both get out/fractaldb.json: the spec and every
     category's maps, so a dataset can be regenerated or inspected. Returns that document. The
-    images depend on the seed only, not on the number of worker processes.
+    images depend on the seed only, not on the number of worker processes. With `memory_limit`
+    (bytes), a spec that would take more is refused before `out` is touched.
     """
     if format not in ("folder", "wds"):
         raise ValueError(f"unknown fractaldb format {format!r}; choose folder or wds")
+    if memory_limit is not None:
+        spec.check_memory(memory_limit, workers)
     out = Path(out)
     if out.exists() and any(out.iterdir()):
         raise ValueError(f"fractaldb output folder {str(out)!r} is not empty; give a new or empty --out")

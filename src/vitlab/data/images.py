@@ -1,7 +1,8 @@
 """Reading one image file into RGB, the only place vitlab decodes user images.
 
-Odd but valid images (grayscale, palette with transparency, RGBA, CMYK, 16-bit, EXIF-rotated,
-animated, a misleading extension) come back as plain RGB. Anything that cannot be decoded raises
+Odd but valid images (grayscale, palette with transparency, RGBA, CMYK, 16-bit, float, EXIF-rotated,
+animated, a misleading extension) come back as plain RGB; greyscale beyond 8 bits by the rule in
+_grey_levels. Anything that cannot be decoded raises
 BadImageError(name, reason); callers decide whether to skip it. Only raster formats found in image
 datasets are opened: EPS, for one, would hand the file to Ghostscript.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import math
 import os
 import warnings
 from collections.abc import Iterator
@@ -52,6 +54,13 @@ FORMATS = (
     "QOI",
     "AVIF",
 )  # fmt: skip  (JPEG covers MPO, the multi-picture JPEG of some cameras)
+
+# What a file's bytes can encode: a lossless codec packs at most about 1,000 (deflate: PNG, TIFF) to
+# 2,700 (LZW: GIF) pixels per byte, a photograph under ten. A header that declares more than this many
+# pixels per byte of its file is lying about its size, and decoding would allocate them before the
+# data runs out; below MIN_DECLARED_PIXELS (a flat 1448 x 1448 image in a tiny file) it costs too little to matter.
+MAX_PIXELS_PER_BYTE = 4096
+MIN_DECLARED_PIXELS = 2**21
 
 # A file above this is refused before it is read: an uncompressed 16-bit RGBA image at the pixel limit
 # is 716 MB, and any compressed photo far less.
@@ -105,30 +114,43 @@ def _open(source: Source, name: str) -> Iterator[Image.Image]:
                 raise BadImageError(name, error.reason) from None
             except OSError as error:
                 raise BadImageError(name, f"cannot read file ({error.strerror or error})") from None
-        if handle.seek(0, io.SEEK_END) == 0:
+        file_bytes = handle.seek(0, io.SEEK_END)
+        if file_bytes == 0:
             raise BadImageError(name, "empty file (0 bytes)")
         handle.seek(0)
         try:
             image = stack.enter_context(Image.open(handle, formats=FORMATS))
         except Image.UnidentifiedImageError:
             raise BadImageError(name, "not an image, or a format vitlab does not read") from None
+        check_size(image.width, image.height, name, file_bytes)
         yield image
 
 
-def _to_rgb(image: Image.Image) -> Image.Image:
-    if image.mode.startswith("I;16") or image.mode == "I":
-        # 16-bit (and 32-bit int) greyscale: PIL's convert("L") clips at 255, so rescale 0..65535.
-        pixels = np.asarray(image, dtype=np.float64)
-        pixels = pixels / 257.0 if image.mode.startswith("I;16") or pixels.max() > 255 else pixels
-        image = Image.fromarray(np.clip(pixels + 0.5, 0, 255).astype(np.uint8), "L")
-    elif image.mode == "F":
-        image = Image.fromarray(np.clip(np.asarray(image), 0, 255).astype(np.uint8), "L")
+def _to_rgb(image: Image.Image, name: str) -> Image.Image:
+    if image.mode.startswith("I") or image.mode == "F":
+        image = Image.fromarray(_grey_levels(np.array(image, dtype=np.float32), image.mode, name), "L")
     if image.mode == "P" and "transparency" in image.info or image.mode in ("PA", "LA", "La", "RGBa"):
         image = image.convert("RGBA")
     if image.mode == "RGBA":
         background = Image.new("RGBA", image.size, BACKGROUND + (255,))
         image = Image.alpha_composite(background, image)
     return image.convert("RGB")
+
+
+def _grey_levels(pixels: np.ndarray, mode: str, name: str) -> np.ndarray:
+    """A 16-bit, 32-bit integer or float greyscale image as 8-bit grey, by the range its values lie in:
+    a 16-bit file, or values above 255, span 0..65535; float values within 0..1 span 0..1; other values
+    within 0..255 are grey levels. Negative, non-finite or larger values say nothing certain about
+    brightness: refused by name."""
+    low, high = (float(pixels.min()), float(pixels.max())) if pixels.size else (0.0, 0.0)
+    if not (math.isfinite(low) and math.isfinite(high)) or low < 0 or high > 65535:
+        raise BadImageError(name, f"{mode} pixel values span {low:g}..{high:g}; vitlab reads 0..1, 0..255 or 0..65535")
+    if mode.startswith("I;16") or high > 255:
+        pixels /= 257.0
+    elif mode == "F" and high <= 1.0:
+        pixels *= 255.0
+    pixels += 0.5
+    return np.clip(pixels, 0, 255, out=pixels).astype(np.uint8)
 
 
 @contextlib.contextmanager
@@ -173,18 +195,18 @@ def read_image(source: Source, *, name: str | None = None, draft: int | None = N
     """
     name = _name(source, name)
     with _decoding(name), _open(source, name) as image:
-        check_size(image.width, image.height, name)
         if draft is not None and image.format == "JPEG":
             image.draft(image.mode, (draft, draft))
         image.seek(0)  # animated GIF/WebP/APNG, multi-page TIFF: the first frame
         image.load()
         ImageOps.exif_transpose(image, in_place=True)  # in place: no copy when there is nothing to turn
-        return image if image.mode == "RGB" else _to_rgb(image)  # RGB already: no converted copy
+        return image if image.mode == "RGB" else _to_rgb(image, name)  # RGB already: no converted copy
 
 
-def check_size(width: int, height: int, name: str) -> None:
+def check_size(width: int, height: int, name: str, file_bytes: int | None = None) -> None:
     """Refuse, from the header's size alone, an image whose decoding or resizing would take far more
-    memory than the model needs: too many pixels, or too extreme an aspect ratio."""
+    memory than the model needs: too many pixels, too extreme an aspect ratio, or (given the file's
+    size) more pixels than its bytes can encode."""
     if width * height > MAX_IMAGE_PIXELS:  # in case PIL's own limit was raised
         raise BadImageError(
             name, f"{width} x {height} pixels is above the decompression-bomb limit of {MAX_IMAGE_PIXELS}"
@@ -197,6 +219,12 @@ def check_size(width: int, height: int, name: str) -> None:
             name,
             f"{width} x {height} pixels: aspect ratio {ratio:,.0f}:1 is above {MAX_ASPECT_RATIO}:1 "
             "(resizing its shorter side to the model's size would take gigabytes)",
+        )
+    if file_bytes is not None and width * height > max(MIN_DECLARED_PIXELS, MAX_PIXELS_PER_BYTE * file_bytes):
+        raise BadImageError(
+            name,
+            f"its header declares {width} x {height} pixels, more than {MAX_PIXELS_PER_BYTE} per byte of its "
+            f"{file_bytes:,}-byte file: a damaged or forged header",
         )
 
 
@@ -211,7 +239,6 @@ def check_image(source: Source, *, name: str | None = None, decode: bool = True)
         return
     name = _name(source, name)
     with _decoding(name), _open(source, name) as image:
-        check_size(image.width, image.height, name)
         image.verify()
 
 

@@ -25,17 +25,26 @@ import tarfile
 from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from braceexpand import braceexpand
 
+from vitlab.bounded_read import open_regular
+from vitlab.errors import RefusedFileError
+from vitlab.textfiles import TextFileError, read_text
+
 from .datasets import EncodedImages, Transform
-from .images import IMAGE_EXTENSIONS, check_image, read_image
+from .images import IMAGE_EXTENSIONS, MAX_IMAGE_FILE_BYTES, check_image, read_image
 from .scan import finish_splits
 from .splits import DataSplits, SplitPlan
 
 logger = logging.getLogger("vitlab")
 
 LABEL_EXTENSIONS = ("cls", "cls.txt", "label", "label.txt")
+MAX_LABEL_BYTES = 4096  # an integer or a class name
+# Labels name classes 0..K-1; without a class list K is the largest label plus one, and a label of 10**9
+# would make a billion class names. 2**20 is 48 times ImageNet-21k's 21,843 classes.
+MAX_CLASSES = 2**20
 CLASS_FILES = ("classes.txt", "classes.json")
 
 
@@ -69,7 +78,8 @@ class ShardImages(EncodedImages):
 
 
 def read_member(member: Member) -> bytes:
-    with open(member.shard, "rb") as file:
+    """A member's bytes; its size was checked against the limit for an image when the shard was indexed."""
+    with open_regular(member.shard, what="a WebDataset shard") as file:
         file.seek(member.offset)
         return file.read(member.size)
 
@@ -94,33 +104,83 @@ def expand_shards(location: str) -> list[Path]:
 
 
 def index_shard(path: Path, class_to_idx: dict[str, int]) -> tuple[list[Member], list[int]]:
-    """The image member and the label of every sample in one shard, in tar order."""
+    """The image member and the label of every sample in one shard, in tar order. Every member is
+    checked before it is read: a regular, non-sparse file whose bytes lie inside the shard, an image
+    within the image file limit, a label of a few bytes; each key names one image and one label; and
+    the shard must end with tar's end-of-archive blocks, so that one cut short is named, not shortened."""
     images: dict[str, Member] = {}
     labels: dict[str, int] = {}
+    where = str(path)
     try:
-        with tarfile.open(path, "r:") as tar:  # uncompressed only: members must be addressable
-            for info in tar:
-                directory, base = os.path.split(info.name)
-                if not info.isfile() or base.startswith("."):
-                    continue
-                stem, _, extension = base.partition(".")
-                key, extension = os.path.join(directory, stem), extension.lower()
-                if f".{extension}" in IMAGE_EXTENSIONS and key not in images:
-                    images[key] = Member(str(path), info.name, info.offset_data, info.size)
-                elif extension in LABEL_EXTENSIONS:
-                    member = tar.extractfile(info)
-                    assert member is not None  # None only for what is not a file, skipped above
-                    labels[key] = _parse_label(member.read(), f"{path}:{info.name}", class_to_idx)
+        with open_regular(path, what="a WebDataset shard") as file:
+            size = os.fstat(file.fileno()).st_size
+            with tarfile.open(fileobj=file, mode="r:") as tar:  # uncompressed only: members must be addressable
+                for info in tar:
+                    sample = _sample_member(info, size, where)
+                    if sample is None:
+                        continue
+                    key, extension = sample
+                    if f".{extension}" in IMAGE_EXTENSIONS:
+                        _add_once(images, key, Member(where, info.name, info.offset_data, info.size), where, "image")
+                    elif extension in LABEL_EXTENSIONS:
+                        if info.size > MAX_LABEL_BYTES:
+                            raise ValueError(
+                                f"label {where}:{info.name} is {info.size:,} bytes; a label is a number or a class name"
+                            )
+                        member = tar.extractfile(info)
+                        assert member is not None  # None only for what is not a file, refused above
+                        label = _parse_label(member.read(), f"{where}:{info.name}", class_to_idx)
+                        _add_once(labels, key, label, where, "label")
+                _check_end(file, tar.offset, size, where)
     except (tarfile.TarError, OSError) as error:
-        raise ValueError(f"shard {str(path)!r} is not a readable uncompressed tar file: {error}") from None
+        raise ValueError(f"shard {where!r} is not a readable uncompressed tar file, or is cut short: {error}") from None
+    except RefusedFileError as error:
+        raise ValueError(f"shard {error}") from None
     no_image, no_label = sorted(labels.keys() - images.keys()), sorted(images.keys() - labels.keys())
     if no_image:
-        raise ValueError(f"sample {no_image[0]!r} in shard {str(path)!r} has a label but no image")
+        raise ValueError(f"sample {no_image[0]!r} in shard {where!r} has a label but no image")
     if no_label:
         raise ValueError(
-            f"sample {no_label[0]!r} in shard {str(path)!r} has no label member ({', '.join(LABEL_EXTENSIONS)})"
+            f"sample {no_label[0]!r} in shard {where!r} has no label member ({', '.join(LABEL_EXTENSIONS)})"
         )
     return list(images.values()), [labels[key] for key in images]
+
+
+def _sample_member(info: tarfile.TarInfo, shard_size: int, shard: str) -> tuple[str, str] | None:
+    """(key, extension) of a member that belongs to a sample; None for folders and hidden files."""
+    directory, base = os.path.split(info.name)
+    if info.isdir() or base.startswith("."):
+        return None
+    if not info.isreg() or info.issparse():
+        kind = "a sparse file" if info.issparse() else "a link or special file"
+        raise ValueError(f"member {shard}:{info.name} is {kind}; a WebDataset sample holds regular files only")
+    if info.offset_data + info.size > shard_size:
+        raise ValueError(
+            f"shard {shard!r} is cut short: member {info.name} declares {info.size:,} bytes, "
+            f"{max(shard_size - info.offset_data, 0):,} of them there"
+        )
+    if info.size > MAX_IMAGE_FILE_BYTES:
+        raise ValueError(f"member {shard}:{info.name} is {info.size:,} bytes, above the limit for an image file")
+    stem, _, extension = base.partition(".")
+    return os.path.join(directory, stem), extension.lower()
+
+
+def _add_once(found: dict, key: str, value, shard: str, what: str) -> None:
+    if key in found:
+        raise ValueError(f"sample {key!r} in shard {shard!r} has a second {what} member; each key names one sample")
+    found[key] = value
+
+
+def _check_end(file: BinaryIO, offset: int, size: int, shard: str) -> None:
+    """After the last member tar writes zero blocks; anything else there (or nothing) means the shard
+    was cut short, inside a member's header or between members, and its last samples are lost."""
+    file.seek(offset)
+    rest = file.read(min(max(size - offset, 0), 2 * tarfile.BLOCKSIZE))
+    if len(rest) < tarfile.BLOCKSIZE or rest.strip(tarfile.NUL):
+        raise ValueError(
+            f"shard {shard!r} is cut short or damaged after byte {offset:,}: no end-of-archive blocks follow "
+            "its last whole member, so the samples after it are lost"
+        )
 
 
 def _parse_label(data: bytes, where: str, class_to_idx: dict[str, int]) -> int:
@@ -128,9 +188,12 @@ def _parse_label(data: bytes, where: str, class_to_idx: dict[str, int]) -> int:
     if text in class_to_idx:
         return class_to_idx[text]
     try:
-        return int(text)
+        label = int(text)
     except ValueError:
         raise ValueError(f"label {text!r} in {where} is neither an integer nor a known class name") from None
+    if not 0 <= label < MAX_CLASSES:
+        raise ValueError(f"label {label} in {where} is outside 0..{MAX_CLASSES - 1}, the classes vitlab accepts")
+    return label
 
 
 def read_class_names(folder: Path) -> list[str] | None:
@@ -138,12 +201,13 @@ def read_class_names(folder: Path) -> list[str] | None:
         path = folder / name
         if not path.is_file():
             continue
-        if name.endswith(".txt"):
-            return [line.strip() for line in path.read_text().splitlines() if line.strip()]
         try:
-            content = json.loads(path.read_text())
-        except json.JSONDecodeError as error:
-            raise ValueError(f"class list {str(path)!r} is not valid JSON: {error}") from None
+            text = read_text(path)
+            content = json.loads(text) if name.endswith(".json") else None
+        except (TextFileError, json.JSONDecodeError) as error:
+            raise ValueError(f"class list {str(path)!r} cannot be read: {error}") from None
+        if name.endswith(".txt"):
+            return [line.strip() for line in text.splitlines() if line.strip()]
         if isinstance(content, dict):  # {name: index}
             return [name for name, _ in sorted(content.items(), key=lambda item: int(item[1]))]
         if isinstance(content, list):

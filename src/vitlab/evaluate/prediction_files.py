@@ -26,6 +26,8 @@ from typing import IO, Any
 import numpy as np
 import torch
 
+from vitlab.errors import RefusedFileError
+from vitlab.npy_files import npy_header
 from vitlab.runlock import RunLock
 
 from .stream import FileResult
@@ -197,14 +199,19 @@ class FeatureFile:
                 "it held: restore it, or start anew with another --out"
             )
         if done:
-            found = np.load(path, mmap_mode="r")
+            try:  # the header first: a file cut short is said so, before any row is written
+                found = npy_header(path, "a --features file")
+            except RefusedFileError as error:
+                raise ValueError(
+                    f"--features {error}; --out already holds {done} files' rows, whose features it held: "
+                    "restore it, or start anew with another --out"
+                ) from None
             if found.shape != shape or found.dtype != np.float32:
                 raise ValueError(
                     f"--features {path} holds {found.dtype} {found.shape}, this run writes float32 {shape}: "
                     "pass another --features or --out"
                 )
             self.offset = found.offset
-            del found
         else:
             path.parent.mkdir(parents=True, exist_ok=True)
             created = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=shape)

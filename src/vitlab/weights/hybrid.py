@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import re
-import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -20,11 +19,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from vitlab.errors import CheckpointError
+from vitlab.errors import CheckpointError, RefusedFileError
 from vitlab.model import ResNetConfig, VisionTransformer, ViTConfig
 from vitlab.model.budget import check_memory
 from vitlab.model.config import as_pair
 from vitlab.model.resnet import StemKind
+from vitlab.npy_files import npz_names
 
 from .build import build_model
 from .keys import rename_keys
@@ -87,9 +87,8 @@ def backbone_table(config: ResNetConfig) -> list[tuple[str, str, str]]:
 # -- official .npz ---------------------------------------------------------------------------------
 def is_hybrid_npz(path: str | Path) -> bool:
     try:
-        with np.load(path, allow_pickle=False) as data:
-            return any(key.endswith("conv_root/kernel") for key in data.files)
-    except (zipfile.BadZipFile, OSError, ValueError):
+        return any(key.endswith("conv_root/kernel") for key in npz_names(path))
+    except (RefusedFileError, OSError):
         return False  # npz.py reports what is wrong with the file
 
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
-import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,9 +26,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from vitlab.errors import CheckpointError, ConfigError
+from vitlab.errors import CheckpointError, ConfigError, RefusedFileError
 from vitlab.model import Preprocessing, VisionTransformer, ViTConfig
 from vitlab.model.budget import DEFAULT_FRACTION, available_memory, check_memory
+from vitlab.npy_files import read_npz
 
 from .build import build_model
 from .keys import count_blocks
@@ -163,32 +163,14 @@ class FlaxParams:
 
 
 def read_arrays(path: Path, memory_limit: int | None = None) -> dict[str, np.ndarray]:
-    """All arrays of an .npz, never unpickling (allow_pickle=False).
-
-    The zip directory says how large the arrays are once decompressed; a few megabytes of
-    compressed zeros can unpack to gigabytes, so that total is checked before anything is read.
-    """
-    if not zipfile.is_zipfile(path):
-        kind = "it is empty" if path.is_file() and path.stat().st_size == 0 else "not a zip archive"
-        raise CheckpointError(f"{path}: not a readable .npz ({kind})")
-    try:
-        with zipfile.ZipFile(path) as archive:
-            unpacked = sum(info.file_size for info in archive.infolist())
-    except (zipfile.BadZipFile, OSError) as error:
-        raise CheckpointError(f"{path}: not a readable .npz ({error})") from None
+    """All arrays of an .npz, never unpickling, each member's header checked before it is allocated
+    (vitlab.npy_files): what the zip directory says they unpack to must fit the memory limit, since a
+    few megabytes of compressed zeros can unpack to gigabytes."""
     limit = memory_limit if memory_limit is not None else int(DEFAULT_FRACTION * available_memory())
-    if unpacked > limit:
-        raise CheckpointError(
-            f"{path}: its arrays unpack to {unpacked / 2**30:.3g} GiB, above the memory limit of "
-            f"{limit / 2**30:.3g} GiB; raise it with memory_limit= or --memory-limit GIB"
-        )
     try:
-        with np.load(path, allow_pickle=False) as data:
-            return {key: data[key] for key in data.files}
-    except (zipfile.BadZipFile, OSError, EOFError) as error:
-        raise CheckpointError(f"{path}: not a readable .npz ({error})") from None
-    except ValueError as error:  # object arrays would need pickle
-        raise CheckpointError(f"{path}: holds pickled objects, which vitlab never loads ({error})") from None
+        return read_npz(path, limit, "; raise it with memory_limit= or --memory-limit GIB")
+    except RefusedFileError as error:
+        raise CheckpointError(str(error)) from None
 
 
 def infer_config(params: FlaxParams, names: BlockNames, image_size_hint: Any, name: str) -> ViTConfig:
