@@ -180,6 +180,20 @@ def show(value: Any) -> str:
 # data section, data/transforms.py), here because data may not import the model ------------------------
 Interpolation = Literal["bilinear", "bicubic", "nearest"]
 INTERPOLATIONS: tuple[str, ...] = typing.get_args(Interpolation)
+# timm's crop modes (pretrained_cfg["crop_mode"]): "center" keeps the aspect ratio, "squash" resizes
+# each side to size / crop_pct; both then centre-crop to size.
+CropMode = Literal["center", "squash"]
+CROP_MODES: tuple[str, ...] = typing.get_args(CropMode)
+
+
+def crop_mode_for(image_size: tuple[int, int], crop_mode: str | None) -> str:
+    """The crop mode an evaluation transform applies: the one given, else vitlab's rule before the
+    mode was recorded (a square input keeps the aspect ratio, any other is squashed)."""
+    if crop_mode is not None:
+        return crop_mode
+    return "center" if image_size[0] == image_size[1] else "squash"
+
+
 CROP_PCT_RULE = "must be in (0, 1]"  # evaluation resizes to size / crop_pct, then crops size
 STD_RULE = "must be positive"  # normalisation divides by it
 

@@ -86,6 +86,7 @@ def test_onnx_metadata_carries_class_names_and_preprocessing(exported):
         "std": [0.2, 0.25, 0.3],
         "crop_pct": 0.9,
         "interpolation": "bilinear",
+        "crop_mode": "center",
     }
     assert json.loads(props["image_size"]) == [32, 32] and props["num_classes"] == "5"
     config = OnnxModel(exported / "m.onnx").config

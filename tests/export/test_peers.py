@@ -5,16 +5,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import types
 
-import numpy as np
 import pytest
 import torch
-from PIL import Image
 
 import vitlab
 from helpers import randomise_
 from vitlab.cli import main
-from vitlab.data import build_transforms
+from vitlab.export import ExportMismatchError, TracePlan, export_model
 from vitlab.model import ConfigError, ViTConfig
 
 timm = pytest.importorskip("timm")
@@ -141,32 +140,6 @@ def test_transformers_loads_the_folder_and_computes_vitlabs_logits(tmp_path, opt
     assert [peer.config.id2label[i] for i in range(5)] == NAMES
 
 
-def test_pipeline_classifies_a_png_offline_as_vitlab_with_the_same_preprocessing(tmp_path, monkeypatch, caplog):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    model = tiny(preprocessing=dict(mean=(0.5,) * 3, std=(0.5,) * 3, crop_pct=0.875, interpolation="bicubic"))
-    with caplog.at_level("INFO", logger="vitlab"):
-        model.save_pretrained(tmp_path / "hf", format="hf")
-    assert "without a crop" in caplog.text  # vitlab crops (0.875), the HF processor does not: said
-    rng = np.random.default_rng(0)
-    (tmp_path / "photo.png").parent.mkdir(exist_ok=True)
-    Image.fromarray((rng.random((45, 60, 3)) * 255).astype(np.uint8)).save(tmp_path / "photo.png")
-    classify = transformers.pipeline("image-classification", model=str(tmp_path / "hf"))
-    got = classify(str(tmp_path / "photo.png"), top_k=5)
-
-    # vitlab on the image as ViTImageProcessor prepares it: the whole image resized to 32x32, no crop.
-    image = Image.open(tmp_path / "photo.png").convert("RGB")
-    transform = build_transforms(
-        32, mean=(0.5,) * 3, std=(0.5,) * 3, train=False, interpolation="bicubic", crop_pct=1.0
-    )
-    resized = image.resize((32, 32), Image.BICUBIC)
-    with torch.no_grad():
-        probabilities = model(transform(resized)[None]).softmax(dim=1)[0]
-    expected = sorted(zip(NAMES, probabilities.tolist()), key=lambda pair: -pair[1])
-    assert [entry["label"] for entry in got] == [name for name, _ in expected]
-    assert max(abs(entry["score"] - p) for entry, (_, p) in zip(got, expected)) < 1e-4
-    assert expected[0][1] - expected[-1][1] > 0.05  # the scores differ, so the order is a real check
-
-
 @pytest.mark.slow
 def test_cli_exports_both_and_prints_the_peers_logit_difference(tmp_path, capsys):
     tiny().save_pretrained(tmp_path / "run")
@@ -226,3 +199,52 @@ def test_what_a_peer_cannot_hold_is_refused_in_one_line_before_writing(tmp_path)
     future = vitlab.create_model("Ti/16", image_size=32, depth=1, num_classes=3)
     future.config = FutureConfig(**{**dataclasses.asdict(future.config), "pos_embed_at": "every_layer"})
     refused(future, "timm", "option pos_embed_at='every_layer'")
+
+
+# -- the check after writing ---------------------------------------------------------------------------
+class Shifted(torch.nn.Module):
+    """A peer whose logits are off by `shift`: what a wrong export would compute."""
+
+    def __init__(self, model, shift: float) -> None:
+        super().__init__()
+        self.model, self.shift = model, shift
+
+    def forward(self, images=None, pixel_values=None):
+        if pixel_values is not None:  # transformers' call and output
+            return types.SimpleNamespace(logits=self.model(pixel_values) + self.shift)
+        return self.model(images) + self.shift
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("fmt", ["timm", "hf"])
+def test_a_folder_that_fails_its_check_is_removed(tmp_path, monkeypatch, fmt):
+    import vitlab.export.peers as peers
+
+    model = tiny()
+    monkeypatch.setattr(peers, "open_peer", lambda folder, format: Shifted(model, 1e-3))
+    with pytest.raises(ExportMismatchError, match="disagrees"):
+        export_model(model, fmt, tmp_path / fmt)
+    assert not (tmp_path / fmt).exists()  # nothing half-checked is left to be used
+    (tmp_path / "kept").mkdir()
+    with pytest.raises(ExportMismatchError):
+        export_model(model, fmt, tmp_path / "kept")
+    assert (tmp_path / "kept").is_dir()  # a folder that was there before is the caller's
+
+
+@pytest.mark.unit
+def test_a_bit_resnets_check_is_relative_to_its_logits():
+    """50+ weight-standardised layers leave float32 differences that grow with the logits (1.09e-4
+    at logits of 22 in the audit, 5e-6 of them). A BiT's bound is the tolerance times its largest
+    logit (times 1 below that); a ViT's stays absolute."""
+    bit = vitlab.create_model("BiT-R26x1-small", num_classes=3).eval()
+    with torch.no_grad():
+        bit.head.bias.fill_(20.0)  # logits of about 20, as a trained classifier's
+    off_by_relative = lambda images: bit(images) * (1 + 1e-5)  # noqa: E731
+    result = TracePlan(dynamic_batch=False).check(bit, off_by_relative, "bit")
+    assert result.relative and result.bound == pytest.approx(1e-4 * result.max_abs_logit)
+    assert result.max_abs_diff > 1e-4 and "the largest logit (at least 1)" in str(result)
+    vit = tiny()
+    with torch.no_grad():
+        vit.head.bias.fill_(20.0)
+    with pytest.raises(ExportMismatchError):
+        TracePlan(dynamic_batch=False).check(vit, lambda images: vit(images) * (1 + 1e-5), "vit")

@@ -78,7 +78,7 @@ def test_model_card_without_training_has_no_results_section(tmp_path):
     assert "## Training" not in card.text and "## Results" not in card.text
     assert "3 classes, unnamed." in card.text
     assert (
-        "| resize shorter side | 32 px (bilinear) |" in card.text
+        "| resize to cover | 32 x 32 px (bilinear, aspect ratio kept) |" in card.text
         and "| tokens | 4 x 4 patches + 1 class token |" in card.text
     )
 
@@ -147,9 +147,24 @@ def test_hf_reference_reads_a_timm_repository_with_its_preprocessing(tmp_path, o
         {"config.json": tmp_path / "config.json", "model.safetensors": tmp_path / "model.safetensors"},
     )
     loaded = vitlab.load("hf://timm/vit_tiny_test")
-    assert loaded.config.preprocessing == Preprocessing((0.485, 0.456, 0.406), (0.229, 0.224, 0.225), 0.875, "bicubic")
+    assert loaded.config.preprocessing == Preprocessing(
+        (0.485, 0.456, 0.406), (0.229, 0.224, 0.225), 0.875, "bicubic", crop_mode="center"
+    )
     with torch.no_grad():
         assert torch.allclose(loaded(images()), reference(images()), atol=1e-5)
+
+
+@pytest.mark.unit
+def test_hf_reference_reads_a_timm_repositorys_model_args_and_label_names(tmp_path, offline_hub):
+    """A timm repository as vitlab's timm export writes it: act_layer and label_names are the
+    repository's (the hf:// path read neither before)."""
+    model = tiny_model(act="gelu_tanh")
+    folder = model.save_pretrained(tmp_path / "timm", format="timm")
+    hub_cache(offline_hub, "vitlab-test/tanh", {p.name: p for p in folder.iterdir()})
+    loaded = vitlab.load("hf://vitlab-test/tanh")
+    assert loaded.config.act == "gelu_tanh" and loaded.config.class_names == ["circle", "square", "triangle"]
+    with torch.no_grad():
+        assert (loaded(images()) - model(images())).abs().max().item() <= 1e-6
 
 
 @pytest.mark.parametrize(

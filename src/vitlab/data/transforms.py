@@ -2,7 +2,7 @@
 
 Training: inception-style random resized crop (area 5-100%, vit_jax's default) and a horizontal flip,
 optionally RandAugment as timm defines it (AugReg / DeiT; randaugment.py). Evaluation: resize to `size / crop_pct`, centre crop `size`
-(timm's convention). Both end in the checkpoint's mean/std normalisation; vit_jax uses 0.5/0.5, i.e.
+(timm's convention and its crop modes: "center" keeps the aspect ratio, "squash" does not). Both end in the checkpoint's mean/std normalisation; vit_jax uses 0.5/0.5, i.e.
 pixels in [-1, 1]. `train_transform` / `eval_transform` build them from a model's preprocessing
 (mean, std, crop_pct, interpolation: any object with those fields) and a run's augmentation values,
 random erasing last, on the normalised image, as timm places it; `batch_mixing` is Mixup/CutMix on
@@ -21,7 +21,7 @@ import torch
 from PIL import Image
 from torchvision.transforms import InterpolationMode, v2
 
-from vitlab.config_fields import CROP_PCT_RULE, crop_pct_ok, std_ok
+from vitlab.config_fields import CROP_MODES, CROP_PCT_RULE, crop_mode_for, crop_pct_ok, std_ok
 from vitlab.config_fields import INTERPOLATIONS as INTERPOLATION_NAMES
 
 from .keras_augment import FillMode, RandomRotation, RandomZoom
@@ -50,6 +50,7 @@ def build_transforms(
     train: bool,
     interpolation: str = "bicubic",
     crop_pct: float = 0.875,
+    crop_mode: str | None = None,
     scale: tuple[float, float] = (0.05, 1.0),
     ratio: tuple[float, float] = (3 / 4, 4 / 3),
     hflip: bool = True,
@@ -59,7 +60,8 @@ def build_transforms(
     """The transform for one split: an RGB PIL image -> normalised float tensor (3, H, W); with
     `normalize=False` it stops at the uint8 tensor, for BatchNormalize to finish on whole batches.
 
-    `randaugment` is (number of ops, magnitude out of 10), e.g. (2, 10) as in AugReg: timm's
+    Evaluation resizes as timm's `crop_mode` says (None: "center" for a square size, else "squash";
+    config_fields.crop_mode_for). `randaugment` is (number of ops, magnitude out of 10), e.g. (2, 10) as in AugReg: timm's
     `rand-m10-n2` (see randaugment.py). Tiny images such as the
     8x8 digits want `crop_pct=1.0` and a gentle `scale` such as (0.6, 1.0): the default area range
     would crop single strokes.
@@ -69,6 +71,8 @@ def build_transforms(
         raise ValueError(f"unknown interpolation {interpolation!r}; choose one of {sorted(INTERPOLATIONS)}")
     if not crop_pct_ok(crop_pct):
         raise ValueError(f"crop_pct {CROP_PCT_RULE}, got {crop_pct}")
+    if crop_mode is not None and crop_mode not in CROP_MODES:
+        raise ValueError(f"unknown crop_mode {crop_mode!r}; choose one of {CROP_MODES}")
     if not 0.0 < scale[0] <= scale[1] <= 1.0:
         raise ValueError(f"scale must satisfy 0 < min <= max <= 1, got {scale}")
     if len(mean) != len(std) or not std_ok(std):
@@ -85,14 +89,32 @@ def build_transforms(
             num_ops, magnitude = randaugment
             steps.append(RandAugment(num_ops, magnitude, interpolation=PIL_INTERPOLATIONS[interpolation]))
     else:
-        if height == width:  # resize the shorter side, keep the aspect ratio
-            resize: int | list[int] = math.floor(height / crop_pct)
+        scaled = eval_resize((height, width), crop_pct)
+        if crop_mode_for((height, width), crop_mode) == "squash":  # each side to size / crop_pct
+            steps.append(v2.Resize(list(scaled), interpolation=mode))
+        elif height == width:  # the shorter side to size / crop_pct, keeping the aspect ratio
+            steps.append(v2.Resize(scaled[0], interpolation=mode))
         else:
-            resize = [math.floor(height / crop_pct), math.floor(width / crop_pct)]
-        steps += [v2.Resize(resize, interpolation=mode), v2.CenterCrop((height, width))]
+            steps.append(ResizeCovering(scaled, mode))
+        steps.append(v2.CenterCrop((height, width)))
     # BatchNormalize's arithmetic either way: here per image (ToNormalized), or there on whole batches.
     steps.append(ToNormalized(mean, std) if normalize else v2.ToImage())  # uint8 tv_tensors.Image (3, H, W)
     return v2.Compose(steps)
+
+
+class ResizeCovering:
+    """Resize keeping the aspect ratio to the smallest image that covers `size` (height, width):
+    timm's ResizeKeepRatio(size, longest=0), its "center" crop mode for a non-square input, with its
+    rounding (each side divided by the smaller of the two ratios, rounded)."""
+
+    def __init__(self, size: tuple[int, int], interpolation: InterpolationMode) -> None:
+        self.size, self.interpolation = size, interpolation
+
+    def __call__(self, image: Any) -> Any:
+        height, width = v2.functional.get_size(image)
+        ratio = min(height / self.size[0], width / self.size[1])
+        size = [round(height / ratio), round(width / ratio)]
+        return v2.functional.resize(image, size, interpolation=self.interpolation)
 
 
 class BatchNormalize:
@@ -152,6 +174,8 @@ class PreprocessingFields(Protocol):
     def crop_pct(self) -> float: ...
     @property
     def interpolation(self) -> str: ...
+    @property
+    def crop_mode(self) -> str | None: ...
 
 
 class Augmentation(Protocol):
@@ -223,13 +247,18 @@ def eval_transform(
     """Resize + centre crop to `image_size`, normalised with the preprocessing's mean/std (with
     `normalize=False`, uint8: BatchNormalize(preprocessing.mean, preprocessing.std) finishes it)."""
     return preprocessed_transforms(
-        image_size, preprocessing, train=False, crop_pct=preprocessing.crop_pct, normalize=normalize
+        image_size,
+        preprocessing,
+        train=False,
+        crop_pct=preprocessing.crop_pct,
+        crop_mode=preprocessing.crop_mode,
+        normalize=normalize,
     )
 
 
 def eval_resize(image_size: int | tuple[int, int], crop_pct: float) -> tuple[int, int]:
-    """The (height, width) the evaluation resize makes before its centre crop: both sides when
-    image_size is not square, else the shorter side (height and width equal here)."""
+    """size / crop_pct, (height, width): what the evaluation resize makes before its centre crop (squash),
+    or the smallest size its aspect-keeping resize covers (center)."""
     height, width = size_pair(image_size)
     return math.floor(height / crop_pct), math.floor(width / crop_pct)
 

@@ -5,7 +5,10 @@ ViTs and hybrids (vit_jax has no BiT classifier)."""
 
 from __future__ import annotations
 
+import contextlib
+import shutil
 import tempfile
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -43,7 +46,35 @@ def export_model(
 
     A zero head gives all-zero logits on both sides, so the check of that file proves nothing: a copy
     with a random head (the same graph) is then exported as well, and its check is the one returned.
+    A file or folder that fails its check is removed, unless it was there before the call.
     """
+    with removed_on_mismatch(Path(path)):
+        return _export_with_probe(model, format, path, plan, tolerance)
+
+
+@contextlib.contextmanager
+def removed_on_mismatch(path: Path) -> Iterator[None]:
+    """Remove what an export wrote at `path` (an npz may add .npz; ONNX's weights go beside it as
+    PATH.data) when its check fails; a path that existed before is left to the caller."""
+    before = {candidate for candidate in written_paths(path) if candidate.exists()}
+    try:
+        yield
+    except ExportMismatchError:
+        for candidate in written_paths(path):
+            if candidate not in before and candidate.is_dir():
+                shutil.rmtree(candidate)
+            elif candidate not in before and candidate.exists():
+                candidate.unlink()
+        raise
+
+
+def written_paths(path: Path) -> list[Path]:
+    return [path, path.with_name(path.name + ".npz"), path.with_name(path.name + ".data")]
+
+
+def _export_with_probe(
+    model: VisionTransformer | BiTResNet, format: str, path: str | Path, plan: TracePlan, tolerance: float
+) -> tuple[Path, Validation | Unchecked]:
     written, check = _export_and_check(model, format, path, plan, tolerance)
     if not isinstance(check, Validation) or not has_zero_head(model):
         return written, check
@@ -74,8 +105,10 @@ def _export_and_check(
         config = model.config
         hybrid = config.backbone is not None
         written = (export_hybrid_npz if hybrid else export_npz)(model, path)
-        # The layout has no place for numerics; read it back with the model's to check the tensors.
-        numerics = dict(act=config.act, norm_eps=config.norm_eps, **({"backbone": config.backbone} if hybrid else {}))
+        # The layout has no place for numerics nor the grid's shape; read it back with the model's.
+        numerics = dict(act=config.act, norm_eps=config.norm_eps, image_size=config.image_size)
+        if hybrid:
+            numerics["backbone"] = config.backbone
         reloaded = load(written, **numerics)
         return written, TracePlan().check(model.eval(), reloaded, str(written), tolerance)
     if format in ("timm", "hf"):  # a folder the peer library loads, checked by that library

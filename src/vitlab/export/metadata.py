@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 
+from vitlab.config_fields import crop_mode_for
 from vitlab.model import BiTConfig, ViTConfig
 
 INPUT_NAME = "images"  # float32 (B, C, H, W), already resized, cropped and normalised
@@ -30,7 +31,11 @@ def metadata_strings(config: ViTConfig | BiTConfig) -> dict[str, str]:
         "image_size": json.dumps(list(config.image_size)),
         "num_classes": str(config.num_classes),
         "class_names": json.dumps(config.class_names),
-        "preprocessing": json.dumps(asdict(config.preprocessing)),
+        # the crop mode evaluation applies, for runtimes that do not know vitlab's rule for a null one
+        "preprocessing": json.dumps(
+            asdict(config.preprocessing)
+            | {"crop_mode": crop_mode_for(config.image_size, config.preprocessing.crop_mode)}
+        ),
         "producer": f"vitlab {__version__}",
         CONFIG_KEY: json.dumps(config.to_dict()),
         KIND_KEY: type(config).__name__,

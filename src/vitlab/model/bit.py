@@ -21,6 +21,7 @@ from vitlab.errors import ConfigError
 from .config import Preprocessing, as_pair
 from .registry import Family, make_config, register_architecture, register_family
 from .resnet import ResNet, ResNetConfig, reject_unknown
+from .timm_api import pretrained_cfg
 
 
 def bit_resnet_config(**changes: Any) -> ResNetConfig:
@@ -124,6 +125,17 @@ class BiTResNet(ResNet):
         )
         self.zero_head()
 
+    @property
+    def pretrained_cfg(self) -> dict[str, Any]:
+        """timm's per-weight record (so that timm.data.resolve_model_data_config reads this model's
+        preprocessing), with timm's name of the trunk where it is one of timm's BiT models."""
+        architecture = timm_bit_architecture(self.config.resnet) or self.config.name
+        return pretrained_cfg(self.config, architecture, "stem.conv", fixed_input_size=False)
+
+    @property
+    def default_cfg(self) -> dict[str, Any]:  # timm's older name for pretrained_cfg
+        return self.pretrained_cfg
+
     def set_image_size(self, image_size: int | tuple[int, int]) -> None:
         """A convolutional net runs at any size; only the nominal resolution changes."""
         self.config = self.config.replace(image_size=as_pair(image_size))
@@ -148,6 +160,15 @@ BIT_MODELS = (
     "BiT-R50x1-small",
 )
 BIT_NAME = re.compile(r"BiT-R(?P<depth>\d+)x(?P<width_factor>\d+)(?P<small>-small)?")
+
+
+def timm_bit_architecture(resnet: ResNetConfig) -> str | None:
+    """timm's resnetv2_{depth}x{width}_bit for a trunk of one of its BiT models with its numerics, else None."""
+    depth = {layers: depth for depth, layers in RESNET_LAYERS.items()}.get(resnet.layers)
+    if depth is None or depth == 26 or resnet.width % 64:
+        return None
+    same = bit_resnet_config(layers=resnet.layers, width=resnet.width) == resnet
+    return f"resnetv2_{depth}x{resnet.width // 64}_bit" if same else None
 
 
 def is_bit_name(name: str) -> bool:

@@ -15,9 +15,11 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from vitlab.config_fields import (
+    CROP_MODES,
     CROP_PCT_RULE,
     INTERPOLATIONS,
     STD_RULE,
+    CropMode,
     Interpolation,
     check_fields,
     crop_pct_ok,
@@ -77,6 +79,9 @@ class Preprocessing:
     std: tuple[float, float, float] = (0.5, 0.5, 0.5)
     crop_pct: float = 0.875
     interpolation: Interpolation = "bicubic"
+    # None: vitlab's rule before the field existed, "center" for a square input and "squash" otherwise
+    # (data.transforms.crop_mode_for); a value read from a peer's config is kept as it is.
+    crop_mode: CropMode | None = None
 
     def __post_init__(self) -> None:
         try:
@@ -89,6 +94,8 @@ class Preprocessing:
             raise ConfigError(f"crop_pct {CROP_PCT_RULE}, got {self.crop_pct}")
         if self.interpolation not in INTERPOLATIONS:
             raise ConfigError(f"unknown interpolation {self.interpolation!r}")
+        if self.crop_mode is not None and self.crop_mode not in CROP_MODES:
+            raise ConfigError(f"unknown crop_mode {self.crop_mode!r}; choose one of {CROP_MODES} or null")
 
 
 @dataclass

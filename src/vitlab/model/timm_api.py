@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from vitlab.config_fields import crop_mode_for
 from vitlab.errors import ConfigError
 
 from .aliases import timm_architecture, timm_first_conv
@@ -20,6 +21,28 @@ from .aliases import timm_architecture, timm_first_conv
 # timm's global_pool names for vitlab's pool options; vitlab's own names are accepted too.
 TIMM_POOL = {"token": "token", "gap": "avg"}
 POOL_FROM_TIMM = {"token": "token", "avg": "gap", "gap": "gap"}
+
+
+def pretrained_cfg(config: Any, architecture: str | None, first_conv: str, fixed_input_size: bool) -> dict[str, Any]:
+    """timm's pretrained_cfg of a model config (a ViT's or a BiT's): what timm.data.resolve_data_config
+    reads, with the crop mode vitlab's evaluation applies."""
+    pre = config.preprocessing
+    cfg: dict[str, Any] = {
+        "architecture": architecture,
+        "input_size": (config.in_channels, *config.image_size),
+        "fixed_input_size": fixed_input_size,
+        "interpolation": pre.interpolation,
+        "crop_pct": pre.crop_pct,
+        "crop_mode": crop_mode_for(config.image_size, pre.crop_mode),
+        "mean": tuple(pre.mean),
+        "std": tuple(pre.std),
+        "num_classes": config.num_classes,
+        "first_conv": first_conv,
+        "classifier": "head",
+    }
+    if config.class_names:
+        cfg["label_names"] = list(config.class_names)
+    return cfg
 
 
 def take_indices(depth: int, indices: int | Sequence[int] | None) -> tuple[list[int], int]:
@@ -88,24 +111,8 @@ class TimmInterface:
     @property
     def pretrained_cfg(self) -> dict[str, Any]:
         """timm's per-weight record, from this model's config (always current)."""
-        config = self.config
-        pre = config.preprocessing
-        cfg: dict[str, Any] = {
-            "architecture": timm_architecture(config) or config.name,
-            "input_size": (config.in_channels, *config.image_size),
-            "fixed_input_size": True,
-            "interpolation": pre.interpolation,
-            "crop_pct": pre.crop_pct,
-            "crop_mode": "center",  # vitlab's eval transform: resize to size / crop_pct, centre crop
-            "mean": tuple(pre.mean),
-            "std": tuple(pre.std),
-            "num_classes": config.num_classes,
-            "first_conv": timm_first_conv(config),
-            "classifier": "head",
-        }
-        if config.class_names:
-            cfg["label_names"] = list(config.class_names)
-        return cfg
+        architecture = timm_architecture(self.config) or self.config.name
+        return pretrained_cfg(self.config, architecture, timm_first_conv(self.config), fixed_input_size=True)
 
     @property
     def default_cfg(self) -> dict[str, Any]:  # timm's older name for pretrained_cfg

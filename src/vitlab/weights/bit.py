@@ -4,8 +4,10 @@ vitlab's BiT modules carry timm's names (model/resnet.py), so only the head diff
 1x1 convolution (K, C, 1, 1), vitlab's a Linear (K, C). What the shapes do not show comes from
 timm's definition of these models (resnetv2.py, _create_resnetv2_bit): pre-activation units,
 StdConv2d with eps 1e-8, GroupNorm of 32 groups (eps 1e-5), the "fixed" stem (7x7/2 conv, zero
-padding, 3x3/2 max-pool), and its default pretrained config: 224 px, mean = std = 0.5, bilinear,
-crop 0.875. timm's other ResNetV2s (BatchNorm, deep stems, EvoNorm, FRN) are refused by name.
+padding, 3x3/2 max-pool). Size and preprocessing come from timm's pretrained_cfg (a timm folder's,
+or the tag's: pretrained_tag="resnetv2_50x1_bit.goog_in21k"), else timm's default for BiT: 224 px,
+mean = std = 0.5, bilinear, crop 0.875, said in the log. timm's other ResNetV2s (BatchNorm, deep
+stems, EvoNorm, FRN) are refused by name.
 """
 
 from __future__ import annotations
@@ -21,16 +23,20 @@ import torch
 
 from vitlab.errors import CheckpointError
 from vitlab.model import BiTConfig, Preprocessing
-from vitlab.model.bit import bit_resnet_config
+from vitlab.model.bit import bit_resnet_config, timm_bit_architecture
 
 from .hybrid import count_units
+from .preprocessing import from_timm_cfg, log_preprocessing
+from .timm import TimmRecord, record_for_tag, recorded_image_size
 
 log = logging.getLogger("vitlab")
 
 UNIT = re.compile(r"^stages\.(\d+)\.blocks\.(\d+)\.")
 BIT_NUM_GROUPS = 32
 BIT_IMAGE_SIZE = 224
-BIT_PREPROCESSING = Preprocessing(mean=(0.5,) * 3, std=(0.5,) * 3, crop_pct=0.875, interpolation="bilinear")
+BIT_PREPROCESSING = Preprocessing(
+    mean=(0.5,) * 3, std=(0.5,) * 3, crop_pct=0.875, interpolation="bilinear", crop_mode="center"
+)
 # (pattern on a key, what the model has that BiT has not)
 NOT_BIT = [
     (r"running_mean$", "BatchNorm (timm's resnetv2_18/50/101/152)"),
@@ -41,13 +47,21 @@ NOT_BIT = [
 
 
 def is_timm_resnetv2_state_dict(state: Mapping[str, torch.Tensor]) -> bool:
-    return any(UNIT.match(key) for key in state) and any(key.startswith("stem.conv") for key in state)
+    """timm's stage/block keys; whether the units are ResNetV2 bottlenecks is checked by the reader,
+    which names the model when they are not (DaViT, MetaFormer, ... share the stage/block layout)."""
+    return any(UNIT.match(key) for key in state) and any(key.startswith("stem.") for key in state)
 
 
 def convert_timm_resnetv2(
-    state: Mapping[str, torch.Tensor], source: str, overrides: dict[str, Any]
+    state: Mapping[str, torch.Tensor], source: str, overrides: dict[str, Any], record: TimmRecord | None = None
 ) -> tuple[BiTConfig, dict[str, torch.Tensor]]:
-    """timm ResNetV2 (BiT) state dict -> (BiTConfig, vitlab state dict)."""
+    """timm ResNetV2 (BiT) state dict -> (BiTConfig, vitlab state dict); consumes pretrained_tag=."""
+    if not any(key.startswith("stages.0.blocks.0.conv1.") for key in state):
+        first = sorted(key for key in state if UNIT.match(key))[0]
+        raise CheckpointError(
+            f"{source}: timm stage/block keys without ResNetV2 bottleneck units ({first}): a timm model vitlab does "
+            "not hold (DaViT, MetaFormer, ConvNeXt, ...)"
+        )
     for pattern, what in NOT_BIT:
         keys = [key for key in state if re.search(pattern, key)]
         if keys:
@@ -66,18 +80,38 @@ def convert_timm_resnetv2(
         state["head.bias"] = state.pop("head.fc.bias")
         num_classes = head.shape[0]
     layers = count_units({(int(m[1]), int(m[2])) for key in state if (m := UNIT.match(key))}, 0, source)
-    if "image_size" not in overrides:
+    record = record or TimmRecord()
+    tag = overrides.pop("pretrained_tag", None)
+    if tag is not None:
+        name = timm_bit_architecture(bit_resnet_config(layers=layers, width=width, num_groups=BIT_NUM_GROUPS))
+        record = record_for_tag(tag, [name] if name else [], record, source)
+    image_size = recorded_image_size(record)
+    if image_size is None and "image_size" not in overrides:
         log.info(
             "%s: nominal image size %d, timm's default for its BiT models; pass image_size= for another",
             source,
             BIT_IMAGE_SIZE,
         )
+    preprocessing, origin = (
+        (from_timm_cfg(record.pretrained_cfg, source), record.origin)
+        if record.pretrained_cfg is not None
+        else (
+            dataclasses.replace(BIT_PREPROCESSING),
+            "assumed, timm's BiT default: pass pretrained_tag= for the weights' own",
+        )
+    )
+    names = record.label_names or None
+    if names is not None and len(names) != num_classes:
+        raise CheckpointError(f"{source}: label_names lists {len(names)} names for a head of {num_classes} classes")
     config = BiTConfig(
         resnet=bit_resnet_config(layers=layers, width=width, num_groups=BIT_NUM_GROUPS),
-        image_size=(BIT_IMAGE_SIZE, BIT_IMAGE_SIZE),
+        image_size=image_size or (BIT_IMAGE_SIZE, BIT_IMAGE_SIZE),
         in_channels=in_channels,
         num_classes=num_classes,
-        preprocessing=dataclasses.replace(BIT_PREPROCESSING),
-        name=Path(source).stem,
+        head_dropout=float(record.model_args.get("drop_rate", 0.0)),
+        preprocessing=preprocessing,
+        class_names=names,
+        name=record.architecture or Path(source).stem,
     )
+    log_preprocessing(source, preprocessing, origin)
     return config, state

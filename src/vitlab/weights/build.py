@@ -42,6 +42,14 @@ FIXED_BY_WEIGHTS = (
 )
 
 
+def weights_part(name: str, value: Any) -> Any:
+    """What the weights decide of a field: a hybrid backbone's units, width, stem and unit kind, not
+    its numerics (padding, GroupNorm, weight standardisation), which a file may leave to an override."""
+    if name == "backbone" and value is not None:
+        return (value.layers, value.width, value.stem, value.preact)
+    return value
+
+
 def _listing(kind: str, items: list[str]) -> str:
     shown = ", ".join(items[:MAX_LISTED])
     more = f" (and {len(items) - MAX_LISTED} more)" if len(items) > MAX_LISTED else ""
@@ -122,12 +130,14 @@ def build_model(
     image_size = overrides.pop("image_size", None)
     num_classes = overrides.pop("num_classes", None)
     class_names = overrides.pop("class_names", None)
+    if "preprocessing" in overrides:
+        log.info("%s: preprocessing as given (preprocessing=), over the one above", source)
     if overrides:
         requested = config.replace(**overrides)
         conflicts = [
             f"{name}={getattr(requested, name)!r} (checkpoint: {getattr(config, name)!r})"
             for name in FIXED_BY_WEIGHTS
-            if getattr(requested, name, None) != getattr(config, name, None)
+            if weights_part(name, getattr(requested, name, None)) != weights_part(name, getattr(config, name, None))
         ]
         if conflicts:
             raise CheckpointError(f"{source}: overrides contradict the weights: {', '.join(conflicts)}")

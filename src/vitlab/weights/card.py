@@ -16,6 +16,7 @@ from typing import Any
 
 from huggingface_hub import EvalResult, ModelCardData
 
+from vitlab.config_fields import crop_mode_for
 from vitlab.model import BiTConfig, ViTConfig
 
 CARD_FILE = "README.md"
@@ -125,8 +126,14 @@ def _architecture(config: ViTConfig | BiTConfig, num_params: int) -> list[tuple[
 def _preprocessing(config: ViTConfig | BiTConfig) -> list[tuple[str, Any]]:
     pre = config.preprocessing
     height, width = config.image_size
+    scaled = (math.floor(height / pre.crop_pct), math.floor(width / pre.crop_pct))
+    resize = (
+        ("resize to", f"{scaled[0]} x {scaled[1]} px ({pre.interpolation}, aspect ratio not kept)")
+        if crop_mode_for(config.image_size, pre.crop_mode) == "squash"
+        else ("resize to cover", f"{scaled[0]} x {scaled[1]} px ({pre.interpolation}, aspect ratio kept)")
+    )
     return [
-        ("resize shorter side", f"{math.floor(min(height, width) / pre.crop_pct)} px ({pre.interpolation})"),
+        resize,
         ("centre crop", f"{height} x {width}"),
         ("mean", ", ".join(f"{m:g}" for m in pre.mean)),
         ("std", ", ".join(f"{s:g}" for s in pre.std)),

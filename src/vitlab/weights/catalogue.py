@@ -86,7 +86,8 @@ class Pretrained:
 
     @property
     def preprocessing(self) -> Preprocessing:
-        return Preprocessing(mean=self.mean, std=self.std, crop_pct=1.0, interpolation="bilinear")
+        """vit_jax's evaluation (the whole image resized to the model's size, bilinear) with the entry's statistics."""
+        return Preprocessing(mean=self.mean, std=self.std, crop_pct=1.0, interpolation="bilinear", crop_mode="squash")
 
 
 # -- the paper's weights (Dosovitskiy et al., 2021) --------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import pickle
 from pathlib import Path
 from typing import Any
@@ -12,25 +13,44 @@ from safetensors.torch import load_file
 
 from vitlab.errors import CheckpointError
 
-PICKLE_SUFFIXES = (".pth", ".pt", ".bin", ".ckpt")
+PICKLE_SUFFIXES = (".pth", ".pt", ".bin", ".ckpt", ".pth.tar")  # .pth.tar: timm train.py's checkpoints
 SAFETENSORS_SUFFIX = ".safetensors"
 WRAPPER_KEYS = ("state_dict", "model", "module")  # training checkpoints nest the weights
+# What a timm train.py checkpoint records beside the weights: the model name and its command line
+# (an argparse.Namespace, the one class besides tensors and plain containers its unpickling builds).
+RECORD_KEYS = ("arch", "args")
 
 
 def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
     """Tensors of a .safetensors file, or of a pickle loaded with weights_only=True."""
+    return read_checkpoint(path)[0]
+
+
+def read_checkpoint(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """The tensors of a checkpoint file and what a training checkpoint records beside them
+    ({"arch": ..., "args": {...}} of timm's train.py; empty for a plain state dict)."""
     path = Path(path)
     if path.suffix == SAFETENSORS_SUFFIX:
         try:
-            return load_file(str(path))
+            return load_file(str(path)), {}
         except (SafetensorError, OSError) as error:
             raise CheckpointError(f"{path}: not a readable safetensors file ({error})") from None
-    if path.suffix not in PICKLE_SUFFIXES:
+    if not path.name.endswith(PICKLE_SUFFIXES):
         raise CheckpointError(
             f"{path}: unknown checkpoint format (expected .npz, {SAFETENSORS_SUFFIX}, "
             f"{', '.join(PICKLE_SUFFIXES)} or a folder)"
         )
-    return unwrap(load_pickle(path), path)
+    loaded = load_pickle(path)
+    return unwrap(loaded, path), training_record(loaded)
+
+
+def training_record(loaded: Any) -> dict[str, Any]:
+    if not isinstance(loaded, dict):
+        return {}
+    record = {key: loaded[key] for key in RECORD_KEYS if key in loaded}
+    if isinstance(record.get("args"), argparse.Namespace):
+        record["args"] = vars(record["args"])
+    return record
 
 
 def read_shapes(path: str | Path) -> dict[str, tuple[int, ...]]:
@@ -49,7 +69,8 @@ def load_pickle(path: str | Path) -> Any:
     never calls code; a file that asks for more, or is cut short, is one CheckpointError."""
     path = Path(path)
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        with torch.serialization.safe_globals([argparse.Namespace]):  # it only holds attributes
+            return torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
         raise FileNotFoundError(f"checkpoint {str(path)!r} does not exist") from None
     except pickle.UnpicklingError as error:

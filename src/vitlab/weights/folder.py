@@ -1,13 +1,14 @@
 """vitlab's own checkpoint: a folder with config.json + model.safetensors (+ README.md, a model card).
 
-config.json (format_version 3) groups the ViTConfig fields by what they decide:
+config.json (format_version 4) groups the ViTConfig fields by what they decide:
 
     {"format": "vitlab", "format_version": 3,
      "architecture": {...}, "numerics": {...}, "regularisation": {...},
      "preprocessing": {...}, "class_names": [...] | null, "name": ... | null, "extra": {...}}
 
 Version 1 wrote the same fields flat beside "format"; versions 1-2 called the per-head 2-D logit
-bias pos_embed "relative" (version 3: "relative_bias"; "relative" is now the paper's). Every older
+bias pos_embed "relative" (version 3: "relative_bias"; "relative" is now the paper's); version 4 adds
+preprocessing.crop_mode (null in a migrated folder: the rule of the versions before). Every older
 version is migrated step by step to the current one on reading, so folders written by any vitlab
 release keep loading.
 An Axial-ViT (Appendix D.6) is a ViTConfig of another kind: the same sections and fields, plus
@@ -40,7 +41,7 @@ from .card import write_model_card
 from .files import read_shapes, read_state_dict
 
 FORMAT = "vitlab"
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 
@@ -114,10 +115,14 @@ VERSION_1_VIT: dict[str, tuple[str, ...]] = {  # version 1: version 2's fields, 
     "backbone": RESNET_FIELDS,
 }
 VERSION_3_VIT = {**VERSION_2_VIT, "architecture": VERSION_2_VIT["architecture"] + ("pos_embed_at",)}
+VERSION_4_PREPROCESSING = PREPROCESSING_FIELDS + ("crop_mode",)
+VERSION_4_VIT = {**VERSION_3_VIT, "preprocessing": VERSION_4_PREPROCESSING}
+VERSION_4_BIT = {**VERSION_2_BIT, "bit.preprocessing": VERSION_4_PREPROCESSING}
 VERSION_FIELDS: dict[int, tuple[dict[str, tuple[str, ...]], dict[str, tuple[str, ...]]]] = {
     1: (VERSION_1_VIT, VERSION_2_BIT),  # (a ViT's, a BiT ResNet's)
     2: (VERSION_2_VIT, VERSION_2_BIT),
     3: (VERSION_3_VIT, VERSION_2_BIT),  # pos_embed "relative" renamed "relative_bias"; pos_embed_at added
+    4: (VERSION_4_VIT, VERSION_4_BIT),  # preprocessing.crop_mode added
 }
 
 
@@ -161,7 +166,17 @@ def _v2_to_v3(document: dict[str, Any]) -> dict[str, Any]:
     return document
 
 
-MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3}
+def _v3_to_v4(document: dict[str, Any]) -> dict[str, Any]:
+    """Version 4 records timm's crop mode; null keeps the rule every earlier version evaluated with
+    (centre crop of a square input, squash otherwise)."""
+    document = json.loads(json.dumps(document))
+    section = document["bit"] if "bit" in document else document
+    section["preprocessing"]["crop_mode"] = None
+    document["format_version"] = 4
+    return document
+
+
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4}
 
 
 def require_fields(document: dict[str, Any], version: int, source: str) -> None:

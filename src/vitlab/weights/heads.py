@@ -106,13 +106,18 @@ def activation_for(signature: Signature, num_heads: int, source: str) -> str | N
     return acts[0] if acts else None
 
 
-def heads_of_model(name: str) -> int | None:
-    """The head count of a named architecture in the table (e.g. timm's "vit_base_patch16_224")."""
+def behaviour_of_model(name: str) -> Behaviour | None:
+    """What the table records of a named architecture (e.g. timm's "vit_base_patch16_224"), if it has it."""
     for behaviours in head_table().values():
         for behaviour, models in behaviours.items():
             if name in models:
-                return behaviour.num_heads
+                return behaviour
     return None
+
+
+def models_of(signature: Signature) -> list[str]:
+    """Every architecture of the table with this signature, whatever its head count."""
+    return sorted(name for models in head_table().get(signature, {}).values() for name in models)
 
 
 def table_versions() -> dict[str, str]:

@@ -13,28 +13,32 @@ from typing import Any
 
 import torch
 
-from vitlab.config_fields import Interpolation
 from vitlab.errors import CheckpointError
 from vitlab.model import ConfigError, Preprocessing, VisionTransformer, ViTConfig
-from vitlab.model.config import Activation
+from vitlab.model.config import Activation, as_pair
 from vitlab.textfiles import TextFileError, read_json
 
 from .build import build_model
 from .files import read_state_dict
+from .hf_processor import from_processor
 from .keys import rename_keys
+from .preprocessing import log_preprocessing
 
 SAFETENSORS = "model.safetensors"
 SAFETENSORS_INDEX = "model.safetensors.index.json"
 PICKLE = "pytorch_model.bin"
 PREPROCESSOR = "preprocessor_config.json"
 
+# transformers' ACT2FN names of exact and tanh GELU (activations.py): gelu_python is erf GELU in
+# Python, gelu_accurate the tanh formula written out, gelu_new / gelu_fast / gelu_pytorch_tanh tanh GELU.
 ACTIVATIONS: dict[str, Activation] = {
     "gelu": "gelu",
+    "gelu_python": "gelu",
     "gelu_new": "gelu_tanh",
     "gelu_pytorch_tanh": "gelu_tanh",
     "gelu_fast": "gelu_tanh",
+    "gelu_accurate": "gelu_tanh",
 }
-PIL_RESAMPLE: dict[int, Interpolation] = {0: "nearest", 2: "bilinear", 3: "bicubic"}
 
 LAYER = r"^(?:encoder\.layer|layers)\.(\d+)\."  # checkpoints on disk; transformers >= 5 in memory
 RULES = [
@@ -57,12 +61,17 @@ RULES = [
 PROJECTIONS = ("query", "key", "value")
 
 
-def is_hf_vit_folder(directory: Path) -> bool:
+def hf_model_type(directory: Path) -> str | None:
+    """The model_type of a transformers folder's config.json (None if it has none)."""
     try:
         document = read_json(directory / "config.json")
     except (OSError, ValueError):
-        return False
-    return isinstance(document, dict) and document.get("model_type") == "vit"
+        return None
+    return document.get("model_type") if isinstance(document, dict) else None
+
+
+def is_hf_vit_folder(directory: Path) -> bool:
+    return hf_model_type(directory) == "vit"
 
 
 def read_document(path: Path) -> dict[str, Any]:
@@ -100,16 +109,16 @@ def fuse_qkv(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return state
 
 
-def read_preprocessing(directory: Path) -> Preprocessing:
-    """ViTImageProcessor resizes to the model size without cropping; mean and std 0.5 by default."""
+def read_preprocessing(directory: Path, image_size: tuple[int, int]) -> Preprocessing:
+    """The preprocessing of the folder's preprocessor_config.json (hf_processor.py); without one,
+    ViTImageProcessor's defaults, said in the log."""
     path = directory / PREPROCESSOR
     document = read_document(path) if path.is_file() else {}
-    return Preprocessing(
-        mean=tuple(document.get("image_mean", (0.5, 0.5, 0.5))),
-        std=tuple(document.get("image_std", (0.5, 0.5, 0.5))),
-        crop_pct=1.0,
-        interpolation=PIL_RESAMPLE.get(document.get("resample", 2), "bilinear"),
-    )
+    preprocessing, _, origin = from_processor(document, image_size, str(path))
+    if not document:
+        origin = f"assumed, ViTImageProcessor's defaults: the folder has no {PREPROCESSOR}"
+    log_preprocessing(str(directory), preprocessing, origin)
+    return preprocessing
 
 
 def class_names_from(id2label: dict[Any, str] | None, num_classes: int) -> list[str] | None:
@@ -136,8 +145,9 @@ def convert_hf(
     depth = document.get("num_hidden_layers", 12)
     state = fuse_qkv(rename_keys(state, RULES))
     num_classes = state["head.weight"].shape[0] if "head.weight" in state else 0
+    image_size = as_pair(document.get("image_size", 224))
     config = ViTConfig(
-        image_size=document.get("image_size", 224),
+        image_size=image_size,
         patch_size=document.get("patch_size", 16),
         in_channels=document.get("num_channels", 3),
         num_classes=num_classes,
@@ -154,7 +164,7 @@ def convert_hf(
         norm_eps=document.get("layer_norm_eps", 1e-12),
         pos_resample="bicubic",
         pos_resample_antialias=False,
-        preprocessing=read_preprocessing(directory),
+        preprocessing=read_preprocessing(directory, image_size),
         class_names=class_names_from(document.get("id2label"), num_classes),
         name=document.get("_name_or_path") or directory.name,
     )

@@ -3,16 +3,14 @@
 
 config.json (model_type "vit"), model.safetensors in transformers' on-disk key names (the ones
 its own save_pretrained writes: vit.encoder.layer.N.attention.attention.query, ...) and
-preprocessor_config.json for ViTImageProcessor. That processor resizes the whole image to the
-model's size and does not crop; where vitlab's evaluation crops (crop_pct < 1), the two differ and
-the export says so.
+preprocessor_config.json for the image processor that resizes and crops as vitlab's evaluation does
+(hf_processor.py).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import math
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +19,7 @@ from safetensors.torch import save_file
 
 from vitlab.model import BiTResNet, ConfigError, VisionTransformer
 
+from .hf_processor import to_processor
 from .peers import HF, check_peer
 
 log = logging.getLogger("vitlab")
@@ -29,7 +28,6 @@ CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 PREPROCESSOR_FILE = "preprocessor_config.json"
 HIDDEN_ACT = {"gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh"}
-PIL_RESAMPLE = {"nearest": 0, "bilinear": 2, "bicubic": 3}
 
 LAYER = "vit.encoder.layer.{i}."
 BLOCK_KEYS = {  # vitlab module in block i -> transformers module in layer i
@@ -95,33 +93,9 @@ def hf_config(model: VisionTransformer) -> dict[str, Any]:
     }
 
 
-def hf_preprocessor(model: VisionTransformer) -> dict[str, Any]:
-    """preprocessor_config.json: resize to the model size, rescale to [0, 1], normalise."""
-    config = model.config
-    pre = config.preprocessing
-    height, width = config.image_size
-    if pre.crop_pct < 1.0:
-        log.info(
-            "hf export: transformers' ViTImageProcessor resizes the whole image to %dx%d (%s) without a crop; "
-            "vitlab evaluates by resizing to %d/crop_pct and centre-cropping (crop_pct %g), so its predictions on the "
-            "same image can differ",
-            height,
-            width,
-            pre.interpolation,
-            height,
-            pre.crop_pct,
-        )
-    return {
-        "image_processor_type": "ViTImageProcessor",
-        "do_resize": True,
-        "size": {"height": height, "width": width},
-        "resample": PIL_RESAMPLE[pre.interpolation],
-        "do_rescale": True,
-        "rescale_factor": 1 / 255,
-        "do_normalize": True,
-        "image_mean": list(pre.mean),
-        "image_std": list(pre.std),
-    }
+def hf_preprocessor(model: VisionTransformer | BiTResNet) -> dict[str, Any]:
+    """preprocessor_config.json: the processor that prepares images as vitlab's eval transform."""
+    return to_processor(model.config.preprocessing, model.config.image_size)
 
 
 def hf_state_dict(model: VisionTransformer) -> dict[str, torch.Tensor]:
@@ -185,27 +159,6 @@ def hf_bit_config(model: BiTResNet) -> dict[str, Any]:
     }
 
 
-def hf_bit_preprocessor(model: BiTResNet) -> dict[str, Any]:
-    """BitImageProcessor resizes the shorter side and centre-crops, as vitlab's evaluation does."""
-    config = model.config
-    pre = config.preprocessing
-    height, width = config.image_size
-    return {
-        "image_processor_type": "BitImageProcessor",
-        "do_resize": True,
-        "size": {"shortest_edge": math.floor(min(height, width) / pre.crop_pct)},
-        "resample": PIL_RESAMPLE[pre.interpolation],
-        "do_center_crop": True,
-        "crop_size": {"height": height, "width": width},
-        "do_rescale": True,
-        "rescale_factor": 1 / 255,
-        "do_normalize": True,
-        "image_mean": list(pre.mean),
-        "image_std": list(pre.std),
-        "do_convert_rgb": True,
-    }
-
-
 def hf_bit_state_dict(model: BiTResNet) -> dict[str, torch.Tensor]:
     out = {}
     for name, tensor in model.state_dict().items():
@@ -225,7 +178,7 @@ def hf_bit_state_dict(model: BiTResNet) -> dict[str, torch.Tensor]:
 def save_hf(model: VisionTransformer | BiTResNet, directory: str | Path) -> Path:
     """Write config.json, model.safetensors and preprocessor_config.json; nothing if HF cannot hold the model."""
     if isinstance(model, BiTResNet):
-        document, preprocessor, state = hf_bit_config(model), hf_bit_preprocessor(model), hf_bit_state_dict(model)
+        document, preprocessor, state = hf_bit_config(model), hf_preprocessor(model), hf_bit_state_dict(model)
     else:
         document, preprocessor, state = hf_config(model), hf_preprocessor(model), hf_state_dict(model)
     directory = Path(directory)

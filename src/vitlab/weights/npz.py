@@ -27,13 +27,15 @@ import numpy as np
 import torch
 
 from vitlab.errors import CheckpointError, ConfigError, RefusedFileError
-from vitlab.model import Preprocessing, VisionTransformer, ViTConfig
+from vitlab.model import VisionTransformer, ViTConfig
 from vitlab.model.budget import DEFAULT_FRACTION, available_memory, check_memory
+from vitlab.model.config import PositionEmbeddingKind
 from vitlab.npy_files import read_npz
 
 from .build import build_model
 from .keys import count_blocks
-from .position_grid import infer_image_size, position_layout
+from .position_grid import fixed_position_embedding, infer_image_size, position_layout
+from .preprocessing import VIT_JAX_PREPROCESSING, describe, log_preprocessing
 
 log = logging.getLogger("vitlab")
 
@@ -51,9 +53,12 @@ class BlockNames:
 RELEASED = BlockNames("LayerNorm_0", "MultiHeadDotProductAttention_1", "LayerNorm_2", "MlpBlock_3")
 CURRENT = BlockNames("LayerNorm_0", "MultiHeadDotProductAttention_0", "LayerNorm_1", "MlpBlock_0")
 
-PREFIXES = ("", "opt/target/", "params/")  # plain; a saved optimizer state; big_vision
+# plain; a saved optimizer state; big_vision; the image tower of big_vision's two-tower models (LiT, SigLIP)
+PREFIXES = ("", "opt/target/", "params/", "params/img/", "img/")
+TOWERS = ("params/img/", "img/")
+# big_vision's parts vitlab's ViT has no place for, named when a file has them.
+UNHOLDABLE = {"MAPHead_0/": "a MAP attention-pool head (big_vision pool_type 'map')"}
 POS_EMBED_KEYS = ("Transformer/posembed_input/pos_embedding", "pos_embedding")  # vit_jax; big_vision
-VIT_JAX_PREPROCESSING = Preprocessing(mean=(0.5,) * 3, std=(0.5,) * 3, crop_pct=1.0, interpolation="bilinear")
 
 
 # -- layout conversions: (flax -> torch, torch -> flax) ------------------------------------------
@@ -120,6 +125,10 @@ class FlaxParams:
                 f"{source}: no embedding/kernel; not a ViT .npz (keys: {', '.join(list(arrays)[:8])})"
             )
         self.prefix = prefix
+        if prefix in TOWERS:  # the text tower and the contrastive temperature are another model's
+            others = sum(not key.startswith(prefix) for key in arrays)
+            arrays = {key: value for key, value in arrays.items() if key.startswith(prefix)}
+            log.info("%s: the image tower (%s) of a two-tower model; %d other arrays not read", source, prefix, others)
         self.arrays = arrays
         self.used: set[str] = set()
         self.scanned = self.has("Transformer/encoderblock/LayerNorm_0/scale")  # big_vision stacks layers
@@ -150,14 +159,16 @@ class FlaxParams:
                 return names
         raise CheckpointError(f"{self.source}: no {first}{RELEASED.attn}/query/kernel or {CURRENT.attn}/query/kernel")
 
-    def pos_embed_key(self) -> str:
-        for key in POS_EMBED_KEYS:
-            if self.has(key):
-                return key
-        raise CheckpointError(f"{self.source}: no position embedding ({' or '.join(POS_EMBED_KEYS)})")
+    def pos_embed_key(self) -> str | None:
+        """The learned E_pos's key; None without one (big_vision's posemb 'sincos2d' or 'none')."""
+        return next((key for key in POS_EMBED_KEYS if self.has(key)), None)
 
     def check_all_used(self) -> None:
         unused = sorted(set(self.arrays) - self.used)
+        for part, what in UNHOLDABLE.items():
+            named = [key for key in unused if key.startswith(self.prefix + part)]
+            if named:
+                raise CheckpointError(f"{self.source}: vitlab's ViT cannot hold {what} (key {named[0]})")
         if unused:
             raise CheckpointError(f"{self.source}: parameters vitlab's ViT has no place for: {', '.join(unused)}")
 
@@ -173,7 +184,9 @@ def read_arrays(path: Path, memory_limit: int | None = None) -> dict[str, np.nda
         raise CheckpointError(str(error)) from None
 
 
-def infer_config(params: FlaxParams, names: BlockNames, image_size_hint: Any, name: str) -> ViTConfig:
+def infer_config(
+    params: FlaxParams, names: BlockNames, image_size_hint: Any, name: str, pos_embed_hint: Any = None
+) -> ViTConfig:
     """Everything an official npz holds: patch size, width, depth, heads, MLP size, grid, head, pooling."""
     patch, patch_w, channels, dim = params.arrays[params.prefix + "embedding/kernel"].shape
     if patch != patch_w:
@@ -189,15 +202,22 @@ def infer_config(params: FlaxParams, names: BlockNames, image_size_hint: Any, na
             "pool_type 'gap'); a big_vision pool_type '0' model has the same keys and is not told apart",
             params.source,
         )
-    num_positions = params.arrays[params.prefix + params.pos_embed_key()].shape[-2]
+    pos_key = params.pos_embed_key()
     representation = (
         params.arrays[params.prefix + "pre_logits/kernel"].shape[1] if params.has("pre_logits/kernel") else None
     )
     num_classes = params.arrays[params.prefix + "head/kernel"].shape[1] if params.has("head/kernel") else 0
-    if params.pos_embed_key() == POS_EMBED_KEYS[0]:  # vit_jax adds E_pos after the class token: always a slot
+    pos_embed: PositionEmbeddingKind = "learned"
+    if pos_key is None:
+        pos_embed, image_size = fixed_position_embedding(params.source, image_size_hint, pos_embed_hint)
+    elif pos_key == POS_EMBED_KEYS[0]:  # vit_jax adds E_pos after the class token: always a slot
+        num_positions = params.arrays[params.prefix + pos_key].shape[-2]
         image_size = infer_image_size(num_positions - int(class_token), patch, image_size_hint, params.source)
     else:
+        num_positions = params.arrays[params.prefix + pos_key].shape[-2]
         image_size, _ = position_layout(num_positions, class_token, patch, image_size_hint, params.source)
+    preprocessing = dataclasses.replace(VIT_JAX_PREPROCESSING)
+    log_preprocessing(params.source, preprocessing, "vit_jax's evaluation: the layout records none")
     return ViTConfig(
         image_size=image_size,
         patch_size=patch,
@@ -210,13 +230,14 @@ def infer_config(params: FlaxParams, names: BlockNames, image_size_hint: Any, na
         head_dim=None if num_heads * head_dim == dim else head_dim,
         pool="token" if class_token else "gap",
         gap_norm="before_pool",
+        pos_embed=pos_embed,
         representation_size=representation,
         qkv_bias=params.has(f"{first}{names.attn}/query/bias"),
         act="gelu_tanh",
         norm_eps=1e-6,
         pos_resample="linear_zoom",
         pos_resample_antialias=False,
-        preprocessing=dataclasses.replace(VIT_JAX_PREPROCESSING),
+        preprocessing=preprocessing,
         name=name,
     )
 
@@ -226,12 +247,14 @@ def to_state_dict(params: FlaxParams, names: BlockNames, depth: int, num_patches
     for flax_key, torch_key, (to_torch, _) in TOP_LEVEL:
         if params.has(flax_key):
             state[torch_key] = to_torch(params.take(flax_key))
-    pos = params.take(params.pos_embed_key()).reshape(1, -1, state["norm.weight"].shape[0])
-    if "cls_token" in state and pos.shape[1] == num_patches:
-        # big_vision's pool_type "tok": E_pos over the patches, the class token added after it
-        # with none of its own, i.e. a zero slot in vitlab's table.
-        pos = np.concatenate([np.zeros_like(pos[:, :1]), pos], axis=1)
-    state["pos_embed.weight"] = pos
+    pos_key = params.pos_embed_key()
+    if pos_key is not None:
+        pos = params.take(pos_key).reshape(1, -1, state["norm.weight"].shape[0])
+        if "cls_token" in state and pos.shape[1] == num_patches:
+            # big_vision's pool_type "tok": E_pos over the patches, the class token added after it
+            # with none of its own, i.e. a zero slot in vitlab's table.
+            pos = np.concatenate([np.zeros_like(pos[:, :1]), pos], axis=1)
+        state["pos_embed.weight"] = pos
     for index in range(depth):
         prefix = f"blocks.{index}."
         for flax_key, torch_key, (to_torch, _) in block_table(names):
@@ -252,7 +275,7 @@ def load_npz(path: str | Path, **overrides: Any) -> VisionTransformer:
     path = Path(path)
     params = FlaxParams(read_arrays(path, overrides.get("memory_limit")), str(path))
     names = params.block_names()
-    config = infer_config(params, names, overrides.get("image_size"), path.stem)
+    config = infer_config(params, names, overrides.get("image_size"), path.stem, overrides.get("pos_embed"))
     check_memory(config, limit=overrides.get("memory_limit"), source=str(path))  # before a loop over its depth
     state_dict = to_state_dict(params, names, config.depth, config.num_patches)
     return build_model(config, state_dict, str(path), overrides)
@@ -279,6 +302,19 @@ def check_exportable(config: ViTConfig) -> None:
         raise ValueError("the official .npz layout cannot hold " + "; ".join(problems))
 
 
+def warn_unrecorded(config: ViTConfig) -> None:
+    """The layout holds weights only: what a reader takes as vit_jax's instead is said."""
+    lost = []
+    if config.preprocessing != VIT_JAX_PREPROCESSING:
+        lost.append(f"preprocessing ({describe(config.preprocessing)}; readers assume vit_jax's)")
+    if (config.pos_resample, config.pos_resample_antialias) != ("linear_zoom", False):
+        lost.append(f"E_pos resampling {config.pos_resample} (readers resample as vit_jax, linear_zoom)")
+    if config.class_names:
+        lost.append(f"{len(config.class_names)} class names")
+    if lost:
+        log.warning("export_npz: the layout does not record %s", "; ".join(lost))
+
+
 def export_npz(model: VisionTransformer, path: str | Path) -> Path:
     """Write the model in the layout of the released vit_jax checkpoints; returns the file written."""
     if type(model) is not VisionTransformer:  # an Axial-ViT's blocks have no place in the layout
@@ -292,6 +328,7 @@ def export_npz(model: VisionTransformer, path: str | Path) -> Path:
             config.act,
             config.norm_eps,
         )
+    warn_unrecorded(config)
     state = {key: value.detach().to("cpu", torch.float32).numpy() for key, value in model.state_dict().items()}
     arrays: dict[str, np.ndarray] = {}
     for flax_key, torch_key, (_, to_flax) in TOP_LEVEL:

@@ -7,9 +7,11 @@ import math
 from typing import Any
 
 from vitlab.errors import CheckpointError
-from vitlab.model.config import as_pair
+from vitlab.model.config import PositionEmbeddingKind, as_pair
 
 log = logging.getLogger("vitlab")
+
+BIG_VISION_DEFAULT_SIZE = 224  # big_vision's ImageNet configs' resolution
 
 
 def infer_image_size(
@@ -57,3 +59,24 @@ def position_layout(
             )
             return size, False
     return infer_image_size(table_length, patch_size, hint, source), False
+
+
+def fixed_position_embedding(
+    source: str, image_size_hint: Any, pos_embed_hint: PositionEmbeddingKind | None
+) -> tuple[PositionEmbeddingKind, tuple[int, int]]:
+    """(pos_embed, image size) of a file without a learned E_pos: big_vision's posemb "sincos2d" (vitlab's
+    "sincos", computed at any size) unless pos_embed= says "none"; the size is image_size= or 224."""
+    pos_embed: PositionEmbeddingKind = pos_embed_hint or "sincos"
+    if pos_embed_hint is None:
+        log.info(
+            "%s: no learned position embedding: big_vision's fixed sincos2d (posemb 'sincos2d'); pass "
+            "pos_embed='none' for a model without one",
+            source,
+        )
+    if image_size_hint is None:
+        log.info(
+            "%s: a fixed E_pos records no image size; %d assumed, pass image_size=",
+            source,
+            BIG_VISION_DEFAULT_SIZE,
+        )
+    return pos_embed, as_pair(image_size_hint or BIG_VISION_DEFAULT_SIZE)

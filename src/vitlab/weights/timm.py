@@ -1,17 +1,21 @@
-"""timm VisionTransformer state dicts (.pth / .safetensors).
+"""timm VisionTransformer state dicts (.pth / .pth.tar / .safetensors), alone or with what timm records.
 
 timm's key names are vitlab's (its layering Attention -> Block -> VisionTransformer is the one
-vitlab follows), except E_pos (`pos_embed`, a bare parameter) and the old representation layer
-(`pre_logits.fc`). Numerics: exact-erf GELU, LayerNorm epsilon 1e-6, E_pos resampled bicubic
-with antialiasing (timm's resample_abs_pos_embed). The head count is not in the weights: it comes
-from num_heads= or from the table of timm's architectures (heads.py).
+vitlab follows), except E_pos (`pos_embed`, a bare parameter, absent with pos_embed='none') and the
+old representation layer (`pre_logits.fc`). Numerics: LayerNorm epsilon 1e-6, E_pos resampled
+bicubic with antialiasing (timm's resample_abs_pos_embed). The weights do not record the head count,
+the activation or the pooling: a timm folder's model_args or a training checkpoint's architecture
+give them (TimmRecord), else the table of timm's architectures (heads.py) or num_heads= / act=.
+Preprocessing comes from timm's pretrained_cfg (preprocessing.py), or is said to be assumed.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import typing
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,21 +23,50 @@ import torch
 
 from vitlab.errors import CheckpointError
 from vitlab.model import ConfigError, Preprocessing, ViTConfig
-from vitlab.model.config import Activation
+from vitlab.model.config import Activation, Pooling
 
-from .heads import Signature, activation_for, architecture, read_signature, refuse_unholdable
+from .heads import (
+    Signature,
+    activation_for,
+    architecture,
+    behaviour_of_model,
+    models_of,
+    read_signature,
+    refuse_unholdable,
+)
 from .keys import rename_keys
 from .position_grid import position_layout
+from .preprocessing import from_timm_cfg, log_preprocessing, timm_pretrained_cfg, timm_tag_name
+
+log = logging.getLogger("vitlab")
 
 RULES = [
     (r"^pos_embed$", "pos_embed.weight"),
     (r"^pre_logits\.fc\.", "pre_logits.0."),
 ]
-TIMM_PREPROCESSING = Preprocessing(mean=(0.5,) * 3, std=(0.5,) * 3, crop_pct=0.9, interpolation="bicubic")
+TIMM_PREPROCESSING = Preprocessing(
+    mean=(0.5,) * 3, std=(0.5,) * 3, crop_pct=0.9, interpolation="bicubic", crop_mode="center"
+)
+TIMM_DEFAULT_IMAGE_SIZE = 224  # timm's VisionTransformer(img_size=224)
+# timm's global_pool names that vitlab's ViT computes: the class token, or the patch tokens' mean.
+POOLS: dict[str, Pooling] = {"token": "token", "avg": "gap"}
+
+
+@dataclass
+class TimmRecord:
+    """What a timm folder (config.json) or a timm train.py checkpoint records beside the weights."""
+
+    architecture: str | None = None  # timm's model name, without a tag
+    model_args: dict[str, Any] = field(default_factory=dict)  # keyword arguments over the architecture's
+    pretrained_cfg: dict[str, Any] | None = None
+    origin: str = ""  # where pretrained_cfg was read, for the log
+    global_pool: str | None = None
+    label_names: list[str] | None = None
 
 
 def is_timm_state_dict(state: Mapping[str, torch.Tensor]) -> bool:
-    return "patch_embed.proj.weight" in state and "pos_embed" in state
+    """timm's ViT keys: patch_embed.proj and blocks, E_pos as a bare `pos_embed` or none at all."""
+    return "patch_embed.proj.weight" in state and "pos_embed.weight" not in state and "blocks.0.norm1.weight" in state
 
 
 def timm_signature(state: Mapping[str, torch.Tensor], source: str) -> Signature:
@@ -54,49 +87,162 @@ def table_activation(act: str) -> Activation:
     raise ConfigError(f"unknown act {act!r}; choose one of {typing.get_args(Activation)}")
 
 
-def convert_timm(
-    state: Mapping[str, torch.Tensor], source: str, overrides: dict[str, Any]
-) -> tuple[ViTConfig, dict[str, torch.Tensor]]:
-    """timm state dict -> (vitlab config, vitlab state dict); consumes the num_heads override.
-
-    Without num_heads= the head count and activation come from the table of timm's architectures;
-    with it, the activation of the table's architectures of that signature and head count, else
-    timm's default (exact GELU).
-    """
-    signature = timm_signature(state, source)
-    num_heads = overrides.pop("num_heads", None)
-    if num_heads is None:
-        behaviour = architecture(signature, source)
-        num_heads, act = behaviour.num_heads, table_activation(behaviour.act)
-    elif "act" in overrides:
-        act = overrides["act"]
-    else:
-        act = table_activation(activation_for(signature, num_heads, source) or "gelu")
-    image_size, class_slot = position_layout(
-        state["pos_embed"].shape[1], signature.class_token, signature.patch_size, overrides.get("image_size"), source
+def record_for_tag(tag: str, candidates: list[str], record: TimmRecord, source: str) -> TimmRecord:
+    """The record of pretrained_tag=: its architecture (one of `candidates`, those the weights' shapes
+    may be) and timm's pretrained_cfg of those weights."""
+    name = timm_tag_name(tag, [record.architecture] if record.architecture else candidates, source)
+    architecture_name = name.split(".")[0]
+    return TimmRecord(
+        architecture=architecture_name,
+        model_args=record.model_args,
+        pretrained_cfg=timm_pretrained_cfg(name, source),
+        origin=f"timm's pretrained_cfg of {name}",
+        global_pool=record.global_pool,
+        label_names=record.label_names,
     )
+
+
+def heads_and_activation(
+    signature: Signature, record: TimmRecord, overrides: dict[str, Any], source: str
+) -> tuple[int, Activation, str]:
+    """(num_heads, act, where they came from): num_heads= and act=, the record's model_args, its
+    architecture in the table, else the table's one architecture of this signature."""
+    args = record.model_args
+    known = behaviour_of_model(record.architecture) if record.architecture else None
+    num_heads = overrides.pop("num_heads", None) or args.get("num_heads")
+    act_name = overrides.get("act") or args.get("act_layer")
+    if num_heads is not None:
+        origin = "num_heads=" if "num_heads" not in args else "model_args"
+    elif known is not None:
+        num_heads, origin = known.num_heads, f"timm's {record.architecture}"
+    else:
+        behaviour = architecture(signature, source)  # logs the architectures it names
+        num_heads, origin = behaviour.num_heads, "the one timm architecture of these shapes"
+        act_name = act_name or behaviour.act
+    if act_name is None and known is not None and known.num_heads == num_heads:
+        act_name = known.act
+    if act_name is None:
+        act_name = activation_for(signature, num_heads, source)
+        if act_name is None:
+            log.info(
+                "%s: no timm architecture of these shapes has %d heads: exact GELU (timm's default); pass act= if not",
+                source,
+                num_heads,
+            )
+            act_name = "gelu"
+    try:
+        return num_heads, table_activation(act_name), origin
+    except ConfigError:
+        raise CheckpointError(f"{source}: act_layer {act_name!r} is not an activation vitlab's ViT has") from None
+
+
+def pooling(signature: Signature, record: TimmRecord, source: str) -> Pooling:
+    """vitlab's pool of the weights: the class token's when there is one, unless timm records another."""
+    recorded = record.model_args.get("global_pool", record.global_pool)
+    if recorded in (None, ""):
+        return "token" if signature.class_token else "gap"
+    if recorded not in POOLS:
+        raise CheckpointError(
+            f"{source}: timm's global_pool {recorded!r} is not a pooling vitlab's ViT has (token, avg)"
+        )
+    if (recorded == "token") != signature.class_token:
+        what = "a class token" if signature.class_token else "no class token"
+        raise CheckpointError(
+            f"{source}: global_pool {recorded!r} with {what} is not a vitlab model (it pools the class token when "
+            "there is one, the patch tokens' mean otherwise)"
+        )
+    return POOLS[recorded]
+
+
+def recorded_image_size(record: TimmRecord) -> Any:
+    """The input size a timm record gives: model_args' img_size, else pretrained_cfg's input_size."""
+    size = record.model_args.get("img_size")
+    if size is None and record.pretrained_cfg and record.pretrained_cfg.get("input_size"):
+        size = list(record.pretrained_cfg["input_size"][-2:])
+    return size
+
+
+def recorded_preprocessing(record: TimmRecord, source: str) -> tuple[Preprocessing, str]:
+    if record.pretrained_cfg is not None:
+        return from_timm_cfg(record.pretrained_cfg, source), record.origin
+    return (
+        dataclasses.replace(TIMM_PREPROCESSING),
+        "assumed, timm's ViT default: pass pretrained_tag= (architecture.tag) for the weights' own",
+    )
+
+
+def regularisation(args: Mapping[str, Any]) -> dict[str, Any]:
+    """The dropout settings of timm's model_args as ViTConfig fields (they change nothing in eval mode)."""
+    dropout = float(args.get("proj_drop_rate", 0.0))
+    return dict(
+        dropout=dropout,
+        embed_dropout=float(args.get("pos_drop_rate", 0.0)) == dropout,
+        attn_dropout=float(args.get("attn_drop_rate", 0.0)),
+        drop_path=float(args.get("drop_path_rate", 0.0)),
+        head_dropout=float(args.get("drop_rate", 0.0)),
+    )
+
+
+def convert_timm(
+    state: Mapping[str, torch.Tensor], source: str, overrides: dict[str, Any], record: TimmRecord | None = None
+) -> tuple[ViTConfig, dict[str, torch.Tensor]]:
+    """timm state dict -> (vitlab config, vitlab state dict); consumes num_heads= and pretrained_tag=."""
+    record = record or TimmRecord()
+    signature = timm_signature(state, source)
+    tag = overrides.pop("pretrained_tag", None)
+    if tag is not None:
+        record = record_for_tag(tag, models_of(signature), record, source)
+    num_heads, act, origin = heads_and_activation(signature, record, overrides, source)
+    pool = pooling(signature, record, source)
+    hint = recorded_image_size(record) or overrides.get("image_size")
     state = rename_keys(state, RULES)
-    if signature.class_token and not class_slot:
-        pos = state["pos_embed.weight"]
-        state["pos_embed.weight"] = torch.cat([pos.new_zeros(1, 1, pos.shape[-1]), pos], dim=1)
+    image_size: Any
+    if "pos_embed.weight" in state:
+        image_size, class_slot = position_layout(
+            state["pos_embed.weight"].shape[1], signature.class_token, signature.patch_size, hint, source
+        )
+        if signature.class_token and not class_slot:
+            pos = state["pos_embed.weight"]
+            state["pos_embed.weight"] = torch.cat([pos.new_zeros(1, 1, pos.shape[-1]), pos], dim=1)
+    else:  # timm's pos_embed='none': nothing records the size the weights were trained at
+        image_size = hint or TIMM_DEFAULT_IMAGE_SIZE
+        if hint is None:
+            log.info("%s: no position embedding; image size %d assumed (timm's default)", source, image_size)
+    preprocessing, preprocessing_origin = recorded_preprocessing(record, source)
+    num_classes = state["head.weight"].shape[0] if "head.weight" in state else 0
+    names = record.label_names or None
+    if names is not None and len(names) != num_classes:
+        raise CheckpointError(f"{source}: label_names lists {len(names)} names for a head of {num_classes} classes")
     config = ViTConfig(
         image_size=image_size,
         patch_size=signature.patch_size,
         in_channels=state["patch_embed.proj.weight"].shape[1],
-        num_classes=state["head.weight"].shape[0] if "head.weight" in state else 0,
+        num_classes=num_classes,
         dim=signature.dim,
         depth=signature.depth,
         num_heads=num_heads,
         mlp_dim=signature.mlp_dim,
-        pool="token" if signature.class_token else "gap",
+        pool=pool,
         gap_norm="after_pool" if signature.fc_norm else "before_pool",
         representation_size=signature.representation_size,
+        pos_embed="learned" if "pos_embed.weight" in state else "none",
         qkv_bias=signature.qkv_bias,
         act=act,
         norm_eps=1e-6,
         pos_resample="bicubic",
         pos_resample_antialias=True,
-        preprocessing=dataclasses.replace(TIMM_PREPROCESSING),
-        name=Path(source).stem,
+        preprocessing=preprocessing,
+        class_names=names,
+        name=record.architecture or Path(source).stem,
+        **regularisation(record.model_args),
     )
+    log.info(
+        "%s: timm ViT with %d heads (%s), %s, %s pooling",
+        source,
+        num_heads,
+        origin,
+        act,
+        "class-token" if pool == "token" else "average",
+    )
+    log_preprocessing(source, preprocessing, preprocessing_origin)
     return config, state

@@ -19,7 +19,7 @@ from safetensors.torch import save_file
 
 from vitlab.model import BiTResNet, ConfigError, VisionTransformer
 from vitlab.model.aliases import timm_architecture
-from vitlab.model.bit import bit_config
+from vitlab.model.bit import timm_bit_architecture
 from vitlab.model.timm_api import TIMM_POOL
 
 from .peers import TIMM, TIMM_HYBRID_BACKBONES, check_peer
@@ -99,29 +99,17 @@ def timm_state_dict(model: VisionTransformer) -> dict[str, torch.Tensor]:
     return state
 
 
-# timm's BiT models (resnetv2.py): the BiT-R{depth}x{width} names vitlab registers.
-TIMM_BIT = {"BiT-R50x1", "BiT-R50x3", "BiT-R101x1", "BiT-R101x3", "BiT-R152x2", "BiT-R152x4"}
-
-
-def timm_bit_name(model: BiTResNet) -> str:
-    """timm's resnetv2_{depth}x{width}_bit for a BiT ResNet of exactly that trunk and timm's numerics."""
-    resnet = model.config.resnet
-    for name in TIMM_BIT:
-        if bit_config(name).resnet == resnet:
-            depth, width = name.removeprefix("BiT-R").split("x")
-            return f"resnetv2_{depth}x{width}_bit"
-    raise ConfigError(
-        f"--format timm: timm cannot hold this BiT ResNet ({resnet}); its BiT models are "
-        f"{', '.join(sorted(TIMM_BIT))} with timm's numerics"
-    )
-
-
 def timm_bit_config(model: BiTResNet) -> dict[str, Any]:
+    """config.json for timm's resnetv2_{depth}x{width}_bit of the same trunk and numerics."""
     config = model.config
-    pre = config.preprocessing
-    height, width = config.image_size
+    architecture = timm_bit_architecture(config.resnet)
+    if architecture is None:
+        raise ConfigError(
+            f"--format timm: timm cannot hold this BiT ResNet ({config.resnet}); its BiT models are ResNet-50, "
+            "101 and 152 of width 64k with timm's numerics"
+        )
     document: dict[str, Any] = {
-        "architecture": timm_bit_name(model),
+        "architecture": architecture,
         "num_classes": config.num_classes,
         "num_features": config.feature_dim,
         "global_pool": "avg",
@@ -129,20 +117,8 @@ def timm_bit_config(model: BiTResNet) -> dict[str, Any]:
     if config.class_names:
         document["label_names"] = list(config.class_names)
     document["model_args"] = dict(in_chans=config.in_channels, drop_rate=config.head_dropout)
-    document["pretrained_cfg"] = {
-        "tag": "vitlab",
-        "custom_load": False,
-        "input_size": [config.in_channels, height, width],
-        "fixed_input_size": False,
-        "interpolation": pre.interpolation,
-        "crop_pct": pre.crop_pct,
-        "crop_mode": "center",
-        "mean": list(pre.mean),
-        "std": list(pre.std),
-        "num_classes": config.num_classes,
-        "first_conv": "stem.conv",
-        "classifier": "head.fc",
-    }
+    cfg = {k: v for k, v in model.pretrained_cfg.items() if k not in ("architecture", "label_names")}
+    document["pretrained_cfg"] = {**cfg, "tag": "vitlab", "custom_load": False, "classifier": "head.fc"}
     return document
 
 

@@ -16,11 +16,13 @@ from typing import Any
 
 import torch
 
+from vitlab.errors import CheckpointError
 from vitlab.model import Preprocessing, ViTConfig
 
-from .heads import Signature, architecture, read_signature
+from .heads import Signature, architecture, models_of, read_signature
 from .keys import rename_keys, require
 from .position_grid import infer_image_size
+from .preprocessing import log_preprocessing, torchvision_weights_preprocessing
 
 LAYER = r"^encoder\.layers\.encoder_layer_(\d+)\."
 RULES = [
@@ -37,9 +39,9 @@ RULES = [
     (r"^heads\.pre_logits\.", "pre_logits.0."),
     (r"^heads\.head\.", "head."),
 ]
-# torchvision's ViT weights: ImageNet statistics, resize 256 then centre-crop 224, bilinear.
+# torchvision's ViT IMAGENET1K_V1 weights: ImageNet statistics, resize 256 then centre-crop 224, bilinear.
 TORCHVISION_PREPROCESSING = Preprocessing(
-    mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225), crop_pct=0.875, interpolation="bilinear"
+    mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225), crop_pct=0.875, interpolation="bilinear", crop_mode="center"
 )
 
 
@@ -54,9 +56,17 @@ def torchvision_signature(state: Mapping[str, torch.Tensor], source: str) -> Sig
 def convert_torchvision(
     state: Mapping[str, torch.Tensor], source: str, overrides: dict[str, Any]
 ) -> tuple[ViTConfig, dict[str, torch.Tensor]]:
-    """torchvision state dict -> (vitlab config, vitlab state dict); consumes the num_heads override."""
+    """torchvision state dict -> (vitlab config, vitlab state dict); consumes num_heads= and pretrained_tag=."""
+    tag = overrides.pop("pretrained_tag", None)
     state = rename_keys(state, RULES)
     signature = read_signature(state, "torchvision", source)
+    crop = None
+    if tag is not None:
+        preprocessing, crop = torchvision_weights_preprocessing(tag, models_of(signature), source)
+        origin = f"torchvision's transforms of {tag}"
+    else:
+        preprocessing = dataclasses.replace(TORCHVISION_PREPROCESSING)
+        origin = "assumed, torchvision's IMAGENET1K_V1 transforms: pass pretrained_tag= for other weights'"
     num_heads = overrides.pop("num_heads", None) or architecture(signature, source).num_heads
     num_positions = require(state, "pos_embed.weight", source).shape[1]
     patch = signature.patch_size
@@ -76,7 +86,12 @@ def convert_torchvision(
         norm_eps=1e-6,
         pos_resample="bicubic_aligned",
         pos_resample_antialias=False,
-        preprocessing=dataclasses.replace(TORCHVISION_PREPROCESSING),
+        preprocessing=preprocessing,
         name=Path(source).stem,
     )
+    if crop is not None and config.image_size != (crop, crop):
+        raise CheckpointError(
+            f"{source}: pretrained_tag={tag!r} crops {crop} px; these weights are {config.image_size[0]} px"
+        )
+    log_preprocessing(source, preprocessing, origin)
     return config, state
