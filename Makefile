@@ -24,18 +24,30 @@ DEMO_DIR ?= runs/demo
 demo: $(STAMP)
 	$(PY) -m vitlab demo --out $(DEMO_DIR)
 
-# The end-to-end test of `vitlab serve` drives Debian's chromium through Playwright (which never
-# downloads a browser of its own); installed here when missing, a no-op when it is there.
+# The browser tests (the web demo, the analysis report) drive Debian's chromium through Playwright, which
+# never downloads a browser of its own; installed here when missing, a no-op when it is there.
 CHROMIUM ?= /usr/bin/chromium
 
 browser:
 	test -x $(CHROMIUM) || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; }
 
-test: $(STAMP) browser
-	$(PY) -m pytest -q
+# The tests come in tiers (CONTRIBUTING.md). test-fast: the unit tests and the fault corpus's quick ones, the
+# loop to run before each change. test: every test, on every core (pytest-xdist), after `make browser` when
+# a browser test is among TESTS. Both take TESTS (paths or node ids) and PYTEST_ARGS.
+TESTS ?= tests
+WORKERS ?= auto
+FAST ?= unit or (fault and integration)
+BROWSER_TESTS := tests/serve/test_e2e.py tests/analysis/test_dataset.py
+
+test: $(STAMP)
+	@needed=no; for selected in $(TESTS); do selected=$${selected%%::*}; selected=$${selected%/}; \
+		for browser in $(BROWSER_TESTS); do case $$browser in "$$selected"|"$$selected"/*) needed=yes;; esac; done; done; \
+	if [ $$needed = yes ]; then $(MAKE) --no-print-directory browser || \
+		echo "make test: chromium could not be installed; the browser tests say why they skip" >&2; fi
+	$(PY) -m pytest -q -n $(WORKERS) --dist loadscope $(PYTEST_ARGS) $(TESTS)
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m "not slow" -x
+	$(PY) -m pytest -q -m "$(FAST)" $(PYTEST_ARGS) $(TESTS)
 
 # Static checks, configured in pyproject.toml ([tool.ruff], [tool.mypy]); the `test` extra installs
 # the `lint` one (ruff, mypy and the stub packages).

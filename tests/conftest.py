@@ -1,5 +1,5 @@
-"""Hooks for the whole suite: a fixed seed for every test, and the fault corpus's tally.
-What the tests share besides lives in helpers.py."""
+"""Hooks for the whole suite: every test in exactly one tier, a fixed seed for every test, and the fault
+corpus's tally. What the tests share besides lives in helpers.py."""
 
 from __future__ import annotations
 
@@ -8,6 +8,29 @@ import tempfile
 
 import pytest
 import torch
+
+# The tiers (CONTRIBUTING.md): `unit` runs no Trainer and no subprocess and takes a second or two;
+# `integration` runs tiny Trainer runs or the command line end to end; `slow` takes more than about 10 s and
+# states its own time limit, since the default one (pyproject.toml's --timeout) is meant for the others.
+TIERS = ("unit", "integration", "slow")
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects: an untiered test fails whatever the selection
+def pytest_collection_modifyitems(config, items):
+    wrong = []
+    for item in items:
+        tiers = sorted({mark.name for mark in item.iter_markers() if mark.name in TIERS})
+        if len(tiers) != 1:
+            wrong.append(f"{item.nodeid}: {' and '.join(tiers) or 'no tier'}")
+        elif tiers == ["slow"] and item.get_closest_marker("timeout") is None:
+            wrong.append(f"{item.nodeid}: slow without its own @pytest.mark.timeout(seconds)")
+    if wrong:
+        more = f"\n  ... and {len(wrong) - 20} more" if len(wrong) > 20 else ""
+        raise pytest.UsageError(
+            "each test needs exactly one tier marker, unit, integration or slow (CONTRIBUTING.md):\n  "
+            + "\n  ".join(wrong[:20])
+            + more
+        )
 
 
 @pytest.fixture(autouse=True)
@@ -25,6 +48,11 @@ _fault_tally: dict[str, list[int]] = {}
 def pytest_configure(config):
     # What the suite caches (weights, the CPU kernels timed once per machine) stays out of the user's cache.
     os.environ["VITLAB_CACHE"] = tempfile.mkdtemp(prefix="vitlab-test-cache-")
+    # Under pytest-xdist each worker takes its share of the cores: N workers each using every core would
+    # run N times as many threads as there are cores.
+    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if workers:
+        torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // int(workers)))
     config.addinivalue_line("markers", "fault(category, kinds=1): a test of the fault and bad-input corpus")
 
 

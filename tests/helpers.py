@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 import torch
 from PIL import Image
 from safetensors.torch import save_file
@@ -40,7 +41,7 @@ VIT_JAX_FIXTURE = FIXTURES / "vit_jax"
 TOLERANCE = dict(rtol=1e-5, atol=1e-5)  # the bar for fp32 logits against a peer
 
 
-# Headless Chromium: Debian's, which `make test` installs; Playwright drives it, never downloads one.
+# Headless Chromium: Debian's, which `make browser` installs; Playwright drives it, never downloads one.
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--headless",
@@ -51,6 +52,16 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
+
+
+def require_chromium() -> None:
+    """Skips a browser test, saying why, where chromium is missing; fails it in CI, which must run every one."""
+    if CHROMIUM.exists():
+        return
+    reason = f"{CHROMIUM} is missing: `make browser` installs Debian's chromium (apt-get, as root)"
+    if os.environ.get("CI"):
+        pytest.fail(f"{reason}; CI runs the browser tests and does not skip them", pytrace=False)
+    pytest.skip(reason)
 
 
 # -- models and weights --------------------------------------------------------------------------------
@@ -343,6 +354,7 @@ def one_line_error(capsys, argv: list[str]) -> str:
 
 # -- the web demo in a process of its own -------------------------------------------------------------------
 def free_port() -> int:
+    """A loopback port that was free a moment ago (the kernel's next ephemeral one), for a server to bind."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]

@@ -199,6 +199,7 @@ def long_modules(src: Path) -> dict[str, int]:
 
 
 # -- the tree ------------------------------------------------------------------------------------------
+@pytest.mark.unit
 def test_imports_follow_the_layers():
     found = layer_violations(SRC)
     new = [f"{imp.where()}: {why}" for imp, why in found if (imp.file, imp.target) not in KNOWN_LAYER_VIOLATIONS]
@@ -207,6 +208,7 @@ def test_imports_follow_the_layers():
     assert not fixed, f"no longer violated, delete from KNOWN_LAYER_VIOLATIONS: {sorted(fixed)}"
 
 
+@pytest.mark.integration
 def test_no_import_cycles():
     found = cycles(SRC)
     new = [
@@ -219,6 +221,7 @@ def test_no_import_cycles():
     assert not fixed, f"no longer cycles, delete from KNOWN_CYCLES: {[sorted(g) for g in fixed]}"
 
 
+@pytest.mark.unit
 def test_no_module_is_over_the_line_limit():
     found = {file: n for file, n in long_modules(SRC).items() if file not in LONG_MODULES_ALLOWED}
     new = [f"src/{file}: {n} lines (limit {MAX_LINES})" for file, n in found.items() if file not in KNOWN_LONG_MODULES]
@@ -227,6 +230,7 @@ def test_no_module_is_over_the_line_limit():
     assert not fixed, f"no longer over the limit, delete from KNOWN_LONG_MODULES: {sorted(fixed)}"
 
 
+@pytest.mark.unit
 def test_every_package_has_a_layer():
     packages = {p.name for p in (SRC / "vitlab").iterdir() if (p / "__init__.py").is_file()}
     assert packages <= set(MAY_IMPORT), f"add to docs/architecture.md and MAY_IMPORT: {packages - set(MAY_IMPORT)}"
@@ -256,11 +260,13 @@ TREE = {
 }
 
 
+@pytest.mark.unit
 def test_a_clean_tree_passes(tmp_path):
     src = write_tree(tmp_path, TREE)
     assert layer_violations(src) == [] and cycles(src) == [] and long_modules(src) == {}
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "file, text, why",
     [
@@ -290,6 +296,7 @@ def test_an_upward_import_is_named_with_file_and_line(tmp_path, file, text, why)
     assert imp.text == text.strip().splitlines()[-1].strip()
 
 
+@pytest.mark.unit
 def test_a_cycle_is_named_with_its_modules(tmp_path):
     src = write_tree(tmp_path, {**TREE, "model/heads.py": "from vitlab.model.vit import ViT\n"})
     ((group, inside),) = cycles(src)
@@ -300,6 +307,7 @@ def test_a_cycle_is_named_with_its_modules(tmp_path):
     ]
 
 
+@pytest.mark.unit
 def test_a_long_module_is_named(tmp_path):
     src = write_tree(tmp_path, {**TREE, "model/heads.py": "x = 1\n" * (MAX_LINES + 1)})
     assert long_modules(src) == {"vitlab/model/heads.py": MAX_LINES + 1}

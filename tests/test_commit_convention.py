@@ -16,6 +16,9 @@ from gitlint.lint import GitLinter
 
 from helpers import REPO_ROOT
 
+# gitlint runs git for its settings: every test here starts a subprocess.
+pytestmark = pytest.mark.integration
+
 BODY = "\n\nThe suite ran as one block, so no subset was quick enough to run.\n"
 
 
@@ -27,7 +30,6 @@ def violations(message: str) -> list[str]:
     return [violation.rule_id for violation in GitLinter(builder.build()).lint(commit)]
 
 
-@pytest.mark.unit
 @pytest.mark.parametrize(
     "subject",
     [
@@ -45,7 +47,6 @@ def test_subjects_in_the_imperative_pass(subject):
     assert violations(subject + BODY) == []
 
 
-@pytest.mark.unit
 @pytest.mark.parametrize(
     ("message", "rule"),
     [
@@ -107,7 +108,6 @@ def introduce_convention(repo: Path) -> None:
     git(repo, "commit", "-q", "-m", "Introduce the commit convention" + BODY)
 
 
-@pytest.mark.integration
 def test_installed_hook_stops_a_commit_whose_message_breaks_the_convention(repository):
     hook = Path(git(repository, "rev-parse", "--git-path", "hooks").stdout.strip())
     hook = (repository / hook).resolve() / "commit-msg"
@@ -127,7 +127,6 @@ def test_installed_hook_stops_a_commit_whose_message_breaks_the_convention(repos
     assert git(repository, "log", "-1", "--format=%s").stdout.strip() == "Add b"
 
 
-@pytest.mark.integration
 def test_ci_checks_every_commit_since_the_convention_and_none_before(repository):
     introduce_convention(repository)
     check = ["bash", ".ci/check-commits"]

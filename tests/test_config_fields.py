@@ -12,6 +12,8 @@ import pytest
 from vitlab.config_fields import ConfigError, apply_mapping, literal_values, lookup, set_value
 from vitlab.model.config import ViTConfig
 
+pytestmark = pytest.mark.unit
+
 
 def _vit_hints() -> dict:
     from vitlab.model.resnet import ResNetConfig

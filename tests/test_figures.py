@@ -18,6 +18,7 @@ from matplotlib.figure import Figure  # noqa: E402 - after the backend is chosen
 ODD = os.fsdecode(b"caf\xe9")  # as os.listdir gives a Latin-1 name: a surrogate for the byte \xe9
 
 
+@pytest.mark.unit
 def test_a_name_that_is_not_utf8_is_drawn_with_a_replacement_character(tmp_path):
     figure = Figure()
     axis = figure.add_subplot()
@@ -28,6 +29,7 @@ def test_a_name_that_is_not_utf8_is_drawn_with_a_replacement_character(tmp_path)
     assert axis.get_ylabel() == "plain"
 
 
+@pytest.mark.unit
 def test_the_unchanged_text_is_what_matplotlib_refuses(tmp_path):  # what save_figure is there for
     figure = Figure()
     figure.add_subplot().set_title(ODD)
@@ -35,6 +37,7 @@ def test_the_unchanged_text_is_what_matplotlib_refuses(tmp_path):  # what save_f
         figure.savefig(tmp_path / "plot.png")
 
 
+@pytest.mark.integration
 def test_a_run_on_a_data_folder_whose_name_is_not_utf8_finishes(tmp_path):
     source = tmp_path / ODD
     write_class_folders(source, {"cat": 10, "dog": 10})

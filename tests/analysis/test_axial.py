@@ -8,6 +8,7 @@ import itertools
 import json
 
 import numpy as np
+import pytest
 import torch
 
 from helpers import randomise_
@@ -32,6 +33,7 @@ def two_by_two() -> AxialAttention:
     return AxialAttention(row[None, :, None], column[None, :, None])  # batch 1, one head
 
 
+@pytest.mark.unit
 def test_a_2x2_grid_expands_to_the_matrices_written_out():
     rows, columns = (m[0, 0] for m in expand_axial_attention([two_by_two()]))
     expected_rows = torch.tensor([[a, 1 - a, 0, 0], [b, 1 - b, 0, 0], [0, 0, c, 1 - c], [0, 0, d, 1 - d]])
@@ -46,6 +48,7 @@ def test_a_2x2_grid_expands_to_the_matrices_written_out():
     torch.testing.assert_close(distance, expected)
 
 
+@pytest.mark.integration
 @torch.no_grad()
 def test_rollout_and_distance_of_an_axial_vit():
     model = randomise_(create_untrained("Axial-Ti/16", image_size=(48, 32), depth=2, num_classes=3), std=0.05).eval()
@@ -63,6 +66,7 @@ def tiny_axial(depth: int = 1) -> torch.nn.Module:
     return randomise_(create_untrained("Axial-Ti/4", **options), std=0.3).eval()
 
 
+@pytest.mark.unit
 @torch.no_grad()
 def test_flow_of_one_axial_layer_is_the_narrower_of_its_one_path():
     # One AxialBlock: output (i, j) reaches input (i2, j2) only through (i2, j), column layer then
@@ -85,6 +89,7 @@ def test_flow_of_one_axial_layer_is_the_narrower_of_its_one_path():
     torch.testing.assert_close(maps[0], expected.mean(dim=0).reshape(height, width), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.unit
 def test_relevance_of_an_axial_vit_takes_the_gradient_of_its_row_and_column_weights():
     model = tiny_axial(depth=2)
     images = torch.randn(2, 3, 12, 8, generator=torch.Generator().manual_seed(2))
@@ -104,6 +109,7 @@ def test_relevance_of_an_axial_vit_takes_the_gradient_of_its_row_and_column_weig
     assert (first.maps - second.maps).abs().amax() > 1e-4  # and it depends on the class
 
 
+@pytest.mark.integration
 def test_analyze_command_runs_every_attention_analysis_on_an_axial_vit(tmp_path):
     model = randomise_(
         create_untrained("Axial-Ti/4", image_size=16, depth=2, dim=32, num_heads=2, mlp_dim=64, num_classes=10),

@@ -12,7 +12,7 @@ import torch
 from PIL import Image
 from torch.utils.data import DataLoader, Dataset, default_collate
 
-from helpers import CHROMIUM, CHROMIUM_ARGS, randomise_, tiny_config
+from helpers import CHROMIUM, CHROMIUM_ARGS, randomise_, require_chromium, tiny_config
 from vitlab.analysis import attention_distance, attention_maps
 from vitlab.analysis.dataset import dataset_attention
 from vitlab.cli import main
@@ -76,6 +76,7 @@ def manual_per_class(ckpt, root):
     return expected
 
 
+@pytest.mark.integration
 def test_per_class_averages_of_a_runs_own_data_equal_a_manual_computation(tmp_path):
     root = tiny_folder(tmp_path / "data")
     ckpt = tiny_model(tmp_path / "run")
@@ -189,6 +190,7 @@ class LiveBatches:
         return images, labels
 
 
+@pytest.mark.unit
 def test_images_pass_batch_by_batch(tmp_path):
     model = load(tiny_model(tmp_path / "model")).eval()
     counter = LiveBatches()
@@ -200,15 +202,13 @@ def test_images_pass_batch_by_batch(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(
-    not CHROMIUM.exists(),
-    reason=f"{CHROMIUM} missing; `make test` installs Debian's chromium",
-)
+@pytest.mark.timeout(600)
 def test_report_opens_offline_in_chromium_with_every_figure_and_the_per_class_numbers(
     tmp_path,
 ):
     from playwright.sync_api import sync_playwright
 
+    require_chromium()
     root = tiny_folder(tmp_path / "data")
     ckpt = tiny_model(tmp_path / "model")
     out = tmp_path / "analysis"

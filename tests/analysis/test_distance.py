@@ -12,6 +12,8 @@ from scipy.spatial.distance import pdist
 
 from vitlab.analysis import attention_distance, patch_distances
 
+pytestmark = pytest.mark.unit
+
 
 def grid_mean_distance(grid: tuple[int, int], patch: int) -> float:
     """Mean pixel distance over all ordered pairs of patch centres, self-pairs included."""

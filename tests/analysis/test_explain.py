@@ -26,6 +26,7 @@ def tiny(**overrides):
     return randomise_(create_untrained("Ti/4", **options)).eval()
 
 
+@pytest.mark.unit
 def test_all_keeps_the_paper_analyses_and_the_others_are_named():
     assert parse_what("all") == ANALYSES
     assert parse_what("all,flow") == (*ANALYSES, "flow")
@@ -33,6 +34,7 @@ def test_all_keeps_the_paper_analyses_and_the_others_are_named():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)
 @pytest.mark.parametrize("pool", ["token", "gap"])
 def test_flow_and_relevance_figures_hold_the_functions_maps(tmp_path, pool):
     model = tiny(pool=pool)
@@ -50,6 +52,7 @@ def test_flow_and_relevance_figures_hold_the_functions_maps(tmp_path, pool):
     assert len(result.figures) == 2
 
 
+@pytest.mark.unit
 @pytest.mark.fault("bad-input", kinds=1)
 def test_flow_over_too_many_tokens_is_refused_in_one_line(tmp_path):
     model = tiny()

@@ -67,6 +67,7 @@ def png() -> bytes:
     return buffer.getvalue()
 
 
+@pytest.mark.unit
 def test_the_effective_patch_size_is_the_one_source_of_the_grid():
     config = tiny("hybrid").config
     assert (config.patch_size, config.backbone.stride, config.effective_patch_size) == (1, 4, 4)
@@ -77,6 +78,7 @@ def test_the_effective_patch_size_is_the_one_source_of_the_grid():
 
 
 # -- vitlab.analysis -----------------------------------------------------------------------------------
+@pytest.mark.integration
 @pytest.mark.fault("hybrids", kinds=1)
 @pytest.mark.parametrize("family", FAMILIES)
 def test_analyze_runs_what_applies_to_every_family(tmp_path, family):
@@ -116,6 +118,7 @@ def model_filter_size(model: torch.nn.Module) -> tuple[int, int]:
     return tuple(conv.weight.shape[-2:])
 
 
+@pytest.mark.unit
 @pytest.mark.fault("hybrids", kinds=3)
 def test_attention_analyses_of_a_resnet_are_refused_in_one_line(tmp_path):
     model = tiny("bit")
@@ -130,6 +133,7 @@ def test_attention_analyses_of_a_resnet_are_refused_in_one_line(tmp_path):
         attention_maps(model, images(1))
 
 
+@pytest.mark.integration
 @pytest.mark.fault("hybrids", kinds=1)
 def test_hybrid_rollout_covers_the_image_on_the_token_grid():
     model = tiny("hybrid")
@@ -143,6 +147,7 @@ def test_hybrid_rollout_covers_the_image_on_the_token_grid():
 
 # -- vitlab analyze ------------------------------------------------------------------------------------
 @pytest.mark.slow
+@pytest.mark.timeout(300)
 @pytest.mark.fault("hybrids", kinds=1)
 @pytest.mark.parametrize("family", FAMILIES)
 def test_analyze_command_on_every_family(tmp_path, capsys, family):
@@ -163,6 +168,7 @@ def test_analyze_command_on_every_family(tmp_path, capsys, family):
 
 # -- the web demo --------------------------------------------------------------------------------------
 @pytest.mark.slow
+@pytest.mark.timeout(300)
 @pytest.mark.fault("hybrids", kinds=1)
 @pytest.mark.parametrize("family", FAMILIES)
 def test_classifier_and_endpoint_serve_every_family(family):
@@ -187,6 +193,7 @@ def test_classifier_and_endpoint_serve_every_family(family):
 
 # -- export --------------------------------------------------------------------------------------------
 @pytest.mark.slow
+@pytest.mark.timeout(300)
 @pytest.mark.fault("hybrids", kinds=1)
 @pytest.mark.parametrize("family", FAMILIES)
 def test_onnx_export_of_every_family_reads_back(tmp_path, capsys, family):
@@ -203,6 +210,7 @@ def test_onnx_export_of_every_family_reads_back(tmp_path, capsys, family):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)
 @pytest.mark.fault("hybrids", kinds=2)
 def test_npz_export_writes_a_hybrid_and_refuses_a_resnet_in_one_line(tmp_path, capsys):
     path, check = export_model(tiny("hybrid"), "npz", tmp_path / "hybrid.npz")

@@ -9,6 +9,8 @@ import torch
 from vitlab.analysis import embedding_filters, filters_as_images
 from vitlab.model import create_untrained
 
+pytestmark = pytest.mark.unit
+
 
 def test_components_are_orthonormal_and_ordered():
     weight = create_untrained("Ti/4", image_size=16, depth=1, dim=64, num_heads=2, mlp_dim=64).patch_embed.proj.weight

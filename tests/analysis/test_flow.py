@@ -10,6 +10,8 @@ from scipy.optimize import linprog
 from vitlab.analysis import attention_flow, attention_rollout
 from vitlab.analysis.rollout import layer_attention
 
+pytestmark = pytest.mark.unit
+
 # Residual-augmented, row-normalised weights (A + I) / 2 of two layers over three tokens; the
 # raw attention given to the functions is A = 2 W - I (rows sum to 1, no negative entry).
 W1 = torch.tensor([[0.5, 0.5, 0.0], [0.0, 0.75, 0.25], [0.5, 0.0, 0.5]])

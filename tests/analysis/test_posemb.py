@@ -8,6 +8,8 @@ import torch
 from vitlab.analysis import position_embedding_table, position_similarity
 from vitlab.model import create_untrained
 
+pytestmark = pytest.mark.unit
+
 
 def tiny(pos_embed: str, pool: str = "token"):
     return create_untrained(

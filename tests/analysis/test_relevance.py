@@ -10,6 +10,8 @@ from helpers import randomise_
 from vitlab.analysis import class_relevance, relevance_rule
 from vitlab.model import create_untrained
 
+pytestmark = pytest.mark.unit
+
 # One layer, two heads, three tokens (token 0 the class token).
 A = torch.tensor(
     [

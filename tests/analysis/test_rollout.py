@@ -10,6 +10,8 @@ from helpers import randomise_
 from vitlab.analysis import attention_maps, attention_rollout, masked_image, output_token_map, upsample_map
 from vitlab.model import create_untrained
 
+pytestmark = pytest.mark.unit
+
 
 def tiny(**overrides):
     options = dict(image_size=16, depth=3, dim=32, num_heads=2, mlp_dim=64, num_classes=5)

@@ -42,6 +42,7 @@ def tiny_results():
     return run_bench(config)
 
 
+@pytest.mark.integration
 def test_every_peer_builds_the_same_size_and_outputs_logits():
     config = vitlab.config_for("mu/8", image_size=32, num_classes=5)
     counts = {}
@@ -58,6 +59,7 @@ def test_every_peer_builds_the_same_size_and_outputs_logits():
     assert max(counts.values()) - min(counts.values()) <= config.dim, counts
 
 
+@pytest.mark.integration
 def test_tiny_run_reports_every_implementation_with_sane_fields(tiny_results):
     infer, train = tiny_results["cases"]
     assert [row["implementation"] for row in infer["rows"]] == TORCH_IMPLEMENTATIONS
@@ -81,6 +83,7 @@ def test_tiny_run_reports_every_implementation_with_sane_fields(tiny_results):
     assert peak["fp32"] > 0 and peak["bf16"] > 0
 
 
+@pytest.mark.unit
 def test_results_are_written_as_json_and_markdown(tiny_results, tmp_path):
     json_path, md_path = write(tiny_results, tmp_path)
     assert json.loads(json_path.read_text())["cases"][0]["variant"] == "mu/8"
@@ -91,6 +94,7 @@ def test_results_are_written_as_json_and_markdown(tiny_results, tmp_path):
         assert f"| {name} |" in table
 
 
+@pytest.mark.integration
 def test_onnxruntime_fp32_and_int8_run_beside_vitlab():
     config = BenchConfig(
         cases=[CaseSpec(Case("mu/8", 32, 2, "fp32", "infer"), ("vitlab", "timm", *ONNXRUNTIME), ("eager",))],
@@ -114,6 +118,7 @@ def test_onnxruntime_fp32_and_int8_run_beside_vitlab():
     assert not Mode.parse("eager").applies_to(Case("mu/8", 32, 2, "bf16", "infer"), "onnxruntime")
 
 
+@pytest.mark.integration
 def test_vitlab_int8_runs_its_fast_path_in_the_fp32_case_only():
     config = BenchConfig(
         cases=[CaseSpec(Case("mu/8", 32, 2, "fp32", "infer"), ("vitlab", "vitlab-int8"), ("eager", "fast"))],
@@ -132,6 +137,7 @@ def test_vitlab_int8_runs_its_fast_path_in_the_fp32_case_only():
     assert not Mode.parse("eager").applies_to(Case("mu/8", 32, 2, "fp32", "infer"), "vitlab-int8")
 
 
+@pytest.mark.unit
 def test_interleaved_rounds_rotate_the_order():
     calls = []
     steps = {name: (lambda name=name: calls.append(name)) for name in "abc"}
@@ -140,6 +146,7 @@ def test_interleaved_rounds_rotate_the_order():
     assert all(len(values) == 3 for values in seconds.values())
 
 
+@pytest.mark.unit
 def test_peak_memory_sees_a_temporary_tensor():
     def step():
         buffer = torch.ones(2 * 2**20)  # 8 MiB, freed before the step returns
@@ -148,6 +155,7 @@ def test_peak_memory_sees_a_temporary_tensor():
     assert 8 * 2**20 <= step_peak_bytes(step, CPU) < 9 * 2**20
 
 
+@pytest.mark.integration
 def test_peak_memory_keeps_the_profilers_lines_off_stderr():
     """Kineto prints "profiler_start" / "profiler_stop" and, without a GPU, an ERROR line to stderr."""
     code = "import torch; from vitlab.bench.memory import cpu_peak_bytes; print(cpu_peak_bytes(lambda: torch.ones(99)))"
@@ -157,6 +165,7 @@ def test_peak_memory_keeps_the_profilers_lines_off_stderr():
     assert "profiler_st" not in run.stderr and "ERROR" not in run.stderr, run.stderr
 
 
+@pytest.mark.unit
 def test_flop_count_matches_the_analytic_formula():
     config = vitlab.config_for("Ti/16")
     d, n, t, layers = config.dim, config.num_patches, config.num_patches + 1, config.depth
@@ -166,10 +175,12 @@ def test_flop_count_matches_the_analytic_formula():
     assert model_flops(config) == patch + layers * per_layer + head  # 2.51 GFLOP, as usually quoted
 
 
+@pytest.mark.unit
 def test_gemm_peak_is_a_rate():
     assert 1e8 < gemm_peak(torch.float32, CPU, sizes=(128,), repeats=2) < 1e15
 
 
+@pytest.mark.unit
 def test_modes_parse_and_apply():
     assert Mode.parse("compile+bf16w") == Mode(compiled=True, bf16_weights=True)
     infer_bf16 = Case("mu/8", 32, 2, "bf16", "infer")
@@ -181,6 +192,7 @@ def test_modes_parse_and_apply():
         Mode.parse("jit")
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "text, message",
     [
@@ -197,12 +209,15 @@ def test_bad_case_strings_name_the_problem(text, message):
         CaseSpec.parse(text)
 
 
+@pytest.mark.unit
 def test_case_string_parses():
     spec = CaseSpec.parse("B/16:train:bf16:8:vitlab,timm", image_size=384)
     assert spec.case == Case("B/16", 384, 8, "bf16", "train")
     assert spec.implementations == ("vitlab", "timm")
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_cli_runs_a_case_and_prints_the_ratio(tmp_path, capsys):
     code = cli_main(
         [
@@ -233,12 +248,14 @@ def test_cli_runs_a_case_and_prints_the_ratio(tmp_path, capsys):
     assert results["cases"][0]["rows"][0]["peak_memory_mib"] is None
 
 
+@pytest.mark.unit
 def test_cli_names_a_bad_case_in_one_line(tmp_path, capsys):
     assert cli_main(["bench", "Ti/16:infer:fp64", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "unknown dtype 'fp64'" in err
 
 
+@pytest.mark.integration
 def test_gpu_script_runs_tiny_on_cpu(tmp_path, capsys):
     flags = ["--tiny", "--device", "cpu", "--rounds", "2", "--modes", "eager,eager+bf16w", "--ddp-steps", "2"]
     flags += ["--out", str(tmp_path)]

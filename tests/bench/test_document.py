@@ -13,6 +13,8 @@ from helpers import FIXTURES, REPO_ROOT
 from vitlab.bench.document import assemble, result_files
 from vitlab.cli import main
 
+pytestmark = pytest.mark.unit
+
 DOCS = REPO_ROOT / "docs"
 RECORDED = json.loads((FIXTURES / "bench" / "tiny.json").read_text())
 PIPELINE = {  # what another benchmark writes: only the three keys are required

@@ -19,6 +19,7 @@ def smallest(tmp_path_factory):
     return run_pipeline_bench(PipelineConfig(**SMALLEST, benchmarks=str(out / "none")), out), out
 
 
+@pytest.mark.unit
 def test_smallest_run_measures_both_sides_and_renders_the_section(smallest):
     results, out = smallest
     assert results["kind"] == KIND and results["machine"]["cpu_capability"]
@@ -48,6 +49,7 @@ def test_smallest_run_measures_both_sides_and_renders_the_section(smallest):
     )
 
 
+@pytest.mark.unit
 def test_cores_to_feed_the_gpu_come_from_a_measured_gpu_bench(tmp_path):
     assert "not reported" in gpu_feed_line(tmp_path, 100.0)
     other = {"machine": {"gpu": "H200"}, "cases": [{"variant": "B/16", "image_size": 224, "task": "infer"}]}
@@ -65,6 +67,7 @@ def test_cores_to_feed_the_gpu_come_from_a_measured_gpu_bench(tmp_path):
     assert "1,234 images/s" in line and "takes 13 cores" in line and "(12.3)" in line
 
 
+@pytest.mark.unit
 @pytest.mark.fault("bad-input", kinds=1)
 @pytest.mark.parametrize(
     "options, culprit", [({"images": 2}, "images"), ({"rounds": 0}, "rounds"), ({"workers": -1}, "workers")]
@@ -74,6 +77,7 @@ def test_bad_sizes_are_refused_naming_the_field(options, culprit):
         PipelineConfig(**{**SMALLEST, **options})
 
 
+@pytest.mark.unit
 def test_cli_hook_writes_json_with_the_doc_keys(tmp_path, capsys, monkeypatch):
     import vitlab.bench.input_pipeline as module
 
@@ -85,6 +89,7 @@ def test_cli_hook_writes_json_with_the_doc_keys(tmp_path, capsys, monkeypatch):
     assert "vitlab / timm" in capsys.readouterr().out
 
 
+@pytest.mark.unit
 @pytest.mark.fault("bad-input", kinds=1)
 def test_cli_refuses_cases_with_a_pipeline_in_one_line(tmp_path, capsys):
     assert cli_main(["bench", "Ti/16:infer:fp32", "--pipeline", "train-input", "--out", str(tmp_path)]) == 2
@@ -93,6 +98,7 @@ def test_cli_refuses_cases_with_a_pipeline_in_one_line(tmp_path, capsys):
     assert not (tmp_path / "train-input.json").exists()
 
 
+@pytest.mark.integration
 def test_with_a_worker_process_the_loaders_run_there(tmp_path):
     results = run_pipeline_bench(
         PipelineConfig(**{**SMALLEST, "workers": 1}, benchmarks=str(tmp_path / "none")), tmp_path

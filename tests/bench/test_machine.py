@@ -16,6 +16,8 @@ from vitlab.bench.report import machine_line
 from vitlab.bench.targets import TARGETS
 from vitlab.cli import main as cli_main
 
+pytestmark = pytest.mark.unit
+
 CPU = torch.device("cpu")
 
 

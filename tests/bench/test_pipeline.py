@@ -9,8 +9,9 @@ import pytest
 
 from vitlab.bench.pipeline import PipelineConfig, markdown, run_pipeline
 
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
-@pytest.mark.slow
+
 def test_the_smallest_run(tmp_path):
     config = PipelineConfig(files=6, variant="mu/8", image_size=32, batch=4, workers=0, precision="fp32", rounds=1)
     results = run_pipeline(config, tmp_path)

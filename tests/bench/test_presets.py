@@ -10,6 +10,8 @@ from vitlab.bench.report import targets_table
 from vitlab.bench.targets import BEST_PEER, EAGER, TARGETS, Side, Target
 from vitlab.model import config_for
 
+pytestmark = pytest.mark.unit
+
 
 def cases_of(preset: str) -> dict[tuple, tuple]:
     return {

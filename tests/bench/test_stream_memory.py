@@ -16,6 +16,7 @@ from vitlab.bench.rss import tree_rss
 from vitlab.bench.stream_memory import measure
 
 
+@pytest.mark.integration
 def test_tree_rss_counts_a_process_and_its_children():
     child = subprocess.Popen([sys.executable, "-c", "import time; x = bytearray(200 * 2**20); time.sleep(60)"])
     try:
@@ -30,6 +31,7 @@ def test_tree_rss_counts_a_process_and_its_children():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_peak_memory_does_not_grow_with_the_number_of_files(tmp_path):
     result = measure((250, 2500), tmp_path, image=128, workers=1)
     assert result["runs"][2500]["rows"] == 2500

@@ -32,6 +32,7 @@ def saved_model(folder, **overrides):
     return folder
 
 
+@pytest.mark.integration
 def test_analyze_writes_every_figure_the_numbers_and_the_report(tmp_path, capsys):
     ckpt = saved_model(tmp_path / "model")
     out = tmp_path / "analysis"
@@ -77,6 +78,7 @@ def test_analyze_writes_every_figure_the_numbers_and_the_report(tmp_path, capsys
     assert f"report: {out / 'report.html'}" in printed
 
 
+@pytest.mark.integration
 def test_analyze_own_images_and_a_subset(tmp_path, caplog):
     ckpt = saved_model(tmp_path / "model", pool="gap", pos_embed="none")
     pictures = tmp_path / "pictures"
@@ -132,6 +134,7 @@ def test_analyze_own_images_and_a_subset(tmp_path, caplog):
     assert "pos_embed=&#x27;none&#x27;" in (out / "all" / "report.html").read_text()
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "argv,message",
     [
@@ -150,6 +153,7 @@ def test_analyze_user_errors_are_one_line(tmp_path, capsys, argv, message):
     assert code == 2 and message in error and "Traceback" not in error
 
 
+@pytest.mark.integration
 def test_fewshot_command_on_digits(tmp_path, capsys):
     ckpt = saved_model(tmp_path / "model", representation_size=24)
     out = tmp_path / "fewshot.json"

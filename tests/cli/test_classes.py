@@ -17,6 +17,8 @@ from vitlab.cli import check_classes
 from vitlab.model import ViTConfig, create_model
 from vitlab.weights.pretrained import imagenet_class_names, imagenet_folders
 
+pytestmark = pytest.mark.unit
+
 
 def timm_imagenet_synsets() -> list[str]:
     """ImageNet-1k's WordNet IDs as timm ships them: the source named beside IMAGENET_WNIDS_SHA256."""

@@ -24,6 +24,7 @@ from vitlab.train.config import SECTIONS, apply_mapping, coerce, parse_assignmen
 
 
 # -- configs -------------------------------------------------------------------------------------------
+@pytest.mark.unit
 @pytest.mark.fault("bad-fields")
 @pytest.mark.parametrize(
     "content, flags, expected",
@@ -56,6 +57,7 @@ def test_bad_configs_name_the_file_or_flag_and_the_problem(tmp_path, capsys, con
     assert not (tmp_path / "run").exists()  # nothing was started
 
 
+@pytest.mark.unit
 @pytest.mark.fault("bad-fields")
 def test_a_missing_config_file_is_named(tmp_path, capsys):
     line = one_line_error(capsys, ["train", "--out", str(tmp_path), "--config", str(tmp_path / "nope.yaml")])
@@ -88,6 +90,7 @@ def _resume_with(sources: Path, tmp_path: Path, bad: str) -> list[str]:
     return ["train", *TINY_FLAGS, "--steps", "3", "--out", str(run), "--resume"]
 
 
+@pytest.mark.integration
 @pytest.mark.fault("pickles")
 @pytest.mark.parametrize("command", ["train --resume", "finetune --init", "eval --ckpt", "predict --ckpt"])
 @pytest.mark.parametrize(
@@ -113,6 +116,7 @@ def test_bad_checkpoint_files_are_refused_by_every_command(sources, tmp_path, ca
     assert not (sources / "pwned").exists()  # the pickled code never ran
 
 
+@pytest.mark.integration
 @pytest.mark.fault("bad-checkpoint")
 @pytest.mark.parametrize(
     "command, expected",
@@ -173,6 +177,7 @@ VALUES = st.one_of(
 )
 
 
+@pytest.mark.integration
 @pytest.mark.fault("bad-fields")
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from(KEYS), VALUES)
@@ -189,6 +194,7 @@ def test_any_value_for_any_key_validates_or_raises_config_error(key, value):
         assert coerce(stored, typing.get_type_hints(SECTIONS[section])[name], key) == stored
 
 
+@pytest.mark.unit
 @pytest.mark.fault("bad-fields")
 @settings(max_examples=300, deadline=None)
 @given(st.text(max_size=40))
@@ -200,6 +206,7 @@ def test_any_set_text_parses_or_raises_config_error(text):
         assert "\n" not in str(error).replace(text, "")  # one line, apart from what the user typed
 
 
+@pytest.mark.unit
 @pytest.mark.fault("bad-fields")
 @settings(max_examples=200, deadline=None)
 @given(
@@ -218,6 +225,7 @@ def test_any_yaml_document_applies_or_raises_config_error_naming_the_file(docume
         assert str(error).startswith("cfg.yaml: ")
 
 
+@pytest.mark.integration
 @pytest.mark.fault("exits")
 def test_a_reader_that_leaves_early_ends_the_command_quietly():
     import os

@@ -28,6 +28,7 @@ def all_parsers(parser: argparse.ArgumentParser, prefix: str = "vitlab") -> dict
     return found
 
 
+@pytest.mark.unit
 def test_print_config_prints_the_resolved_config_and_creates_nothing(tmp_path, capsys):
     out = tmp_path / "run"
     flags = [
@@ -76,6 +77,7 @@ def test_print_config_prints_the_resolved_config_and_creates_nothing(tmp_path, c
     assert yaml.safe_load(capsys.readouterr().out)["recipe"] == "paper-finetune:cifar10" and not out.exists()
 
 
+@pytest.mark.unit
 def test_every_command_help_ends_with_examples_that_parse():
     parsers = all_parsers(build_parser())
     assert {
@@ -96,6 +98,7 @@ def test_every_command_help_ends_with_examples_that_parse():
             build_parser().parse_args(words[1:])
 
 
+@pytest.mark.unit
 def test_train_help_lists_the_recipes_of_the_registry(monkeypatch):
     config = get_recipe("demo")
     config.optim.lr, config.model.variant = 0.0123, "mu/4"
@@ -109,6 +112,7 @@ def test_train_help_lists_the_recipes_of_the_registry(monkeypatch):
             assert f"lr {recipe.optim.lr:g}, batch {recipe.data.batch_size}" in line, line
 
 
+@pytest.mark.integration
 def test_eval_report_is_named_as_the_run_outputs_and_the_old_name_kept(tmp_path, capsys):
     run = tmp_path / "run"
     Trainer(tiny_config(run, schedule={"steps": 2}, run={"eval_every": 2})).fit()
@@ -119,6 +123,7 @@ def test_eval_report_is_named_as_the_run_outputs_and_the_old_name_kept(tmp_path,
     assert f"written to {run / 'eval_summary.json'}" in capsys.readouterr().out
 
 
+@pytest.mark.unit
 @pytest.mark.fault("bad-config", kinds=1)
 def test_a_bad_patience_is_one_line(tmp_path, capsys):
     assert (

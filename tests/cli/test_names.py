@@ -15,6 +15,8 @@ from vitlab.config_fields import literal_values
 from vitlab.model import runtime
 from vitlab.train.config import SECTIONS
 
+pytestmark = pytest.mark.unit
+
 
 def _commands() -> dict[str, argparse.ArgumentParser]:
     (subparsers,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]

@@ -57,6 +57,7 @@ def read_rows(path):
         return list(csv.DictReader(handle))
 
 
+@pytest.mark.unit
 def test_rows_are_written_as_each_batch_finishes(model_folder, pictures, tmp_path, monkeypatch):
     out = tmp_path / "top.csv"
     lines_seen = []
@@ -75,6 +76,7 @@ def test_rows_are_written_as_each_batch_finishes(model_folder, pictures, tmp_pat
     assert np.all(np.diff(probs, axis=1) <= 0) and np.all(probs > 0) and len({row["label_1"] for row in rows}) > 1
 
 
+@pytest.mark.unit
 def test_json_on_stdout_streams_one_list_and_stays_whole_when_interrupted(model_folder, pictures, monkeypatch, capsys):
     run, printed = stream.StreamPredictor.run, []
 
@@ -92,6 +94,7 @@ def test_json_on_stdout_streams_one_list_and_stays_whole_when_interrupted(model_
     assert all(len(row["top"]) == 5 for row in rows)
 
 
+@pytest.mark.unit
 def test_an_interrupted_run_resumes_where_it_stopped(model_folder, pictures, tmp_path, monkeypatch, caplog, capsys):
     whole, out = tmp_path / "whole.csv", tmp_path / "top.csv"
     assert predict(model_folder, str(pictures), "--out", str(whole)) == 0
@@ -127,6 +130,7 @@ def interrupted_with_features(model_folder, pictures, tmp_path, done: int):
     return argv, kept, features
 
 
+@pytest.mark.unit
 @pytest.mark.fault("listing", kinds=3)
 @pytest.mark.parametrize("suffix", [".csv", ".jsonl"])
 def test_odd_file_names_go_to_the_file_and_back_and_a_row_cut_inside_one_is_redone(model_folder, tmp_path, suffix):
@@ -150,6 +154,7 @@ def test_odd_file_names_go_to_the_file_and_back_and_a_row_cut_inside_one_is_redo
     assert sorted(paths) == sorted(str(folder / name) for name in names)
 
 
+@pytest.mark.unit
 @pytest.mark.fault("bad-input", kinds=1)
 def test_a_resume_without_its_features_file_is_refused(model_folder, pictures, tmp_path, capsys):
     argv, kept, features = interrupted_with_features(model_folder, pictures, tmp_path, done=4)
@@ -170,6 +175,7 @@ def test_a_resume_with_its_features_file_cut_short_names_it(model_folder, pictur
     assert "already holds 4 files' rows" in line and (tmp_path / "top.csv").read_text() == kept
 
 
+@pytest.mark.unit
 @pytest.mark.fault("bad-input", kinds=1)
 def test_a_resume_with_features_over_other_files_is_refused(model_folder, pictures, tmp_path, capsys):
     argv, kept, _ = interrupted_with_features(model_folder, pictures, tmp_path, done=2)
@@ -179,6 +185,7 @@ def test_a_resume_with_features_over_other_files_is_refused(model_folder, pictur
     assert (tmp_path / "top.csv").read_text() == kept
 
 
+@pytest.mark.unit
 @pytest.mark.fault("concurrency", kinds=2)
 @pytest.mark.parametrize("option", ["--out", "--features"])
 def test_a_second_run_on_the_same_output_is_refused_naming_the_first(model_folder, pictures, tmp_path, capsys, option):
@@ -197,6 +204,7 @@ def test_a_second_run_on_the_same_output_is_refused_naming_the_first(model_folde
     assert len(read_rows(out)) == COUNT and not list(tmp_path.glob(".*.holder"))  # released at the end
 
 
+@pytest.mark.integration
 @pytest.mark.fault("kill", kinds=1)
 def test_a_worker_killed_mid_run_is_one_line_and_the_rerun_resumes(
     model_folder, pictures, tmp_path, monkeypatch, capsys
@@ -226,6 +234,7 @@ def test_a_worker_killed_mid_run_is_one_line_and_the_rerun_resumes(
     assert [row["path"] for row in read_rows(out)] == [str(pictures / f"{i}.png") for i in range(COUNT)]
 
 
+@pytest.mark.unit
 @pytest.mark.fault("bad-input", kinds=2)
 def test_a_rerun_with_other_options_is_refused_naming_them(model_folder, pictures, tmp_path, capsys):
     out = tmp_path / "top.jsonl"
@@ -242,6 +251,7 @@ def test_a_rerun_with_other_options_is_refused_naming_them(model_folder, picture
     assert "other.csv exists without its other.csv.options.json" in line, line
 
 
+@pytest.mark.unit
 @pytest.mark.fault("bad-input", kinds=3)
 def test_outputs_in_the_way_are_one_line_before_any_work(model_folder, pictures, tmp_path, capsys, monkeypatch):
     def never(*args, **kwargs):
@@ -266,6 +276,7 @@ def test_outputs_in_the_way_are_one_line_before_any_work(model_folder, pictures,
     assert not (tmp_path / "top.csv").exists()
 
 
+@pytest.mark.unit
 @pytest.mark.fault("images", kinds=1)
 def test_a_bad_file_is_skipped_named_and_recorded(model_folder, pictures, tmp_path, capsys):
     (pictures / "3.png").write_bytes(b"")
@@ -283,6 +294,7 @@ def test_a_bad_file_is_skipped_named_and_recorded(model_folder, pictures, tmp_pa
     assert np.isnan(matrix[3]).all() and np.isfinite(np.delete(matrix, 3, axis=0)).all()
 
 
+@pytest.mark.unit
 def test_features_are_the_models_pre_logits_row_by_row(model_folder, pictures, tmp_path):
     import vitlab
 
@@ -302,6 +314,7 @@ def test_features_are_the_models_pre_logits_row_by_row(model_folder, pictures, t
     np.testing.assert_allclose(top1, probabilities.max(dim=1).values.numpy(), rtol=1e-5)
 
 
+@pytest.mark.unit
 def test_a_feature_extractor_writes_its_representation_alone(pictures, tmp_path, capsys):
     import vitlab
 
@@ -323,6 +336,7 @@ def test_a_feature_extractor_writes_its_representation_alone(pictures, tmp_path,
     np.testing.assert_allclose(matrix, expected.numpy(), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.unit
 def test_a_topk_above_the_classes_shows_each_and_says_so(model_folder, pictures, tmp_path, caplog):
     out = tmp_path / "top.csv"
     with caplog.at_level(logging.INFO, logger="vitlab"):
@@ -332,6 +346,7 @@ def test_a_topk_above_the_classes_shows_each_and_says_so(model_folder, pictures,
     assert header[-2:] == ["label_6", "prob_6"]  # no empty columns for classes the model lacks
 
 
+@pytest.mark.unit
 def test_draft_decoding_is_offered_by_predict_only(model_folder, tmp_path, capsys):
     rng = np.random.default_rng(1)
     photo = tmp_path / "photo.jpg"
@@ -352,6 +367,7 @@ def test_draft_decoding_is_offered_by_predict_only(model_folder, tmp_path, capsy
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_the_fast_path_gives_the_eager_numbers_and_says_so(model_folder, pictures, tmp_path, caplog):
     with caplog.at_level(logging.INFO, logger="vitlab"):
         assert predict(model_folder, str(pictures), "--out", str(tmp_path / "fast.csv"), "--fast", "on") == 0

@@ -17,6 +17,7 @@ from vitlab.logs import FallbackHandler, ensure_handler
 from vitlab.model import create_model
 
 
+@pytest.mark.integration
 def test_bars_only_on_a_terminal_and_never_with_no_progress(tmp_path, capsys, monkeypatch):
     options = {
         "image_size": 8,
@@ -73,6 +74,7 @@ def unconfigure(monkeypatch):
     logger.setLevel(level)
 
 
+@pytest.mark.integration
 def test_library_training_reports_to_stderr_without_logging_configured(tmp_path, capsys, unconfigure):
     logger = unconfigure()
     vitlab.train(tiny_config(tmp_path / "run"))
@@ -84,6 +86,7 @@ def test_library_training_reports_to_stderr_without_logging_configured(tmp_path,
     assert len(logger.handlers) == 1  # installed once
 
 
+@pytest.mark.unit
 def test_a_program_that_configures_logging_gets_each_line_once(capsys, unconfigure):
     logger = unconfigure()
     ensure_handler()
@@ -105,6 +108,7 @@ def test_a_program_that_configures_logging_gets_each_line_once(capsys, unconfigu
         root.removeHandler(mine)
 
 
+@pytest.mark.unit
 def test_the_training_bar_follows_no_progress_too(monkeypatch):
     from vitlab.progress import disable_progress
     from vitlab.train.callbacks import ProgressBar

@@ -28,6 +28,7 @@ def trained(tmp_path_factory):
     return out
 
 
+@pytest.mark.integration
 def test_train_writes_a_loadable_model_folder(trained, capsys):
     from vitlab import load
 
@@ -53,6 +54,7 @@ def test_train_writes_a_loadable_model_folder(trained, capsys):
         assert plot.format == "PNG" and plot.size[0] > 500
 
 
+@pytest.mark.integration
 def test_eval_prints_and_writes_json(trained, tmp_path, capsys):
     report_path = tmp_path / "eval.json"
     assert main(["eval", "--ckpt", str(trained), "--data", "digits", "--out", str(report_path)]) == 0
@@ -66,6 +68,7 @@ def test_eval_prints_and_writes_json(trained, tmp_path, capsys):
     assert f"top-1 {metrics['top1']:.4f}  top-5 {metrics['top5']:.4f}" in capsys.readouterr().out
 
 
+@pytest.mark.integration
 def test_predict_on_image_files(trained, tmp_path, capsys):
     images = write_digit_samples(tmp_path / "digits", 4)
     Image.open(images[0]).convert("L").save(tmp_path / "grey.png")  # odd but valid: converted to RGB
@@ -102,6 +105,7 @@ def test_predict_on_image_files(trained, tmp_path, capsys):
     assert line.startswith(f"{images[1]}: ") and line.count("(") == 2
 
 
+@pytest.mark.unit
 def test_config_file_flags_and_set_in_that_order(tmp_path):
     path = tmp_path / "recipe.yaml"
     path.write_text("recipe: keras-example\noptim: {lr: 0.01, weight_decay: 0.5}\nschedule: {steps: 7}\n")
@@ -132,6 +136,7 @@ def test_config_file_flags_and_set_in_that_order(tmp_path):
     assert (config.optim.ema_decay, config.optim.grad_accum, config.run.out) == (0.9999, 2, str(tmp_path / "out"))
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "extra, message",
     [
@@ -152,6 +157,7 @@ def test_bad_input_is_one_line_before_training(extra, message, tmp_path, capsys,
     assert not (tmp_path / "out" / "checkpoints").exists()
 
 
+@pytest.mark.unit
 @pytest.mark.fault("bad-config", kinds=1)
 @pytest.mark.parametrize(
     "recipe, flag",
@@ -163,6 +169,7 @@ def test_zero_length_names_its_flag_whatever_the_recipe_sets(recipe, flag, tmp_p
     assert capsys.readouterr().err.strip() == f"vitlab train: error: {flag}: {key}=0: must be > 0"
 
 
+@pytest.mark.integration
 @pytest.mark.fault("bad-input", kinds=2)
 def test_zero_batch_size_for_predict_and_eval_is_one_line(trained, tmp_path, capsys):
     image = write_digit_samples(tmp_path, 1)[0]
@@ -174,6 +181,7 @@ def test_zero_batch_size_for_predict_and_eval_is_one_line(trained, tmp_path, cap
         assert capsys.readouterr().err.strip() == f"vitlab {command[0]}: error: --batch-size must be >= 1, got 0"
 
 
+@pytest.mark.unit
 def test_finetune_needs_a_checkpoint(capsys):
     with pytest.raises(SystemExit):
         main(["finetune", "--data", "digits", "--out", "x"])
@@ -181,6 +189,7 @@ def test_finetune_needs_a_checkpoint(capsys):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_sigterm_writes_a_checkpoint_that_resume_continues(tmp_path):
     out = tmp_path / "run"
     command = [

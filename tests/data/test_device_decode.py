@@ -21,6 +21,8 @@ from vitlab.data.device_decode import (
 from vitlab.data.randaugment import FILL, OPERATIONS
 from vitlab.data.tensor_randaugment import TENSOR_OPERATIONS
 
+pytestmark = pytest.mark.unit
+
 PIXELS = np.random.default_rng(0).integers(0, 256, (5, 7, 3), dtype=np.uint8)  # not square: turns show
 
 

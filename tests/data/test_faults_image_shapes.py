@@ -24,6 +24,8 @@ from vitlab.data import BadImageError, load_datasets, read_image
 from vitlab.data.images import MAX_ASPECT_RATIO, check_image
 from vitlab.model import Preprocessing, ViTConfig, create_untrained
 
+pytestmark = pytest.mark.unit
+
 # (width, height): thin lines either way, a strip just past the limit; each a few KB as PNG.
 EXTREME = [(2_000_000, 1), (1, 2_000_000), (200_000, 3), (3, 200_000), (MAX_ASPECT_RATIO * 4 + 1, 4)]
 FINE = [(MAX_ASPECT_RATIO, 1), (1, MAX_ASPECT_RATIO), (40, 30)]

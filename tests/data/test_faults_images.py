@@ -33,6 +33,8 @@ TINY_MODEL = [
 ]
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(600)
 @pytest.mark.fault("images", kinds=len(ODD_IMAGES) + len(BAD_IMAGES))
 @pytest.mark.slow
 def test_training_on_a_folder_with_bad_and_odd_files_runs_to_the_end_naming_each_bad_file_once(tmp_path):
@@ -74,6 +76,7 @@ def test_training_on_a_folder_with_bad_and_odd_files_runs_to_the_end_naming_each
     assert "Traceback" not in run.stderr
 
 
+@pytest.mark.unit
 @pytest.mark.fault("images")
 def test_a_folder_with_too_many_bad_files_stops_before_training_with_one_line(tmp_path, capsys):
     data = tmp_path / "data"

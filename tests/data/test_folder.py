@@ -23,6 +23,7 @@ def unreadable_names(caplog) -> list[str]:
     return [r.args[0] for r in caplog.records if r.name == "vitlab" and r.msg.startswith("skipping unreadable")]
 
 
+@pytest.mark.unit
 def test_train_and_val_folders(tmp_path):
     write_class_folders(tmp_path / "train", {"cat": 6, "dog": 4})
     write_class_folders(tmp_path / "val", {"cat": 2, "dog": 3})
@@ -37,6 +38,7 @@ def test_train_and_val_folders(tmp_path):
     assert sorted(splits.train.labels) == [0] * 6 + [1] * 4
 
 
+@pytest.mark.unit
 def test_folder_without_val_is_split_by_seeded_stratified_fraction(tmp_path):
     write_class_folders(tmp_path, {"a": 20, "b": 20, "c": 10})
     first = load_datasets(f"imagefolder:{tmp_path}", TRAIN, EVAL, val_fraction=0.2, seed=3)
@@ -49,6 +51,7 @@ def test_folder_without_val_is_split_by_seeded_stratified_fraction(tmp_path):
     assert first.val.transform is EVAL and first.train.transform is TRAIN
 
 
+@pytest.mark.integration
 def test_bad_files_are_skipped_and_named_once_odd_ones_are_used(tmp_path, caplog):
     good = write_class_folders(tmp_path / "train", {"a": 600, "b": 600})
     for name, make in ODD_IMAGES.items():
@@ -72,6 +75,7 @@ def test_bad_files_are_skipped_and_named_once_odd_ones_are_used(tmp_path, caplog
     assert len(unreadable_names(caplog)) == len(BAD_IMAGES)  # decoding in workers named nothing again
 
 
+@pytest.mark.unit
 def test_too_many_bad_files_stop_with_a_count_and_examples(tmp_path):
     write_class_folders(tmp_path, {"a": 50, "b": 50})
     for name in ("empty.jpg", "truncated.png", "text_not_image.png"):
@@ -83,6 +87,7 @@ def test_too_many_bad_files_stop_with_a_count_and_examples(tmp_path):
     assert len(splits.train) + len(splits.val) == 100
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("check", ["header", "auto"])
 def test_header_check_leaves_truncated_jpeg_to_getitem_which_substitutes(tmp_path, caplog, monkeypatch, check):
     monkeypatch.setattr("vitlab.data.scan.AUTO_DECODE_LIMIT", 100)  # "auto" reads headers above this
@@ -104,6 +109,7 @@ def test_header_check_leaves_truncated_jpeg_to_getitem_which_substitutes(tmp_pat
     assert [Path(n).name for n in unreadable_names(caplog)] == ["truncated.jpg"]
 
 
+@pytest.mark.unit
 def test_files_that_break_after_loading_are_replaced_and_counted(tmp_path):
     write_class_folders(tmp_path / "train", {"a": 150, "b": 150})  # 1% of 300: 3 may fail
     write_class_folders(tmp_path / "val", {"a": 1, "b": 1})
@@ -118,6 +124,7 @@ def test_files_that_break_after_loading_are_replaced_and_counted(tmp_path):
         splits.train[170]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "layout, error, match",
     [
@@ -148,6 +155,7 @@ def test_folder_problems_raise_one_clear_error_naming_the_path(tmp_path, layout,
     assert str(root) in str(caught.value)
 
 
+@pytest.mark.unit
 def test_split_datasets_pickle_into_workers(tmp_path):
     import pickle
 
@@ -179,6 +187,7 @@ def _tree_without_loops(root: Path) -> None:
     (root / "C" / "one.png").symlink_to(outside / "single" / "00000.png")  # and to a file
 
 
+@pytest.mark.unit
 def test_the_listing_of_a_folder_without_loops_or_duplicates_is_torchvisions(tmp_path):
     from torchvision.datasets.folder import make_dataset
 
@@ -193,6 +202,7 @@ def test_the_listing_of_a_folder_without_loops_or_duplicates_is_torchvisions(tmp
     assert list_class_files(root, classes) == expected  # so the seeded splits are unchanged too
 
 
+@pytest.mark.unit
 @pytest.mark.fault("listing", kinds=4)
 @pytest.mark.timeout(30)  # torchvision's walk of these links takes exponential time
 def test_link_loops_and_duplicate_links_list_each_real_file_once(tmp_path, caplog):
@@ -212,6 +222,7 @@ def test_link_loops_and_duplicate_links_list_each_real_file_once(tmp_path, caplo
     assert any("listed once" in r.getMessage() for r in caplog.records)
 
 
+@pytest.mark.unit
 @pytest.mark.fault("listing", kinds=1)
 def test_one_file_in_two_classes_is_an_error_naming_both(tmp_path):
     root = tmp_path / "data"
@@ -221,6 +232,7 @@ def test_one_file_in_two_classes_is_an_error_naming_both(tmp_path):
         load_datasets(str(root), TRAIN, EVAL)
 
 
+@pytest.mark.unit
 @pytest.mark.fault("listing", kinds=2)
 @pytest.mark.parametrize("raw", [b"caf\xe9", b"two\nlines"])
 def test_a_class_folder_whose_name_is_not_text_is_refused_naming_it(tmp_path, raw):
@@ -230,6 +242,7 @@ def test_a_class_folder_whose_name_is_not_text_is_refused_naming_it(tmp_path, ra
         load_datasets(str(tmp_path), TRAIN, EVAL)
 
 
+@pytest.mark.unit
 def test_class_folders_named_in_any_script_are_classes(tmp_path):
     write_class_folders(tmp_path, {"犬　猫": 4, "café": 4})  # an ideographic space; a UTF-8 é
     assert load_datasets(str(tmp_path), TRAIN, EVAL).class_names == ["café", "犬　猫"]

@@ -45,6 +45,7 @@ def serial_filling_rate(maps: np.ndarray, probabilities: np.ndarray, seed: int) 
     return image.mean()
 
 
+@pytest.mark.integration
 def test_categories_follow_the_papers_rule():
     categories = search_categories(4, seed=3)
     assert len(categories) == 4
@@ -61,6 +62,7 @@ def test_categories_follow_the_papers_rule():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_screens_keep_what_the_full_test_keeps():
     """The cheap 64/128 px screens must not change which systems become categories (beyond a rare one)."""
     kept = search_batch(seed=11, batch_index=0, batch=128)
@@ -75,6 +77,7 @@ def test_screens_keep_what_the_full_test_keeps():
     assert kept_maps.isdisjoint(rejected)
 
 
+@pytest.mark.unit
 def test_instances_jitter_parameters_and_flip():
     assert JITTER.shape == (25, 6) and (JITTER[0] == 1).all()
     assert ((JITTER != 1).sum(axis=1)[1:] == 1).all()  # one coefficient of every map at a time
@@ -92,6 +95,7 @@ def test_instances_jitter_parameters_and_flip():
     assert len({image.tobytes() for image in images}) == 50
 
 
+@pytest.mark.integration
 def test_same_seed_same_dataset_whatever_the_workers(tmp_path):
     spec = FractalDBSpec(classes=3, per_class=4, size=16, seed=7)
     first = generate_fractaldb(spec, tmp_path / "a")
@@ -105,6 +109,7 @@ def test_same_seed_same_dataset_whatever_the_workers(tmp_path):
     assert json.loads((tmp_path / "a" / "fractaldb.json").read_text())["categories"] == first["categories"]
 
 
+@pytest.mark.integration
 def test_folder_and_shards_hold_the_same_images_and_load(tmp_path):
     spec = FractalDBSpec(classes=2, per_class=5, size=24, seed=1)
     generate_fractaldb(spec, tmp_path / "folder")
@@ -125,6 +130,7 @@ def test_folder_and_shards_hold_the_same_images_and_load(tmp_path):
     assert image[..., 0].tobytes() in pixels
 
 
+@pytest.mark.unit
 def test_command(tmp_path, capsys):
     out = tmp_path / "fractals"
     args = [
@@ -153,6 +159,7 @@ def test_command(tmp_path, capsys):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_100_classes_of_100_images_at_32px_in_under_a_minute(tmp_path, capsys):
     start = time.perf_counter()
     generate_fractaldb(FractalDBSpec(classes=100, per_class=100, size=32, seed=0), tmp_path / "db", workers=2)

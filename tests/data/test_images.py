@@ -26,6 +26,7 @@ from vitlab.data import BadImageError, read_image
 from vitlab.data.images import MAX_IMAGE_PIXELS, _to_rgb, check_image
 
 
+@pytest.mark.unit
 @pytest.mark.fault("images")
 @pytest.mark.parametrize("name", sorted(ODD_IMAGES))
 def test_odd_but_valid_images_become_rgb(name):
@@ -34,6 +35,7 @@ def test_odd_but_valid_images_become_rgb(name):
     assert image.width >= 1 and image.height >= 1
 
 
+@pytest.mark.unit
 def test_conversions_keep_what_the_image_shows():
     assert read_image(exif_rotated_jpeg()).size == (16, 24)  # stored 24 x 16, displayed rotated
     palette = np.asarray(read_image(palette_with_transparency()))
@@ -45,6 +47,7 @@ def test_conversions_keep_what_the_image_shows():
     assert np.asarray(read_image(ODD_IMAGES["cmyk.jpg"]()))[0, 0].tolist() == [255, 255, 255]
 
 
+@pytest.mark.unit
 @pytest.mark.fault("images")
 @pytest.mark.parametrize("name", sorted(BAD_IMAGES))
 def test_undecodable_images_raise_bad_image_error(tmp_path, name):
@@ -59,11 +62,13 @@ def test_undecodable_images_raise_bad_image_error(tmp_path, name):
         check_image(path, decode=True)
 
 
+@pytest.mark.unit
 def test_bomb_sizes_straddle_the_limit():
     assert 10_000 * 10_000 > MAX_IMAGE_PIXELS and 20_000 * 20_000 > 2 * MAX_IMAGE_PIXELS
     assert Image.MAX_IMAGE_PIXELS == MAX_IMAGE_PIXELS
 
 
+@pytest.mark.unit
 @pytest.mark.fault("images")
 def test_header_check_is_fooled_only_by_a_truncated_jpeg(tmp_path):
     check_image(truncated(encode(noise((32, 32)), "JPEG", quality=95)), decode=False)  # passes headers
@@ -72,6 +77,7 @@ def test_header_check_is_fooled_only_by_a_truncated_jpeg(tmp_path):
             check_image(BAD_IMAGES[name][0](), decode=False)
 
 
+@pytest.mark.unit
 @pytest.mark.fault("images", kinds=2)
 def test_missing_file_and_folder_are_bad_images(tmp_path):
     with pytest.raises(BadImageError, match="cannot read"):
@@ -80,6 +86,7 @@ def test_missing_file_and_folder_are_bad_images(tmp_path):
         read_image(tmp_path)
 
 
+@pytest.mark.unit
 def test_bad_image_error_survives_pickling():
     import pickle
 
@@ -101,6 +108,7 @@ def mangled_images(draw):
     return bytes(data[:cut]) + draw(st.binary(max_size=16))
 
 
+@pytest.mark.integration
 @pytest.mark.fault("images")
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.one_of(st.binary(max_size=512), mangled_images()))
@@ -113,6 +121,7 @@ def test_arbitrary_bytes_give_rgb_or_bad_image_error(data):
         assert image.mode == "RGB" and image.width * image.height >= 1
 
 
+@pytest.mark.unit
 def test_read_image_gives_the_pixels_of_the_copying_steps_it_replaced():
     """read_image turns and keeps RGB images in place; the pixels are those of exif_transpose's copy
     converted to RGB, as it returned before."""

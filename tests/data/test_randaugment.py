@@ -13,6 +13,8 @@ from timm.data import auto_augment as timm_aa
 from vitlab.data import build_transforms
 from vitlab.data.randaugment import OPERATIONS, RandAugment
 
+pytestmark = pytest.mark.unit
+
 HPARAMS = dict(timm_aa._HPARAMS_DEFAULT)
 
 

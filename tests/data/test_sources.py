@@ -23,6 +23,7 @@ EVAL = build_transforms(16, train=False, crop_pct=1.0, **HALF)
 
 
 # -- digits ------------------------------------------------------------------------------------
+@pytest.mark.unit
 def test_digits_fixed_stratified_split_whatever_the_seed():
     splits = load_datasets("digits", TRAIN, EVAL, seed=0)
     other = load_datasets("digits", TRAIN, EVAL, seed=7, val_fraction=0.5)
@@ -35,6 +36,7 @@ def test_digits_fixed_stratified_split_whatever_the_seed():
     assert image.shape == (3, 16, 16) and image.dtype == torch.float32 and isinstance(label, int)
 
 
+@pytest.mark.unit
 def test_digits_are_grey_rgb_scaled_to_0_255():
     from sklearn.datasets import load_digits
 
@@ -51,6 +53,7 @@ def test_digits_are_grey_rgb_scaled_to_0_255():
 
 
 # -- CIFAR -------------------------------------------------------------------------------------
+@pytest.mark.unit
 @pytest.mark.parametrize("kind", ["cifar10", "cifar100"])
 def test_cifar_pickles_as_distributed(tmp_path, kind):
     folder = write_cifar(tmp_path, kind)
@@ -80,6 +83,7 @@ class _RunsCode:
         return (os.mkdir, (str(self.marker),))
 
 
+@pytest.mark.unit
 def test_cifar_pickle_that_would_run_code_is_refused_without_running_it(tmp_path):
     folder = write_cifar(tmp_path, "cifar10")
     marker = tmp_path / "code_ran"
@@ -92,6 +96,7 @@ def test_cifar_pickle_that_would_run_code_is_refused_without_running_it(tmp_path
     assert marker.exists()
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "damage, match",
     [
@@ -117,6 +122,7 @@ def test_damaged_cifar_files_are_named(tmp_path, damage, match):
         load_datasets(str(tmp_path), None, None)
 
 
+@pytest.mark.unit
 def test_cifar_prefix_without_the_folder_says_how_to_get_it(tmp_path, monkeypatch):
     with pytest.raises(FileNotFoundError, match="no cifar100 python folder .*--download"):
         load_datasets(f"cifar100:{tmp_path}", None, None)
@@ -126,6 +132,7 @@ def test_cifar_prefix_without_the_folder_says_how_to_get_it(tmp_path, monkeypatc
         load_datasets("cifar10", None, None)
 
 
+@pytest.mark.unit
 def test_download_goes_through_torchvision(tmp_path, monkeypatch):
     import torchvision
 
@@ -140,6 +147,7 @@ def test_download_goes_through_torchvision(tmp_path, monkeypatch):
     assert calls == [(str(tmp_path), True)] and len(splits.class_names) == 100
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("protocol", [2, 4])
 def test_cifar_pickles_written_by_python3_with_bytes_keys(tmp_path, protocol):
     folder = write_cifar(tmp_path, "cifar10")
@@ -158,6 +166,7 @@ def test_cifar_pickles_written_by_python3_with_bytes_keys(tmp_path, protocol):
     assert np.asarray(splits.train[0][0])[0, 0].tolist() == first[b"data"][0][[0, 1024, 2048]].tolist()
 
 
+@pytest.mark.unit
 @pytest.mark.fault("bad-input", kinds=1)
 @pytest.mark.parametrize("failure", ["offline", "corrupt"])
 def test_download_failure_is_one_line(tmp_path, monkeypatch, failure):
@@ -205,6 +214,7 @@ def grey_samples(count: int, classes: int = 3) -> list[tuple[bytes, int]]:
     return [(png(40 * (i % classes)), i % classes) for i in range(count)]
 
 
+@pytest.mark.integration
 def test_brace_pattern_shards_with_classes_txt(tmp_path):
     write_shards(str(tmp_path / "shards-{:06d}.tar"), grey_samples(30), shards=3)
     (tmp_path / "classes.txt").write_text("zero\none\ntwo\n")
@@ -221,6 +231,7 @@ def test_brace_pattern_shards_with_classes_txt(tmp_path):
     assert sum(len(labels) for _, labels in loader) == 24
 
 
+@pytest.mark.unit
 def test_folder_of_train_and_val_shards_with_json_classes_and_name_labels(tmp_path, caplog):
     names = ["cat", "dog"]
     samples = [(png(40 * (i % 2)), names[i % 2]) for i in range(120)]
@@ -237,6 +248,7 @@ def test_folder_of_train_and_val_shards_with_json_classes_and_name_labels(tmp_pa
     assert named == [f"{tmp_path / 'train-001.tar'}:sample000007.png"]
 
 
+@pytest.mark.unit
 def test_single_tar_without_class_list_names_classes_by_index(tmp_path):
     [path] = write_shards(str(tmp_path / "data{}.tar"), grey_samples(20, classes=4), shards=1)
     splits = load_datasets(str(path), None, None, val_fraction=0.25)
@@ -245,6 +257,7 @@ def test_single_tar_without_class_list_names_classes_by_index(tmp_path):
     assert splits.train[0][0].mode == "RGB"
 
 
+@pytest.mark.unit
 def test_shard_problems_name_the_file(tmp_path):
     write_shards(str(tmp_path / "s-{}.tar"), grey_samples(4), shards=2)
     with pytest.raises(FileNotFoundError, match=r"shard '.*s-2.tar' does not exist"):
@@ -267,6 +280,7 @@ def test_shard_problems_name_the_file(tmp_path):
 
 
 # -- data specs --------------------------------------------------------------------------------
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "spec, error, match",
     [
@@ -280,6 +294,7 @@ def test_wrong_specs_raise_one_clear_error(spec, error, match):
         load_datasets(spec, None, None)
 
 
+@pytest.mark.unit
 def test_a_plain_file_or_download_of_a_folder_is_refused(tmp_path):
     (tmp_path / "notes.txt").write_text("hi")
     with pytest.raises(ValueError, match="notes.txt' is a file"):

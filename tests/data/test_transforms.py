@@ -16,6 +16,8 @@ from vitlab.data import build_transforms
 from vitlab.data.randaugment import RandAugment
 from vitlab.data.transforms import train_transform
 
+pytestmark = pytest.mark.unit
+
 HALF = dict(mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5))  # vit_jax: pixels to [-1, 1]
 
 

@@ -17,6 +17,8 @@ from vitlab.evaluate.calibration import calibration
 from vitlab.model import create_model
 from vitlab.weights import load
 
+pytestmark = pytest.mark.unit
+
 
 def test_ece_by_hand():
     # 15 bins of width 1/15. Bin (13/15, 14/15]: 0.90 right, 0.92 wrong -> acc 0.5, conf 0.91.

@@ -16,6 +16,8 @@ from vitlab.cli import main
 from vitlab.data import scan
 from vitlab.model import create_model
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.fixture
 def folder(tmp_path):

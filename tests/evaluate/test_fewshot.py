@@ -13,6 +13,8 @@ from vitlab.evaluate import extract_features, fewshot_accuracy, fit_least_square
 from vitlab.evaluate.fewshot import BIAS_CONSTANT, sample_shots
 from vitlab.model import create_untrained
 
+pytestmark = pytest.mark.unit
+
 
 def clusters(per_class: int, num_classes: int = 4, dim: int = 16, spread: float = 0.3, seed: int = 0):
     """Gaussian blobs around far-apart centres: linearly separable."""

@@ -65,6 +65,7 @@ def scored_training_warnings(caplog) -> list[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_imagefolder_run_with_its_own_seed_and_val_fraction(tmp_path, caplog, capsys):
     write_noisy_classes(tmp_path / "data", classes=3, per_class=24)  # 72 images, half held out
     data, run = str(tmp_path / "data"), tmp_path / "run"
@@ -106,6 +107,7 @@ def test_imagefolder_run_with_its_own_seed_and_val_fraction(tmp_path, caplog, ca
     assert report["metrics"]["count"] == 72 and report["trained_images_scored"] == 36
 
 
+@pytest.mark.integration
 def test_cifar_run(tmp_path):
     write_cifar(tmp_path / "cifar", "cifar10", per_batch=8)  # 40 training and 8 test images
     data, run = f"cifar10:{tmp_path / 'cifar'}", tmp_path / "run"
@@ -118,6 +120,7 @@ def test_cifar_run(tmp_path):
     assert main(["eval", "--ckpt", str(run), "--split", "dev"]) == 2  # the run has no dev split
 
 
+@pytest.mark.integration
 @pytest.mark.fault("images", kinds=1)
 def test_eval_checks_only_the_scored_split_with_the_runs_bad_image_limit(tmp_path, caplog):
     write_noisy_classes(tmp_path / "data" / "train", classes=2, per_class=12)
@@ -146,6 +149,7 @@ def test_eval_checks_only_the_scored_split_with_the_runs_bad_image_limit(tmp_pat
     assert main(["eval", "--ckpt", str(run), "--split", "train", "--max-bad-fraction", "0.01"]) == 2
 
 
+@pytest.mark.unit
 def test_top5_is_na_with_five_classes_or_fewer():
     images, labels = torch.randn(12, 4), torch.arange(12) % 3
     for classes, expected_na in ((3, True), (5, True), (6, False)):
@@ -157,6 +161,7 @@ def test_top5_is_na_with_five_classes_or_fewer():
     assert 0 < many.top5 <= 1 and many.top1 <= many.top5
 
 
+@pytest.mark.unit
 @pytest.mark.fault("bad-input", kinds=1)
 def test_a_model_folder_without_run_yaml_needs_data_and_cannot_tell_training_images(tmp_path, capsys):
     import vitlab
@@ -175,6 +180,7 @@ def test_a_model_folder_without_run_yaml_needs_data_and_cannot_tell_training_ima
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_run_with_a_dev_split(tmp_path):
     run = tmp_path / "run"
     summary = train(
@@ -201,6 +207,7 @@ def test_run_with_a_dev_split(tmp_path):
     assert everything["metrics"]["count"] == 1797 and everything["trained_images_scored"] == summary["train_images"]
 
 
+@pytest.mark.integration
 @pytest.mark.fault("bad-input", kinds=1)
 def test_eval_says_when_the_data_changed_since_the_run(tmp_path, caplog):
     from helpers import tiny_config, write_class_folders

@@ -30,6 +30,7 @@ def closed_form_flops(axial: bool, grid: tuple[int, int], dim: int, depth: int, 
     return 2 * tokens * patch * patch * 3 * dim + depth * layer + 2 * dim * classes
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("family", ["ViT", "Axial-ViT"])
 @pytest.mark.parametrize("size", ["32x2", "64x4"])
 def test_sweep_models_count_the_closed_form_flops(family, size):
@@ -40,7 +41,8 @@ def test_sweep_models_count_the_closed_form_flops(family, size):
     assert config.pool == "gap" and config.num_heads == width // 16 and config.mlp_dim == 4 * width
 
 
-@pytest.mark.slow  # two 2-step runs and the timing: about 15 s
+@pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_axial_smallest_configuration_writes_flops_times_and_two_panels(tmp_path):
     argv = ["experiment", "axial", "--data", "digits", "--out", str(tmp_path), "--budget-steps", "2"]
     assert main([*argv, "--seeds", "0", "--sizes", "16x1"]) == 0
@@ -69,6 +71,7 @@ def entry(family: str, size: str, mflops: float, ms: float, top1: float) -> dict
     return {"family": family, "size": size, "mflops": mflops, "ms_per_image": ms, "val_top1": top1}
 
 
+@pytest.mark.unit
 def test_findings_compare_each_pair_and_the_vit_line_at_equal_flops_and_time():
     summary = [
         entry("ViT", "a", 1.0, 0.1, 0.80),
@@ -87,6 +90,7 @@ def test_findings_compare_each_pair_and_the_vit_line_at_equal_flops_and_time():
     assert findings(summary)[2].endswith("did not hold at every size.")
 
 
+@pytest.mark.unit
 @pytest.mark.fault("bad-config", kinds=2)
 def test_bad_sizes_are_refused_in_one_line():
     with pytest.raises(ValueError, match="--sizes 64: must be WIDTHxDEPTH"):

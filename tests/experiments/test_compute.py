@@ -13,11 +13,13 @@ from vitlab.experiments.compute import budgets, findings, training_flops
 from vitlab.experiments.runner import vit_config
 
 
+@pytest.mark.unit
 def test_training_flops_is_forward_times_three_times_images():
     assert training_flops(1_000, steps=30, batch_size=64) == 1_000 * 3 * 30 * 64
     assert budgets(300) == (30, 100, 300) and budgets(2) == (1, 2)
 
 
+@pytest.mark.unit
 def test_findings_ratio_of_compute_to_the_same_accuracy():
     def entry(model, steps, tflops, top1):
         return {"model": model, "steps": steps, "train_tflops": tflops, "val_top1": top1, "val_top1_std": 0.0}
@@ -38,7 +40,8 @@ def test_findings_ratio_of_compute_to_the_same_accuracy():
     assert "hybrid's 55.0% is above ViT's 50.0%; the paper" in lines[1] and "70.0% is below ViT's 80.0%." in lines[2]
 
 
-@pytest.mark.slow  # nine runs of at most 2 steps: about 20 s
+@pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_compute_smallest_configuration_reuses_data_scaling_runs(tmp_path):
     settings = Settings(data="digits", out=tmp_path, budget_steps=2, seeds=(0,))
     run_experiment("compute", settings)

@@ -12,6 +12,7 @@ from vitlab.experiments.compute_cost import findings, largest_batch
 from vitlab.model import cpu
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("threshold", [1, 2, 3, 37, 64, 65, 1000])
 @pytest.mark.parametrize("fixed", [0, 5_000])
 def test_largest_batch_finds_the_threshold_of_an_affine_peak(threshold, fixed):
@@ -30,6 +31,7 @@ def test_largest_batch_finds_the_threshold_of_an_affine_peak(threshold, fixed):
     assert len(calls) <= threshold.bit_length() + 4  # doubling, then a few probes on the line
 
 
+@pytest.mark.unit
 def test_largest_batch_with_a_kinked_peak_none_and_nothing_fitting():
     threshold = 300
 
@@ -44,6 +46,7 @@ def test_largest_batch_with_a_kinked_peak_none_and_nothing_fitting():
     assert largest_batch(lambda b: 0, budget=5, ceiling=16)[0] == 16  # stops doubling at the ceiling
 
 
+@pytest.mark.unit
 def test_findings_compare_speed_and_batch_per_pair():
     summary = [
         {"model": "Ti/16", "image_size": 224, "images_per_s_per_core": 30.0, "max_batch": 100},
@@ -54,7 +57,8 @@ def test_findings_compare_speed_and_batch_per_pair():
     assert "the ViT fits the larger batch at every size" in line
 
 
-@pytest.mark.slow  # a small model at two small sizes: about 10 s
+@pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_compute_cost_smallest_configuration(tmp_path):
     settings = Settings(
         out=tmp_path, models=("Ti/16",), input_sizes=(64, 128), memory_budget_mib=4, rounds=1, seeds=(0,)
@@ -81,6 +85,7 @@ def test_compute_cost_smallest_configuration(tmp_path):
     assert measured["cpu_model"] == cpu.cpu_model() and f"({cpu.cpu_model()})" in document["findings"][0]
 
 
+@pytest.mark.unit
 @pytest.mark.fault("bad-config", kinds=3)
 def test_compute_cost_refuses_bad_settings(tmp_path):
     with pytest.raises(ValueError, match="--memory-budget-mib"):

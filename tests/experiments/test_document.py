@@ -30,6 +30,7 @@ ASSETS = DOCS / "experiments"
 TOLERANCE = 0.05
 
 
+@pytest.mark.unit
 def test_document_is_the_experiment_outputs_joined():
     text = (DOCS / "experiments.md").read_text()
     found = re.search(r"vitlab experiment report --runs \S+ --out \S+", text)
@@ -54,6 +55,7 @@ def test_document_is_the_experiment_outputs_joined():
         assert {"commit", "torch", "cpu_capability"} <= set(document["machine"])
 
 
+@pytest.mark.unit
 def test_report_joins_every_registered_experiment_and_says_which_are_missing(tmp_path, caplog):
     runs, out = tmp_path / "runs", tmp_path / "docs" / "experiments.md"
     runs.mkdir()
@@ -81,6 +83,7 @@ def test_report_joins_every_registered_experiment_and_says_which_are_missing(tmp
     assert text.index("## data-scaling") < text.index("## pooling") < text.index("## lr-sweep")
 
 
+@pytest.mark.unit
 @pytest.mark.fault("bad-input", kinds=3)
 def test_report_command_refuses_what_it_cannot_join(tmp_path, capsys):
     assert main(["experiment", "report", "--out", str(tmp_path / "x.md")]) != 0
@@ -91,11 +94,13 @@ def test_report_command_refuses_what_it_cannot_join(tmp_path, capsys):
     assert "needs --data" in capsys.readouterr().err
 
 
+@pytest.mark.integration
 def test_git_commit_is_unknown_outside_git(tmp_path):
     assert git_commit(tmp_path) == "unknown"
     assert re.fullmatch(r"[0-9a-f]{7,}(-dirty)?|unknown", git_commit())
 
 
+@pytest.mark.unit
 def test_direction_words_follow_the_numbers():
     assert trend([-5.8, -5.0, -2.7, -3.6]) == "moves both ways"
     assert trend([-5.8, -5.0, -2.7]) == "grows" and trend([3, 2, 2]) == "shrinks" and trend([1, 1]) == "ties"
@@ -116,6 +121,7 @@ def test_direction_words_follow_the_numbers():
     assert "moves both ways" in gap_line and "narrows" not in gap_line
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "module,summary",
     [
@@ -142,6 +148,7 @@ def test_bar_charts_start_at_zero(module, summary):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_smallest_configuration_reproduces_its_recorded_numbers(tmp_path):
     """data-scaling's ViT on 10% of digits, retrained as the experiment trains it: the same val top-1
     as docs/experiments/data-scaling.json: exactly on the machine it was recorded on, else within the
@@ -169,6 +176,7 @@ def assert_reproduces(value: float, recorded: float, recorded_on: dict, here: di
         assert abs(value - recorded) <= TOLERANCE, f"{value} vs {recorded} recorded on another machine"
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     "cpu_model,capability,bitwise",
     [
@@ -197,12 +205,14 @@ def test_recorded_numbers_are_compared_bitwise_only_on_the_machine_they_came_fro
             assert_reproduces(0.8889 - 2 * TOLERANCE, 0.8889, recorded_on, here)
 
 
+@pytest.mark.integration
 def test_a_record_that_names_no_cpu_is_never_compared_bitwise():
     here = provenance(threads=1)
     written_before = {key: value for key, value in here.items() if key not in ("cpu", "cpu_model")}
     assert not reproduces_bitwise(written_before, here) and reproduces_bitwise(dict(here), here)
 
 
+@pytest.mark.unit
 def test_posemb_findings_compare_each_column_with_the_numbers():
     def entry(kind, added, score, std=0.001):
         return {

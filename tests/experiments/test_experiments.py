@@ -48,6 +48,7 @@ def check_report(out, name: str, rows: int, metrics: tuple[str, ...]) -> dict:
 
 
 # -- the pieces ------------------------------------------------------------------------------------
+@pytest.mark.unit
 def test_take_fraction_is_class_balanced_nested_and_seeded():
     labels = np.repeat(np.arange(4), [10, 20, 30, 40])
     data = ArrayImages(np.zeros((100, 2, 2, 3), np.uint8), labels)
@@ -65,6 +66,7 @@ def test_take_fraction_is_class_balanced_nested_and_seeded():
         take_fraction(data, 0.0, 0)
 
 
+@pytest.mark.unit
 def test_compared_models_have_matched_compute():
     settings = Settings()
     described = {
@@ -78,6 +80,7 @@ def test_compared_models_have_matched_compute():
     assert hybrid_config(settings).grid_size == vit_config(settings).grid_size == (4, 4)
 
 
+@pytest.mark.unit
 def test_bit_resnet_folder_round_trip(tmp_path):
     model = create_untrained(bit_config(Settings()).replace(num_classes=3, class_names=["a", "b", "c"])).eval()
     torch.nn.init.normal_(model.head.weight)
@@ -89,6 +92,7 @@ def test_bit_resnet_folder_round_trip(tmp_path):
     assert "BiT ResNet" in (tmp_path / "bit" / "README.md").read_text()
 
 
+@pytest.mark.unit
 def test_trainer_refuses_architecture_and_init_together(tmp_path):
     config = get_recipe("demo")
     config.run.out, config.model.init = str(tmp_path), str(tmp_path / "elsewhere")
@@ -96,6 +100,7 @@ def test_trainer_refuses_architecture_and_init_together(tmp_path):
         Trainer(config, architecture=vit_config(Settings()))
 
 
+@pytest.mark.unit
 def test_results_summary_averages_over_seeds():
     rows = [{"pool": "GAP", "lr": 0.001, "seed": s, "val_top1": v} for s, v in ((0, 0.5), (1, 0.7))]
     (entry,) = Results(rows, group_by=("pool", "lr"), metrics=("val_top1",)).summary()
@@ -103,6 +108,7 @@ def test_results_summary_averages_over_seeds():
     assert entry["seeds"] == [0, 1]
 
 
+@pytest.mark.unit
 def test_settings_command_and_bad_values(tmp_path):
     settings = Settings(data="digits", out=tmp_path, budget_steps=50, seeds=(0, 1), fractions=(0.5, 1.0), lrs=(1e-3,))
     command = settings.command(EXPERIMENTS["data-scaling"])
@@ -119,6 +125,7 @@ def test_settings_command_and_bad_values(tmp_path):
 
 # -- each experiment end to end ----------------------------------------------------------------------
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_data_scaling_end_to_end(tmp_path):
     results, _ = run_experiment("data-scaling", Settings(out=tmp_path, fractions=(0.1, 1.0), **TINY))
     document = check_report(tmp_path, "data-scaling", rows=6, metrics=("val_top1",))
@@ -130,6 +137,7 @@ def test_data_scaling_end_to_end(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_posemb_end_to_end(tmp_path):
     """Every row and column of Table 8, and the two kinds outside it."""
     run_experiment("posemb", Settings(out=tmp_path, **TINY))
@@ -157,6 +165,7 @@ def test_posemb_end_to_end(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_pooling_end_to_end_through_the_cli(tmp_path, capsys):
     argv = [
         "experiment",
@@ -186,6 +195,7 @@ def test_pooling_end_to_end_through_the_cli(tmp_path, capsys):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_pretrain_transfer_end_to_end(tmp_path):
     settings = Settings(
         out=tmp_path, pretrain_steps=2, fractal_classes=3, fractal_per_class=30, fractal_size=16, **TINY

@@ -11,7 +11,8 @@ from vitlab.cli import main
 from vitlab.experiments import EXPERIMENTS, Settings
 
 
-@pytest.mark.slow  # five 2-step runs at batch 512: about 30 s
+@pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_lr_sweep_picks_on_the_dev_split_and_tests_the_whole_training_set(tmp_path, capsys):
     argv = [
         "experiment",
@@ -44,6 +45,7 @@ def test_lr_sweep_picks_on_the_dev_split_and_tests_the_whole_training_set(tmp_pa
     assert "lr-sweep" in EXPERIMENTS
 
 
+@pytest.mark.unit
 @pytest.mark.fault("bad-config", kinds=2)
 def test_lr_sweep_refuses_an_unknown_row_and_a_grid_without_a_dev_split(tmp_path):
     with pytest.raises(ValueError, match="--row"):

@@ -22,6 +22,7 @@ def entries(scratch: float, masked: float, supervised: float, std: float = 0.01)
     ]
 
 
+@pytest.mark.unit
 def test_the_findings_say_whether_the_papers_ordering_held():
     held = findings(entries(0.60, 0.70, 0.90), PRETRAINING, 10)
     assert held[1].endswith(
@@ -34,7 +35,8 @@ def test_the_findings_say_whether_the_papers_ordering_held():
     assert "within the spread over seeds (20.0)" in broken[2]
 
 
-@pytest.mark.slow  # two 2-step pre-training runs and three 2-step fine-tunings: about 15 s
+@pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_self_supervision_smallest_configuration(tmp_path):
     argv = ["experiment", "self-supervision", "--data", "digits", "--out", str(tmp_path), "--budget-steps", "2"]
     assert main([*argv, "--pretrain-steps", "2", "--seeds", "0", "--label-fraction", "0.1"]) == 0

@@ -12,6 +12,7 @@ from vitlab.experiments import Settings, run_experiment
 from vitlab.experiments.sgd_adam import TABLE_7, findings
 
 
+@pytest.mark.unit
 def test_findings_say_whether_adam_won():
     def entry(optimiser, top1):
         return {"optimiser": optimiser, "val_top1": top1, "val_top1_std": 0.01, "pretrain_top1": 0.5}
@@ -29,7 +30,8 @@ def test_findings_say_whether_adam_won():
         assert round(sum(row[column] for row in datasets) / len(datasets), 2) == average
 
 
-@pytest.mark.slow  # four 2-step runs of the small BiT and a tiny FractalDB: about 15 s
+@pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_sgd_adam_smallest_configuration(tmp_path):
     settings = Settings(
         data="digits",

@@ -22,6 +22,7 @@ def closed_form_flops(depth: int, dim: int, mlp: int, patch: int, image: int = 1
     return 2 * patches * patch * patch * 3 * dim + depth * layer + 2 * dim * classes
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("changes", [{}, {"depth": 8}, {"dim": 128}, {"mlp_dim": 256}, {"patch_size": 2}])
 def test_shape_models_count_the_closed_form_flops(changes):
     config = shape_config(Settings(), **changes).replace(num_classes=10)
@@ -32,7 +33,8 @@ def test_shape_models_count_the_closed_form_flops(changes):
     assert config.num_heads == fields["dim"] // 16
 
 
-@pytest.mark.slow  # five 1-step runs: about 15 s
+@pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_shape_smallest_configuration_has_one_line_per_axis_through_the_base(tmp_path, monkeypatch):
     monkeypatch.setattr(shape, "AXES", {axis: (field, values[:1]) for axis, (field, values) in shape.AXES.items()})
     assert "shape" in EXPERIMENTS
@@ -61,6 +63,7 @@ def point(axis: str, mflops: float, top1: float) -> dict:
     return {"axis": axis, "shape": axis, "mflops": mflops, "val_top1": top1, "val_top1_std": 0.0}
 
 
+@pytest.mark.unit
 def test_findings_rank_the_axes_by_points_per_doubling_of_flops():
     summary = [
         point("base", 1.0, 0.50),
@@ -83,6 +86,7 @@ def test_findings_rank_the_axes_by_points_per_doubling_of_flops():
     assert lines[7].endswith("robust improvements (did not hold).")
 
 
+@pytest.mark.unit
 @pytest.mark.fault("bad-config", kinds=1)
 def test_an_image_size_the_patches_do_not_tile_is_refused():
     with pytest.raises(ValueError, match="--image-size 20 is not a multiple of patch size 8"):

@@ -46,6 +46,7 @@ def inputs(batch: int, size: int, seed: int = 7) -> torch.Tensor:
 
 # -- the bar: Ti/S widths, class token and GAP, two image sizes ------------------------------
 @pytest.mark.slow
+@pytest.mark.timeout(300)
 @pytest.mark.parametrize("image_size", [32, 64])
 @pytest.mark.parametrize("pool", ["token", "gap"])
 @pytest.mark.parametrize("variant", ["Ti/16", "S/16"])
@@ -78,6 +79,7 @@ def exported(tmp_path_factory) -> Path:
     return folder
 
 
+@pytest.mark.integration
 def test_onnx_metadata_carries_class_names_and_preprocessing(exported):
     props = {p.key: p.value for p in onnx.load(str(exported / "m.onnx")).metadata_props}
     assert json.loads(props["class_names"]) == NAMES
@@ -94,6 +96,7 @@ def test_onnx_metadata_carries_class_names_and_preprocessing(exported):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_onnx_batch_axis_is_dynamic_or_fixed_as_asked(tmp_path):
     model = small_model(pool="gap", pos_embed="sincos")
     dims = {}
@@ -108,6 +111,7 @@ def test_onnx_batch_axis_is_dynamic_or_fixed_as_asked(tmp_path):
         OnnxModel(tmp_path / "fixed.onnx")(inputs(5, 32))
 
 
+@pytest.mark.unit
 def test_compare_fails_above_tolerance_and_on_nan():
     model = small_model()
     with torch.no_grad():
@@ -124,6 +128,7 @@ def test_compare_fails_above_tolerance_and_on_nan():
 
 
 # -- torch.export and npz ----------------------------------------------------------------------------
+@pytest.mark.integration
 def test_torch_export_program_round_trip_with_metadata(tmp_path):
     model = small_model(pool="gap", image_size=(32, 16))
     check = export_program(model, tmp_path / "m.pt2")
@@ -135,6 +140,7 @@ def test_torch_export_program_round_trip_with_metadata(tmp_path):
     assert read_program_config(tmp_path / "m.pt2") == model.config
 
 
+@pytest.mark.unit
 def test_npz_export_reloads_to_the_same_logits(tmp_path):
     model = small_model(act="gelu_tanh", gap_norm="before_pool", pool="gap")
     path, check = export_model(model, "npz", tmp_path / "official")
@@ -144,6 +150,7 @@ def test_npz_export_reloads_to_the_same_logits(tmp_path):
         assert torch.allclose(reloaded(inputs(2, 32)), model(inputs(2, 32)), atol=1e-5)
 
 
+@pytest.mark.unit
 def test_runtimes_give_the_same_logits(exported):
     torch_model = open_model(exported / "ckpt", "torch")
     onnx_model = open_model(exported / "m.onnx", "onnx")
@@ -155,6 +162,7 @@ def test_runtimes_give_the_same_logits(exported):
         open_model(exported / "m.onnx", "tflite")
 
 
+@pytest.mark.unit
 def test_predict_command_gives_the_same_output_with_onnxruntime(exported, tmp_path, capsys):
     pictures = []
     for index, colour in enumerate([(200, 30, 30), (30, 200, 30), (240, 240, 240)]):
@@ -172,6 +180,7 @@ def test_predict_command_gives_the_same_output_with_onnxruntime(exported, tmp_pa
     assert {t["label"] for row in outputs["onnx"] for t in row["top"]} <= set(NAMES)
 
 
+@pytest.mark.unit
 def test_onnx_runtime_refuses_foreign_files(tmp_path):
     (tmp_path / "junk.onnx").write_bytes(b"not a protobuf")
     with pytest.raises(ValueError, match="junk.onnx: not a readable ONNX model"):
@@ -200,6 +209,7 @@ def fresh_model(**options) -> vitlab.VisionTransformer:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_zero_head_export_is_checked_on_a_copy_with_a_random_head(tmp_path, capsys):
     vitlab.save_pretrained(fresh_model(), tmp_path / "ckpt")
     target = str(tmp_path / "m.pt2")
@@ -212,6 +222,7 @@ def test_zero_head_export_is_checked_on_a_copy_with_a_random_head(tmp_path, caps
     assert not written(inputs(2, 32)).any()  # the file itself is the model as it is, zero head and all
 
 
+@pytest.mark.integration
 @pytest.mark.fault("export", kinds=1)
 def test_zero_head_export_that_changed_the_encoder_fails(tmp_path, monkeypatch):
     import vitlab.export
@@ -231,6 +242,7 @@ def test_zero_head_export_that_changed_the_encoder_fails(tmp_path, monkeypatch):
 
 
 # -- the command -------------------------------------------------------------------------------------
+@pytest.mark.integration
 def test_export_command_onnx_at_another_image_size(tmp_path, capsys):
     vitlab.save_pretrained(small_model(), tmp_path / "ckpt")
     code = main(
@@ -260,6 +272,7 @@ def test_export_command_onnx_at_another_image_size(tmp_path, capsys):
     assert OnnxModel(tmp_path / "m.onnx").config.image_size == (48, 48)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "arguments, message",
     [

@@ -40,6 +40,7 @@ def timm_from(model, folder) -> torch.nn.Module:
 
 
 # -- timm ------------------------------------------------------------------------------------------
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "options",
     [
@@ -63,6 +64,7 @@ def test_timm_builds_the_folder_and_computes_vitlabs_logits(tmp_path, options):
     assert timm.data.resolve_data_config(model=peer)["input_size"] == (3, *model.config.image_size)
 
 
+@pytest.mark.unit
 def test_timm_folder_has_timms_layout_and_carries_preprocessing(tmp_path):
     pre = dict(mean=(0.1, 0.2, 0.3), std=(0.4, 0.5, 0.6), crop_pct=0.95, interpolation="bilinear")
     model = tiny(preprocessing=pre)
@@ -78,7 +80,11 @@ def test_timm_folder_has_timms_layout_and_carries_preprocessing(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "architecture", ["vit_tiny_r_s16_p8_224", pytest.param("vit_small_r26_s32_224", marks=pytest.mark.slow)]
+    "architecture",
+    [
+        pytest.param("vit_tiny_r_s16_p8_224", marks=pytest.mark.integration),
+        pytest.param("vit_small_r26_s32_224", marks=[pytest.mark.slow, pytest.mark.timeout(600)]),
+    ],
 )
 def test_timm_hybrids_go_back_to_timm(tmp_path, architecture):
     """A timm hybrid read by vitlab (with timm's backbone numerics) is written back for timm."""
@@ -98,6 +104,7 @@ def test_timm_hybrids_go_back_to_timm(tmp_path, architecture):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_a_bit_resnet_goes_to_timms_resnetv2_bit_and_transformers_bit(tmp_path):
     model = vitlab.create_model("BiT-R50x1", num_classes=4, image_size=64, class_names=NAMES[:4])
     with torch.no_grad():  # random weights; GroupNorm scales near 1 keep the activations of order 1
@@ -123,6 +130,7 @@ def test_a_bit_resnet_goes_to_timms_resnetv2_bit_and_transformers_bit(tmp_path):
 
 
 # -- transformers ----------------------------------------------------------------------------------
+@pytest.mark.integration
 @pytest.mark.parametrize(
     "options",
     [dict(image_size=32), dict(image_size=48, act="gelu_tanh", qkv_bias=False, norm_eps=1e-12)],
@@ -141,6 +149,7 @@ def test_transformers_loads_the_folder_and_computes_vitlabs_logits(tmp_path, opt
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_cli_exports_both_and_prints_the_peers_logit_difference(tmp_path, capsys):
     tiny().save_pretrained(tmp_path / "run")
     for fmt in ("timm", "hf"):
@@ -178,6 +187,7 @@ REFUSED = [
 ]
 
 
+@pytest.mark.integration
 @pytest.mark.fault("bad-input", kinds=len(REFUSED) + 6)
 def test_what_a_peer_cannot_hold_is_refused_in_one_line_before_writing(tmp_path):
     def refused(model, fmt, match):

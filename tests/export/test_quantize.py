@@ -24,6 +24,7 @@ def op_counts(path) -> collections.Counter:
     return collections.Counter(node.op_type for node in onnx.load(path).graph.node)
 
 
+@pytest.mark.integration
 def test_export_quantize_int8_writes_matmulinteger_graph_within_tolerance(tmp_path, capsys):
     model = vitlab.VisionTransformer(vitlab.ViTConfig(image_size=(32, 32), **SMALL, class_names=list("abcde")))
     randomise_(model)
@@ -65,7 +66,8 @@ def test_export_quantize_int8_writes_matmulinteger_graph_within_tolerance(tmp_pa
     assert (got.argmax(1) == expected.argmax(1)).float().mean() >= 0.85
 
 
-@pytest.mark.slow  # two exports
+@pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_zero_head_is_checked_on_a_random_head(tmp_path):
     model = vitlab.create_model(vitlab.ViTConfig(image_size=(32, 32), **SMALL)).eval()  # a fresh zero head
     path, _ = export_model(model, "onnx", tmp_path / "z.onnx")
@@ -74,6 +76,7 @@ def test_zero_head_is_checked_on_a_random_head(tmp_path):
     assert "random head" in check.note and check.max_abs_logit > 0.5 and check.max_abs_diff > 0
 
 
+@pytest.mark.unit
 @pytest.mark.fault("export", kinds=3)
 def test_bad_quantize_values_are_one_line(tmp_path, capsys):
     model = vitlab.VisionTransformer(vitlab.ViTConfig(image_size=(32, 32), **SMALL))
@@ -93,6 +96,7 @@ def test_bad_quantize_values_are_one_line(tmp_path, capsys):
         quantize_onnx(model, tmp_path / "missing.onnx", "int4")
 
 
+@pytest.mark.integration
 def test_int8_accuracy_cost_on_trained_digits_model(tmp_path, capsys):
     model = train_on_digits()
     fp32, _ = export_model(model, "onnx", tmp_path / "digits.onnx")

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from vitlab.model import config_for
 from vitlab.model.attention import QUERY_BLOCK, blocked_attention, matmul_attention_is_faster, softmax_attention
+
+pytestmark = pytest.mark.unit
 
 
 def test_bf16_at_577_tokens_takes_the_matmul_path_and_matches_the_softmax():

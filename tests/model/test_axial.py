@@ -38,6 +38,7 @@ def random_model(config: AxialConfig) -> AxialViT:
     return model
 
 
+@pytest.mark.unit
 def test_registered_names_and_the_class_token_choice():
     assert SMALL_VARIANTS and {"Axial-Ti/16", "Axial-S/16", "Axial-B/16"} <= set(list_models("axial"))
     model = vitlab.create_model("Axial-Ti/16", image_size=32)
@@ -46,6 +47,7 @@ def test_registered_names_and_the_class_token_choice():
     assert (b16.dim, b16.depth, b16.num_heads, b16.patch_size) == (768, 12, 12, 16)  # B/16's size table row
 
 
+@pytest.mark.unit
 @pytest.mark.fault("config", kinds=3)
 def test_what_axial_vit_has_no_place_for_is_refused():
     with pytest.raises(ConfigError, match="pools by 'gap'"):
@@ -56,9 +58,16 @@ def test_what_axial_vit_has_no_place_for_is_refused():
         config_for("Axial-X/16")
 
 
-# The quickest of them in every run, the others marked slow (seconds each).
+# The quickest of them an integration test, the others slow (seconds each).
 @pytest.mark.parametrize(
-    "name", [pytest.param(name, marks=[] if name == "Axial-Ti/32" else [pytest.mark.slow]) for name in SMALL_VARIANTS]
+    "name",
+    [
+        pytest.param(
+            name,
+            marks=pytest.mark.integration if name == "Axial-Ti/32" else [pytest.mark.slow, pytest.mark.timeout(600)],
+        )
+        for name in SMALL_VARIANTS
+    ],
 )
 def test_small_variants_forward_and_backward(name):
     config = tiny(name)
@@ -79,6 +88,7 @@ def explicit_weights(attn, tokens: torch.Tensor) -> torch.Tensor:
     return (q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5).softmax(dim=-1)
 
 
+@pytest.mark.integration
 @torch.no_grad()
 def test_attention_weights_are_those_of_the_rows_and_columns_of_the_same_pass():
     config = tiny("Axial-Ti/16", depth=2)
@@ -107,6 +117,7 @@ def test_attention_weights_are_those_of_the_rows_and_columns_of_the_same_pass():
     torch.testing.assert_close(model.forward_head(model.norm(z)), logits)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "overrides", [{}, {"pos_embed": "2d", "qkv_bias": False}, {"head_dim": 16, "pos_embed": "none"}]
 )
@@ -118,6 +129,7 @@ def test_parameter_count_is_the_models(overrides):
         assert parameter_count(config) == sum(p.numel() for p in model.parameters())
 
 
+@pytest.mark.integration
 def test_flops_are_two_vit_blocks_per_layer_with_attention_along_one_axis():
     """FlopCounterMode's count (bench/flops.py) against the matmuls written out (2 FLOPs a multiply-add)."""
     config = tiny("Axial-Ti/16", depth=2)

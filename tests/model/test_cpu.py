@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import logging
 
+import pytest
+
 from vitlab.model import cpu
+
+pytestmark = pytest.mark.unit
 
 
 def test_the_l2_cache_size_is_read_from_sysfs_and_assumed_aloud_where_absent(monkeypatch, tmp_path, caplog):

@@ -38,6 +38,7 @@ def reference(model: vitlab.VisionTransformer, images: torch.Tensor) -> torch.Te
         return model.forward_head(model.forward_features(images))
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("pos_embed", ["learned", "relative", "relative_bias"])
 def test_class_token_only_last_layer_matches_all_tokens(pos_embed):
     model = tiny_model(pos_embed=pos_embed)
@@ -49,6 +50,7 @@ def test_class_token_only_last_layer_matches_all_tokens(pos_embed):
     torch.testing.assert_close(logits, reference(model, images), rtol=0, atol=1e-5)
 
 
+@pytest.mark.unit
 def test_class_token_only_last_layer_gives_the_same_gradients():
     model = tiny_model().train()
     images = torch.randn(2, 3, 32, 32)
@@ -60,6 +62,7 @@ def test_class_token_only_last_layer_gives_the_same_gradients():
         torch.testing.assert_close(fast[name], param.grad, rtol=1e-4, atol=1e-6, msg=name)
 
 
+@pytest.mark.unit
 def test_gap_model_still_encodes_every_token():
     model = tiny_model(pool="gap")
     images = torch.randn(2, 3, 32, 32)
@@ -67,6 +70,7 @@ def test_gap_model_still_encodes_every_token():
         torch.testing.assert_close(model(images), reference(model, images), rtol=0, atol=1e-6)
 
 
+@pytest.mark.unit
 def test_written_out_attention_equals_fused_kernel_in_fp32():
     q, k, v = torch.randn(3, 2, 4, 17, 16).unbind(0)
     bias = torch.randn(4, 17, 17)
@@ -75,6 +79,7 @@ def test_written_out_attention_equals_fused_kernel_in_fp32():
     torch.testing.assert_close(weights.sum(-1), torch.ones(2, 4, 17))
 
 
+@pytest.mark.unit
 def test_attention_in_query_blocks_equals_the_whole():
     tokens = QUERY_BLOCK + 37  # two blocks, the second partial
     q, k, v = torch.randn(3, 2, 4, tokens, 16, dtype=torch.float64).unbind(0)
@@ -83,6 +88,7 @@ def test_attention_in_query_blocks_equals_the_whole():
     torch.testing.assert_close(blocked_attention(q, k, v, 16**-0.5, bias), expected, rtol=0, atol=1e-12)
 
 
+@pytest.mark.unit
 def test_matmul_attention_is_chosen_where_kernels_chose_it(monkeypatch):
     for native_bf16, expected in ((True, True), (False, False)):
         monkeypatch.setattr(kernels, "onednn_supports", lambda dtype, native_bf16=native_bf16: native_bf16)
@@ -92,6 +98,7 @@ def test_matmul_attention_is_chosen_where_kernels_chose_it(monkeypatch):
         assert not matmul_attention_is_faster(torch.zeros(1))
 
 
+@pytest.mark.unit
 def test_bf16_training_recomputes_attention_with_identical_gradients(monkeypatch):
     """Autocast training takes the matmul path under checkpoint; gradients equal the stored-weights path."""
     model = tiny_model().train()
@@ -112,6 +119,7 @@ def test_bf16_training_recomputes_attention_with_identical_gradients(monkeypatch
         torch.testing.assert_close(recomputed[name], stored[name], rtol=0, atol=0, msg=name)
 
 
+@pytest.mark.unit
 def test_bf16_output_is_as_close_to_fp32_as_autocast():
     model = tiny_model()
     images = torch.randn(4, 3, 32, 32)
@@ -125,6 +133,7 @@ def test_bf16_output_is_as_close_to_fp32_as_autocast():
     assert (fast - expected).abs().max() < 2 * (autocast - expected).abs().max() + 1e-3 * scale
 
 
+@pytest.mark.unit
 def test_optimize_for_inference_leaves_the_model_alone():
     model = tiny_model()
     before = copy.deepcopy(model.state_dict())
@@ -138,6 +147,7 @@ def test_optimize_for_inference_leaves_the_model_alone():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_compiled_frozen_fast_path_matches_reference():
     model = tiny_model(depth=2)
     images = torch.randn(2, 3, 32, 32)
@@ -149,6 +159,7 @@ def test_compiled_frozen_fast_path_matches_reference():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 @pytest.mark.parametrize("library", ["onednn", "mkl"])
 def test_fp32_fast_path_runs_its_gemms_in_the_library_chosen_for_this_cpu(monkeypatch, library):
     """Where kernels.fp32_gemm chose oneDNN, the batch is dynamic and the frozen graph calls oneDNN's
@@ -171,6 +182,7 @@ def test_fp32_fast_path_runs_its_gemms_in_the_library_chosen_for_this_cpu(monkey
     torch.testing.assert_close(fast(five), reference(model, five), rtol=0, atol=1e-5)
 
 
+@pytest.mark.integration
 def test_fast_path_compiles_frozen_with_the_cpp_wrapper_on_cpu():
     """The options reach Inductor when it compiles: freezing (weights as constants) and, on CPU, the
     C++ wrapper; read by a stand-in backend, so nothing is compiled."""
@@ -189,6 +201,7 @@ def test_fast_path_compiles_frozen_with_the_cpp_wrapper_on_cpu():
     assert seen == [(True, True)] and (config.freezing, config.cpp_wrapper) == before  # only while compiling
 
 
+@pytest.mark.unit
 def test_eager_bf16_cpu_softmax_is_fp32s_rounded_within_an_ulp_and_so_is_its_gradient():
     """On the CPU, eagerly, the bf16 softmax runs in ATen's kernel, fp32 inside, without an fp32 tensor:
     each weight within one bf16 ulp (2^-8 relative, at most) of the fp32 softmax, with autograd or
@@ -212,6 +225,7 @@ def test_eager_bf16_cpu_softmax_is_fp32s_rounded_within_an_ulp_and_so_is_its_gra
     assert not torch.equal(trained_q.grad, torch.zeros_like(trained_q.grad))
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("bias_shape", ["heads", "images"])
 def test_eager_bf16_inference_attention_computes_what_training_does(monkeypatch, bias_shape):
     """Outside autograd, blocked_attention's bf16 route (inference_attention: the scale in the GEMM, the
@@ -233,6 +247,7 @@ def test_eager_bf16_inference_attention_computes_what_training_does(monkeypatch,
     torch.testing.assert_close(fast, trained, rtol=2**-7, atol=2**-9)
 
 
+@pytest.mark.unit
 def test_inference_attention_blocks_hold_the_logits_the_l2_caches_hold(monkeypatch):
     monkeypatch.setattr(attention, "l2_cache_bytes", lambda: 2**20)
     monkeypatch.setattr(torch, "get_num_threads", lambda: 2)

@@ -63,6 +63,7 @@ def tiny_hybrid(**changes) -> ViTConfig:
     return ViTConfig(**fields)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("suffix", [".safetensors", ".pth"])
 def test_timm_hybrid_state_dict_loads_with_inferred_backbone_and_same_logits(tmp_path, suffix):
     reference = randomise_(timm_hybrid()).eval()
@@ -79,6 +80,7 @@ def test_timm_hybrid_state_dict_loads_with_inferred_backbone_and_same_logits(tmp
     assert expected.abs().max() > 1e-2
 
 
+@pytest.mark.unit
 def test_official_npz_round_trip_infers_the_architecture(tmp_path):
     model = randomise_(create_untrained(tiny_hybrid(act="gelu_tanh"))).eval()
     path = export_hybrid_npz(model, tmp_path / "R_tiny.npz")
@@ -113,6 +115,7 @@ def test_official_npz_round_trip_infers_the_architecture(tmp_path):
         torch.testing.assert_close(load(tmp_path / "flat.npz")(x), model(x), rtol=0, atol=1e-6)
 
 
+@pytest.mark.unit
 def test_exported_npz_is_the_layout_timm_reads_as_official(tmp_path):
     """timm's loader for the released hybrid files puts every array where vitlab's does."""
     model = randomise_(create_untrained(tiny_hybrid())).eval()
@@ -125,6 +128,7 @@ def test_exported_npz_is_the_layout_timm_reads_as_official(tmp_path):
         torch.testing.assert_close(value, expected[key], rtol=0, atol=0, msg=key)
 
 
+@pytest.mark.unit
 def test_loading_checks_the_backbone(tmp_path):
     model = randomise_(create_untrained(tiny_hybrid()))
     path = export_hybrid_npz(model, tmp_path / "R_tiny.npz")
@@ -140,6 +144,7 @@ def test_loading_checks_the_backbone(tmp_path):
         load(tmp_path / "extra.npz")
 
 
+@pytest.mark.integration
 def test_hybrid_at_a_new_resolution(tmp_path):
     model = randomise_(create_untrained(tiny_hybrid()))
     path = export_hybrid_npz(model, tmp_path / "R_tiny.npz")
@@ -156,6 +161,7 @@ def test_hybrid_at_a_new_resolution(tmp_path):
     assert (got[0] - got[1]).abs().max() > 1e-3  # depends on the image
 
 
+@pytest.mark.unit
 def test_r50_b16_has_timm_layout_and_paper_sequence_length():
     import timm
 
@@ -171,6 +177,7 @@ def test_r50_b16_has_timm_layout_and_paper_sequence_length():
     assert config.grid_size == (14, 14) and config.num_patches == 196  # 224 / 16 (Sec. 4.1)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("name", list_models("hybrid"))
 def test_registered_hybrids(name):
     config = config_for(name)
@@ -184,6 +191,7 @@ def test_registered_hybrids(name):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 @pytest.mark.parametrize("name", [n for n in list_models("hybrid") if "-small" in n])
 def test_small_image_hybrids_train_and_explain_at_32px(name):
     model = create_untrained(name, num_classes=3)
@@ -199,6 +207,7 @@ def test_small_image_hybrids_train_and_explain_at_32px(name):
     assert attentions[0].shape == (2, model.config.num_heads, 65, 65)
 
 
+@pytest.mark.unit
 def test_hybrid_config_round_trips_and_saves(tmp_path):
     config = tiny_hybrid(pool="gap")
     document = json.loads(json.dumps(config.to_dict()))
@@ -211,6 +220,7 @@ def test_hybrid_config_round_trips_and_saves(tmp_path):
         torch.testing.assert_close(reloaded(images(32)), model(images(32)), rtol=0, atol=0)
 
 
+@pytest.mark.unit
 def test_hybrid_errors():
     with pytest.raises(ConfigError, match="not divisible by the hybrid's effective patch size 16"):
         create_untrained("R50+B/16", image_size=200)

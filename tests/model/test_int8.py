@@ -27,6 +27,7 @@ def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
     return ((actual - expected).abs().max() / expected.abs().max()).item()
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("gelu", [None, "none", "tanh"])
 def test_int8_linear_is_the_float_linear_within_quantization_error(gelu):
     linear = nn.Linear(96, 48)
@@ -43,6 +44,7 @@ def test_int8_linear_is_the_float_linear_within_quantization_error(gelu):
         assert relative_error(int8(x.bfloat16()).float(), expected) < 0.03  # bf16 in, bf16 out
 
 
+@pytest.mark.unit
 def test_int8_linear_keeps_a_constant_input_exact_at_zero():
     linear = nn.Linear(32, 16)
     with torch.no_grad():
@@ -50,6 +52,7 @@ def test_int8_linear_keeps_a_constant_input_exact_at_zero():
         torch.testing.assert_close(out, linear.bias.expand(3, 16), rtol=0, atol=1e-6)  # zero is a level
 
 
+@pytest.mark.unit
 def test_quantize_linears_replaces_every_encoder_linear_and_folds_gelu():
     model = quantize_linears(tiny_model())
     for block in model.blocks:
@@ -58,6 +61,7 @@ def test_quantize_linears_replaces_every_encoder_linear_and_folds_gelu():
     assert not isinstance(model.head, Int8Linear)  # the head stays in float
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("native_bf16", [True, False])
 def test_int8_inference_is_the_models_logits_within_quantization_error(monkeypatch, caplog, native_bf16):
     monkeypatch.setattr(kernels, "_native", {torch.bfloat16: native_bf16})
@@ -80,6 +84,7 @@ def test_int8_inference_is_the_models_logits_within_quantization_error(monkeypat
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_compiled_int8_path_computes_the_eager_int8_numbers():
     from torch._inductor.utils import run_and_get_code
 
@@ -93,6 +98,7 @@ def test_compiled_int8_path_computes_the_eager_int8_numbers():
     torch.testing.assert_close(logits, eager, rtol=0, atol=0.02 * eager.abs().max().item())
 
 
+@pytest.mark.unit
 def test_int8_asks_for_a_vit_on_the_cpu():
     with pytest.raises(ConfigError, match="int8 inference runs on the CPU"):
         vitlab.optimize_for_inference(tiny_model().to("meta"), dtype=torch.int8, compile=False)

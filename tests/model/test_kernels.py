@@ -35,6 +35,7 @@ def fake_cpu(monkeypatch, capability: str, native_bf16: bool, timings: dict | No
     return timed
 
 
+@pytest.mark.unit
 def test_avx2_without_native_bf16_takes_the_fused_kernel_and_fp32(monkeypatch, caplog):
     fake_cpu(monkeypatch, "AVX2", native_bf16=False)
     with caplog.at_level(logging.INFO, logger="vitlab"):
@@ -46,6 +47,7 @@ def test_avx2_without_native_bf16_takes_the_fused_kernel_and_fp32(monkeypatch, c
     assert len(said) == 1 and "AVX2 without native bf16" in said[0] and "fused attention" in said[0], said
 
 
+@pytest.mark.unit
 def test_native_bf16_takes_the_measured_path_and_caches_it(monkeypatch, tmp_path):
     monkeypatch.setenv(kernels.CACHE_ENV, str(tmp_path))
     for faster in ("matmul", "fused"):
@@ -78,6 +80,7 @@ model name\t: another name
 """
 
 
+@pytest.mark.integration
 def test_cpus_of_one_name_are_told_apart_by_family_and_model(monkeypatch, tmp_path):
     """Two EPYCs of one name but different generations: each measures its own attention path, neither
     reads the other's from a cache file they share."""
@@ -100,6 +103,7 @@ def test_cpus_of_one_name_are_told_apart_by_family_and_model(monkeypatch, tmp_pa
     assert cpu.cpu_name() and cpu.cpu_model()  # the platform module's words where Linux has none
 
 
+@pytest.mark.unit
 @pytest.mark.fault("cache", kinds=1)
 @pytest.mark.parametrize("text", ["{not json", "[1, 2]", '{"%s": {"attention": "sideways"}}'])
 def test_a_corrupt_cache_file_is_measured_again(monkeypatch, tmp_path, caplog, text):
@@ -116,6 +120,7 @@ def test_a_corrupt_cache_file_is_measured_again(monkeypatch, tmp_path, caplog, t
     assert all("\n" not in w and "cpu-kernels.json" in w for w in warnings)
 
 
+@pytest.mark.unit
 @pytest.mark.fault("cache", kinds=1)
 def test_a_cache_folder_that_cannot_be_written_measures_for_this_process_and_says_so(monkeypatch, tmp_path, caplog):
     blocker = tmp_path / "a-file"
@@ -133,6 +138,7 @@ def test_a_cache_folder_that_cannot_be_written_measures_for_this_process_and_say
     )
 
 
+@pytest.mark.unit
 def test_without_native_bf16_a_linear_layer_runs_as_fp32_gemm_on_bf16_operands(monkeypatch):
     layer = kernels.Linear(48, 40)
     x = torch.randn(6, 48)
@@ -160,6 +166,7 @@ def test_without_native_bf16_a_linear_layer_runs_as_fp32_gemm_on_bf16_operands(m
         torch.testing.assert_close(inference, native.detach(), rtol=1e-2, atol=1e-2)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("approximate", ["none", "tanh"])
 def test_linear_gelu_in_onednns_epilogue_is_gelu_of_the_linear(dtype, approximate):
@@ -175,6 +182,7 @@ def test_linear_gelu_in_onednns_epilogue_is_gelu_of_the_linear(dtype, approximat
     torch.testing.assert_close(fused.float(), expected, rtol=tolerance, atol=tolerance)
 
 
+@pytest.mark.unit
 def test_attention_compiles_whole_with_the_choice_made_at_trace_time(monkeypatch):
     fake_cpu(monkeypatch, "AVX2", native_bf16=False)
     attention = Attention(32, 2).eval().bfloat16()
@@ -184,6 +192,7 @@ def test_attention_compiles_whole_with_the_choice_made_at_trace_time(monkeypatch
         torch.testing.assert_close(compiled, attention(x)[0], rtol=0, atol=0)
 
 
+@pytest.mark.unit
 def test_the_fp32_gemm_library_is_measured_once_per_machine_and_cached(monkeypatch, tmp_path, caplog):
     monkeypatch.setenv(kernels.CACHE_ENV, str(tmp_path))
     fake_cpu(monkeypatch, "AVX512", native_bf16=True)
@@ -202,11 +211,13 @@ def test_the_fp32_gemm_library_is_measured_once_per_machine_and_cached(monkeypat
     assert list(json.loads((tmp_path / "cpu-kernels.json").read_text())) == [kernels.machine_key("fp32 gemm")]
 
 
+@pytest.mark.unit
 def test_timing_the_fp32_gemms_runs_both_libraries():
     entry = kernels.time_fp32_gemms(repeats=1)
     assert entry["gemm"] in ("mkl", "onednn") and entry["mkl_gflops"] > 0 and entry["onednn_gflops"] > 0
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("library", ["onednn", "mkl"])
 def test_eager_fp32_inference_linears_run_in_the_chosen_library(monkeypatch, library):
     """oneDNN's linear only for eager fp32 without autograd where fp32_gemm chose it; the same numbers."""

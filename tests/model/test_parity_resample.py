@@ -8,6 +8,8 @@ import torch
 
 from vitlab.model import resample_pos_embed
 
+pytestmark = pytest.mark.unit
+
 timm_layers = pytest.importorskip("timm.layers")
 scipy_ndimage = pytest.importorskip("scipy.ndimage")
 

@@ -8,6 +8,8 @@ import torch
 from vitlab.model import kernels
 from vitlab.model.patch_embed import PatchEmbedding, patches
 
+pytestmark = pytest.mark.unit
+
 
 def test_patches_are_row_major_and_channel_first():
     images = torch.arange(2 * 3 * 4 * 6, dtype=torch.float32).reshape(2, 3, 4, 6)

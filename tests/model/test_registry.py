@@ -21,16 +21,21 @@ SMALL = 20_000_000  # parameters at the registered size: built for real and save
 NO_LIMIT = 2**50  # bytes: the meta device allocates nothing, so the memory check is not what is tested
 
 
+TIER_SLOW = [pytest.mark.slow, pytest.mark.timeout(600)]
+TIER_QUICK = {True: pytest.mark.integration, False: pytest.mark.unit}
+
+
 def registered(small: bool) -> list:
     """The registered names under (or over) SMALL parameters. Of the small ones, the smallest of
-    each family is saved and loaded in every run, the others are marked slow (seconds each)."""
+    each family is an integration test, the others are slow (seconds each); the large ones are unit tests on
+    the meta device."""
     params = []
     for family in FAMILIES.values():
         counts = {name: parameter_count(config_for(name)) for name in family.names}
         chosen = [name for name in family.names if (counts[name] < SMALL) == small]
         smallest = min(chosen, key=counts.__getitem__, default=None)
         params += [
-            pytest.param(name, id=name, marks=[pytest.mark.slow] if small and name != smallest else [])
+            pytest.param(name, id=name, marks=TIER_SLOW if small and name != smallest else TIER_QUICK[small])
             for name in chosen
         ]
     return params
@@ -43,6 +48,7 @@ def tiny_image_size(config) -> int:
     return 2 * stride
 
 
+@pytest.mark.unit
 def test_every_model_class_is_registered_and_built_from_registered_names():
     exported = [getattr(vitlab.model, name) for name in vitlab.model.__all__]
     model_classes = {obj for obj in exported if isinstance(obj, type) and issubclass(obj, torch.nn.Module)}
@@ -50,6 +56,7 @@ def test_every_model_class_is_registered_and_built_from_registered_names():
     assert {architecture_for(config_for(name)) for name in list_models("all")} == model_classes
 
 
+@pytest.mark.unit
 def test_every_family_is_listed_and_claims_its_own_names():
     assert list(FAMILIES)[:3] == ["vit", "hybrid", "bit"]  # the order `vitlab models` lists them in
     assert list_models("all") == [name for family in FAMILIES.values() for name in family.names]

@@ -37,6 +37,7 @@ def timm_to_vitlab_bit(state):
     return state
 
 
+@pytest.mark.integration
 def test_bit_matches_timm_resnetv2():
     reference = randomise_(timm_bit((2, 1, 1), width=16, groups=8, num_classes=5)).eval()
     config = BiTConfig(resnet=bit_resnet_config(layers=(2, 1, 1), width=16, num_groups=8), num_classes=5)
@@ -52,6 +53,7 @@ def test_bit_matches_timm_resnetv2():
     assert expected.abs().max() > 1e-2  # random weights everywhere: a real comparison
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("size", [(32, 32), (37, 29)])  # odd sizes exercise SAME's uneven padding
 def test_hybrid_backbone_matches_timm_same_padding(size):
     reference = ResNetV2(
@@ -77,6 +79,7 @@ def test_hybrid_backbone_matches_timm_same_padding(size):
     torch.testing.assert_close(features, expected, rtol=0, atol=1e-5)
 
 
+@pytest.mark.unit
 def test_real_sizes_have_timm_layout():
     """BiT-R50x1 and the R50 backbone hold exactly timm's tensors (names and shapes)."""
     import timm
@@ -89,6 +92,7 @@ def test_real_sizes_have_timm_layout():
     assert sum(p.numel() for p in model.parameters()) == pytest.approx(25.5e6, rel=0.01)  # BiT-M R50x1
 
 
+@pytest.mark.unit
 def test_weight_standardisation_follows_the_source():
     torch.manual_seed(0)
     weight = torch.randn(8, 4, 3, 3) * 3 + 1
@@ -114,6 +118,7 @@ def test_weight_standardisation_follows_the_source():
     assert (results[0] - results[1]).abs().max() > 1e-3
 
 
+@pytest.mark.unit
 def test_pad_same_is_tensorflow_same():
     x = torch.ones(1, 1, 6, 7)
     padded = pad_same(x, kernel_size=3, stride=2)
@@ -123,6 +128,7 @@ def test_pad_same_is_tensorflow_same():
     assert padded[0, 0, :, 0].sum() == 0 and padded[0, 0, :, -1].sum() == 0
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("name", list_models("bit"))
 def test_registered_bit_models(name):
     config = config_for(name)
@@ -134,6 +140,7 @@ def test_registered_bit_models(name):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 @pytest.mark.parametrize("name", [n for n in list_models("bit") if n.endswith("-small")])
 def test_small_image_bit_models_train_at_32px(name):
     model = create_untrained(name, num_classes=3)
@@ -147,6 +154,7 @@ def test_small_image_bit_models_train_at_32px(name):
     assert model.head.weight.grad.abs().max() > 0 and next(model.parameters()).grad.abs().max() > 0
 
 
+@pytest.mark.integration
 def test_bit_interface_for_training_and_few_shot():
     model = create_untrained("BiT-R26x1-small", num_classes=4).eval()
     assert (model.head.weight == 0).all()  # BiT fine-tunes from a zero head
@@ -166,6 +174,7 @@ def test_bit_interface_for_training_and_few_shot():
     torch.testing.assert_close(model(images), expected)
 
 
+@pytest.mark.unit
 def test_config_round_trip_and_errors():
     config = config_for("BiT-R50x1-small", num_classes=10, class_names=list("abcdefghij"))
     assert BiTConfig.from_dict(config.to_dict()) == config

@@ -36,6 +36,7 @@ def atens(logits: torch.Tensor) -> torch.Tensor:
     return torch._softmax(logits.clone(), -1, False)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("cols", [1, 7, 16, 33, 197, 577, 4097, native.MAX_COLS])
 def test_the_kernel_computes_atens_softmax(cols):
     """Within one bf16 rounding of the fp32 softmax, as ATen's kernel is, and ATen's own value
@@ -59,6 +60,7 @@ def test_the_kernel_computes_atens_softmax(cols):
     assert torch.equal(alone, mine)
 
 
+@pytest.mark.unit
 def test_a_kernel_that_is_not_atens_is_refused(caplog):
     """The check before first use fails a kernel that rounds twice, one that skips the rows' tails and
     one that loses a NaN; the check of vitlab's own kernel passes."""
@@ -84,6 +86,7 @@ def test_a_kernel_that_is_not_atens_is_refused(caplog):
     assert softmax.disagreement() is None
 
 
+@pytest.mark.unit
 def test_atens_kernel_runs_where_vitlabs_cannot_and_the_log_says_why(monkeypatch, caplog):
     logits = torch.randn(4, 197).bfloat16()
     fakes = [
@@ -106,6 +109,7 @@ def test_atens_kernel_runs_where_vitlabs_cannot_and_the_log_says_why(monkeypatch
             assert len(said) == 1 and "ATen's kernel" in said[0] and says in said[0], (says, said)
 
 
+@pytest.mark.unit
 @pytest.mark.fault("kernel-build", kinds=2)
 def test_a_compiler_that_fails_leaves_atens_kernel_and_a_damaged_library_is_built_again(monkeypatch, caplog, tmp_path):
     skip_unless_the_kernels_run_here()  # and nothing loaded: the library is damaged below
@@ -134,6 +138,7 @@ def test_a_compiler_that_fails_leaves_atens_kernel_and_a_damaged_library_is_buil
     assert ((mine.float() - exact).abs() <= 2**-8 * exact).all() and native.library() is not None
 
 
+@pytest.mark.unit
 @pytest.mark.fault("cache", kinds=1)
 def test_a_cache_folder_that_cannot_be_written_leaves_atens_kernel_and_says_why(monkeypatch, tmp_path, caplog):
     skip_unless_the_kernels_run_here()
@@ -147,6 +152,7 @@ def test_a_cache_folder_that_cannot_be_written_leaves_atens_kernel_and_says_why(
     assert len(said) == 1 and "ATen's kernel" in said[0] and "did not build" in said[0] and "a-file" in said[0], said
 
 
+@pytest.mark.unit
 def test_the_choice_is_measured_once_cached_and_atens_where_it_was_faster(monkeypatch, tmp_path):
     loaded()
     timed = []
@@ -163,6 +169,7 @@ def test_the_choice_is_measured_once_cached_and_atens_where_it_was_faster(monkey
     assert entries[kernels.machine_key(f"softmax bf16 {native.source_digest()}")]["faster"] == "aten"
 
 
+@pytest.mark.unit
 def test_a_measurement_made_inside_another_keeps_both():
     """Timing the attention paths runs the matmul path, which chooses the softmax kernel: both
     entries reach the cache file, and the lock taken twice does not deadlock."""
@@ -173,6 +180,7 @@ def test_a_measurement_made_inside_another_keeps_both():
     assert entries[kernels.machine_key("inner")] == {"k": "a"} and entries[kernels.machine_key("outer")] == outer
 
 
+@pytest.mark.integration
 def test_eager_bf16_inference_attention_runs_the_chosen_kernel_and_only_there(monkeypatch):
     calls = []
     images = torch.randn(3, 3, 32, 32).bfloat16()
@@ -192,6 +200,7 @@ def test_eager_bf16_inference_attention_runs_the_chosen_kernel_and_only_there(mo
     assert calls == []
 
 
+@pytest.mark.unit
 def test_a_model_with_vitlabs_kernel_gives_the_logits_it_gives_with_atens(monkeypatch):
     loaded()
     model = vitlab.create_model("S/16", num_classes=10, image_size=64).eval().bfloat16()

@@ -33,6 +33,7 @@ def close(a, b) -> bool:
     return a.shape == b.shape and (a - b).abs().max().item() < 1e-5 * max(1.0, b.abs().max().item())
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("pool", ["token", "gap"])
 def test_attributes_and_data_config_are_timms(tmp_path, pool):
     pre = dict(mean=(0.2, 0.3, 0.4), std=(0.3, 0.3, 0.3), crop_pct=0.8, interpolation="bilinear")
@@ -49,6 +50,7 @@ def test_attributes_and_data_config_are_timms(tmp_path, pool):
     assert model.default_cfg == model.pretrained_cfg
 
 
+@pytest.mark.integration
 def test_forward_intermediates_and_get_intermediate_layers_match_timm(tmp_path):
     model, peer = pair(tmp_path)
     x = images()
@@ -67,6 +69,7 @@ def test_forward_intermediates_and_get_intermediate_layers_match_timm(tmp_path):
         assert close(model.forward_head(final), model(x))
 
 
+@pytest.mark.unit
 def test_group_matcher_gives_timms_layer_decay_groups(tmp_path):
     from timm.optim import param_groups_layer_decay
 
@@ -86,6 +89,7 @@ def test_group_matcher_gives_timms_layer_decay_groups(tmp_path):
     assert ours == groups(peer) and len(ours) > 4
 
 
+@pytest.mark.unit
 def test_reset_classifier_has_timms_signature_and_refuses_a_pool_it_cannot_take(tmp_path):
     model, peer = pair(tmp_path)
     with pytest.raises(ConfigError, match="global_pool='avg'"):
@@ -102,6 +106,7 @@ def test_reset_classifier_has_timms_signature_and_refuses_a_pool_it_cannot_take(
         gap.reset_classifier(5, "token")
 
 
+@pytest.mark.unit
 def test_set_input_size_resamples_as_timm(tmp_path):
     model, peer = pair(tmp_path)
     model.set_input_size(img_size=(48, 48))
@@ -113,6 +118,7 @@ def test_set_input_size_resamples_as_timm(tmp_path):
         model.set_input_size(patch_size=8)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("name", sorted(TIMM_PLAIN) + [f"{arch}_224" for arch in TIMM_HYBRIDS])
 def test_timm_names_are_aliases_with_timms_shapes(name):
     assert timm.is_model(name), name
@@ -125,6 +131,7 @@ def test_timm_names_are_aliases_with_timms_shapes(name):
     assert ours.config.image_size == (size, size) and from_timm_name(name).model == ours.config.name
 
 
+@pytest.mark.unit
 def test_timm_tags_map_to_catalogue_tags():
     assert from_timm_name("vit_base_patch16_384.augreg_in21k_ft_in1k").tag == "augreg-in21k-ft-in1k-384"
     assert from_timm_name("vit_base_patch16_224.orig_in21k_ft_in1k").tag == "orig-in21k-ft-in1k-224"

@@ -18,7 +18,13 @@ def small_image_size(name: str) -> int:
 
 @pytest.mark.parametrize(
     "name",
-    [pytest.param(n, marks=pytest.mark.slow) if n.split("/")[0] in HEAVY else n for n in list_models()],
+    [
+        pytest.param(
+            n,
+            marks=[pytest.mark.slow, pytest.mark.timeout(600)] if n.split("/")[0] in HEAVY else pytest.mark.integration,
+        )
+        for n in list_models()
+    ],
 )
 def test_every_registered_variant(name):
     size = small_image_size(name)
@@ -40,6 +46,7 @@ def test_every_registered_variant(name):
     assert attentions[0].shape == (2, model.config.num_heads, tokens, tokens)
 
 
+@pytest.mark.unit
 def test_paper_table_1_sizes():
     counts = {}
     for name in ("B/16", "L/16", "H/14"):
@@ -82,6 +89,7 @@ def tiny(**overrides) -> ViTConfig:
     return ViTConfig(**fields)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("options", OPTIONS, ids=lambda o: "-".join(f"{k}={v}" for k, v in o.items()))
 def test_options_forward_backward_and_attention_paths_agree(options):
     model = randomise_(create_untrained(tiny(**options)))
@@ -97,6 +105,7 @@ def test_options_forward_backward_and_attention_paths_agree(options):
         torch.testing.assert_close(weights.sum(-1), torch.ones(weights.shape[:-1]))
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "pos_embed", ["learned", "2d", "sincos", "relative_bias", "none", "learned:every_layer", "2d:every_layer_shared"]
 )
@@ -114,6 +123,7 @@ def test_runtime_resolution_change_equals_resized_model(pos_embed, pool):
     torch.testing.assert_close(on_the_fly, resized, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.unit
 def test_position_embedding_is_position_specific():
     """Without position information the model is permutation-equivariant over patches; with it, not."""
 
@@ -133,6 +143,7 @@ def test_position_embedding_is_position_specific():
         assert not torch.allclose(a, b, atol=1e-4), kind
 
 
+@pytest.mark.unit
 def test_relative_is_appendix_d4_relative_attention():
     """Each query attends to learned per-offset embeddings; those logits q_i . r_(i-j) / sqrt(d) join
     the content logits (Appendix D.4), so the position term depends on the query's content."""
@@ -154,6 +165,7 @@ def test_relative_is_appendix_d4_relative_attention():
     assert not torch.allclose(position[0], position[1], atol=1e-3)  # content-dependent, unlike a bias table
 
 
+@pytest.mark.unit
 def test_relative_attention_refuses_another_grid():
     model = create_untrained(tiny(pos_embed="relative"))
     with pytest.raises(ValueError, match="relative.*4x4 patch grid; a 6x8 grid"):
@@ -172,6 +184,7 @@ def manual_forward(model, tables) -> torch.Tensor:
     return model.head(model.norm(z)[:, 0])
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("kind", ["learned", "2d"])
 def test_pos_embed_at_every_layer_and_every_layer_shared(kind):
     """every_layer: layer l gets its own E_pos before it; every_layer_shared: one E_pos before every
@@ -196,6 +209,7 @@ def test_pos_embed_at_every_layer_and_every_layer_shared(kind):
     )
 
 
+@pytest.mark.unit
 @pytest.mark.fault("bad-config", kinds=4)
 def test_pos_embed_at_refuses_what_table_8_does_not_define():
     for kind in ("none", "relative", "sincos"):
@@ -205,6 +219,7 @@ def test_pos_embed_at_refuses_what_table_8_does_not_define():
         tiny(pos_embed_at="stem")
 
 
+@pytest.mark.unit
 def test_reset_classifier_drops_pre_logits_and_zero_inits_head():
     model = randomise_(create_untrained(tiny(representation_size=24)))
     assert isinstance(model.pre_logits, torch.nn.Sequential)
@@ -221,6 +236,7 @@ def test_reset_classifier_drops_pre_logits_and_zero_inits_head():
     torch.testing.assert_close(features, model.forward_head(model.forward_features(images), pre_logits=True))
 
 
+@pytest.mark.unit
 def test_forward_head_pre_logits_is_the_representation():
     model = randomise_(create_untrained(tiny(representation_size=24))).eval()
     tokens = model.forward_features(torch.randn(2, 3, 16, 16))
@@ -230,6 +246,7 @@ def test_forward_head_pre_logits_is_the_representation():
     torch.testing.assert_close(model.head(features), model.forward_head(tokens))
 
 
+@pytest.mark.unit
 def test_eval_mode_is_deterministic_with_all_dropouts():
     model = randomise_(create_untrained(tiny(dropout=0.3, attn_dropout=0.3, drop_path=0.3))).eval()
     images = torch.randn(2, 3, 16, 16)
@@ -238,6 +255,7 @@ def test_eval_mode_is_deterministic_with_all_dropouts():
     assert not torch.allclose(model(images), model(images))
 
 
+@pytest.mark.unit
 def test_gradient_checkpointing_gives_same_gradients():
     images = torch.randn(2, 3, 16, 16)
     grads = []
@@ -249,6 +267,7 @@ def test_gradient_checkpointing_gives_same_gradients():
     torch.testing.assert_close(grads[0], grads[1])
 
 
+@pytest.mark.unit
 def test_no_weight_decay_names():
     names = create_untrained(tiny()).no_weight_decay()
     assert "cls_token" in names and "pos_embed.weight" in names
@@ -256,12 +275,14 @@ def test_no_weight_decay_names():
     assert "blocks.0.attn.qkv.weight" not in names
 
 
+@pytest.mark.unit
 def test_config_round_trip():
     config = tiny(pool="gap", image_size=(16, 24), head_hidden=(8,), class_names=["x"] * 5)
     again = ViTConfig.from_dict(config.to_dict())
     assert again == config
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "build, message",
     [
@@ -281,6 +302,7 @@ def test_bad_configs_name_the_problem(build, message):
         build()
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "shape, message",
     [

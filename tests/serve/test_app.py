@@ -18,6 +18,8 @@ from vitlab.model import Preprocessing, ViTConfig
 from vitlab.serve import ImageClassifier, Limits
 from vitlab.serve.app import build_app, is_loopback
 
+pytestmark = pytest.mark.unit
+
 NAMES = ["red", "green", "blue", "cyan", "magenta", "yellow", "black"]
 
 

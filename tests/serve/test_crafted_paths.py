@@ -22,7 +22,7 @@ import vitlab
 from helpers import REPO_ROOT, randomise_, serving
 from vitlab.model import ViTConfig
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 START_TIMEOUT_S = 120
 ANSWER_WITHIN_S = 1.0

@@ -1,4 +1,4 @@
-"""End to end: `vitlab serve` on loopback, driven by headless Chromium (Debian's, which `make test`
+"""End to end: `vitlab serve` on loopback, driven by headless Chromium (Debian's, which `make browser`
 installs) and by an HTTP client; no request may leave the machine."""
 
 from __future__ import annotations
@@ -12,18 +12,15 @@ import pytest
 from PIL import Image, ImageDraw
 
 import vitlab
-from helpers import CHROMIUM, CHROMIUM_ARGS, REPO_ROOT, randomise_, serving
+from helpers import CHROMIUM, CHROMIUM_ARGS, REPO_ROOT, randomise_, require_chromium, serving
 from vitlab.model import ViTConfig
 from vitlab.serve import ImageClassifier
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 NAMES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
 START_TIMEOUT_S = 120
 UI_TIMEOUT_MS = 60_000
-
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(not CHROMIUM.exists(), reason=f"{CHROMIUM} missing; `make test` installs Debian's chromium"),
-]
 
 
 def scene() -> bytes:
@@ -80,6 +77,7 @@ def test_json_endpoint_over_http(server):
 def test_page_in_chromium_shows_top_classes_overlay_and_errors(server, tmp_path):
     from playwright.sync_api import sync_playwright
 
+    require_chromium()
     base, checkpoint = server
     image_path, junk_path = tmp_path / "scene.png", tmp_path / "notes.txt"
     image_path.write_bytes(scene())

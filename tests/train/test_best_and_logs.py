@@ -49,6 +49,7 @@ def best_of(rows, metric):
     return best, rows[values.index(best)]["step"]
 
 
+@pytest.mark.integration
 def test_best_folder_early_stop_and_a_resumed_run_deciding_alike(tmp_path):
     run = {"eval_every": 2, "keep_best_by": "val_top1", "early_stop_patience": 2}
     whole = Trainer(tiny_config(tmp_path / "whole", run=run, **SHORT)).fit()
@@ -83,6 +84,7 @@ def test_best_folder_early_stop_and_a_resumed_run_deciding_alike(tmp_path):
     }
 
 
+@pytest.mark.integration
 def test_csv_and_tensorboard_hold_every_step_once_across_a_resume(tmp_path, monkeypatch):
     drawn = {}
     plot = outputs.plot_training_curve
@@ -123,6 +125,7 @@ def test_csv_and_tensorboard_hold_every_step_once_across_a_resume(tmp_path, monk
     assert [e.value for e in events.Scalars("val/top1")] == pytest.approx([evaluations[s]["val_top1"] for s in (3, 6)])
 
 
+@pytest.mark.integration
 def test_a_finished_run_continues_to_a_longer_total(tmp_path, caplog):
     config = tiny_config(tmp_path, run={"eval_every": 2}, schedule={"steps": 2, "warmup_steps": 1})
     Trainer(config).fit()
@@ -141,6 +144,7 @@ def test_a_finished_run_continues_to_a_longer_total(tmp_path, caplog):
     assert [row["step"] for row in read_metrics(tmp_path / "metrics.jsonl")] == [2, 4]
 
 
+@pytest.mark.integration
 @pytest.mark.fault("bad-config", kinds=2)
 def test_continuing_refuses_a_shorter_total_and_other_changes(tmp_path):
     Trainer(tiny_config(tmp_path, run={"eval_every": 2}, schedule={"steps": 4})).fit()
@@ -152,6 +156,7 @@ def test_continuing_refuses_a_shorter_total_and_other_changes(tmp_path):
         Trainer(other)
 
 
+@pytest.mark.unit
 def test_kept_best_weights_follow_the_chosen_metric():
     best, model = BestWeights("val_loss"), torch.nn.Linear(2, 1)
     for step, loss in [(1, 2.0), (2, 1.5), (3, 1.7), (4, 1.5)]:

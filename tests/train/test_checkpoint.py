@@ -14,6 +14,8 @@ from vitlab.train import checkpoint as ckpt
 from vitlab.train import rng
 from vitlab.weights import CheckpointError
 
+pytestmark = pytest.mark.unit
+
 
 def test_keeps_the_newest_and_points_latest_at_it(tmp_path):
     for step in (10, 20, 30, 40):

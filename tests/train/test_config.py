@@ -9,6 +9,8 @@ from vitlab.model import ConfigError
 from vitlab.train import get_recipe
 from vitlab.train.config import TrainConfig, apply_mapping, parse_assignment, read_yaml, set_value
 
+pytestmark = pytest.mark.unit
+
 
 def test_set_parses_values_as_yaml_and_checks_types():
     config = get_recipe("small-data")

@@ -22,6 +22,8 @@ from vitlab.train import build
 from vitlab.train.config import AugmentSpec
 from vitlab.train.loader import train_loader
 
+pytestmark = pytest.mark.unit
+
 AUGMENT = AugmentSpec(crop_scale=(0.35, 1.0), hflip=True)
 PLAIN = {"randaugment": None, "mixup": 0.0, "cutmix": 0.0}  # what the device pipeline runs: crop, flip
 

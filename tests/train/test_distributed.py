@@ -7,7 +7,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -17,7 +16,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from helpers import HAS_PROC, ListenerWatch, children
+from helpers import HAS_PROC, ListenerWatch, children, free_port
 from vitlab.train import checkpoint as ckpt
 
 # A few SGD steps of a tiny ViT on digits with a deterministic crop, so that the only difference
@@ -62,7 +61,7 @@ FLAGS = [
     "--set",
     "augment.crop_ratio=[1.0,1.0]",
 ]
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 
 def command_line(out: Path, *extra: str, processes: int = 1) -> list[str]:
@@ -184,12 +183,6 @@ def test_sigterm_to_torchrun_checkpoints_every_process_and_resumes_exactly(tmp_p
 LOOPBACK_ENV = {**ENV, "GLOO_SOCKET_IFNAME": "lo"}
 LOOPBACK = {"127.0.0.1", "::1"}
 needs_proc = pytest.mark.skipif(not HAS_PROC, reason="watches torchrun's processes through Linux's /proc")
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def torchrun(out: Path, *options: str, port: int | None = None) -> list[str]:

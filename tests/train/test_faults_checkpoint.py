@@ -46,6 +46,7 @@ class FullDisk:
         self.file.close()
 
 
+@pytest.mark.unit
 @pytest.mark.fault("disk")
 def test_a_full_disk_is_one_clear_error_and_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
     ckpt.save_checkpoint(tmp_path, 1, state(1), keep=3)
@@ -64,6 +65,7 @@ def test_a_full_disk_is_one_clear_error_and_keeps_the_previous_checkpoint(tmp_pa
     ]
 
 
+@pytest.mark.integration
 @pytest.mark.fault("disk")
 def test_a_real_full_disk(tmp_path):
     """The same on a 256 KiB tmpfs, where torch.save meets a real ENOSPC (needs root to mount)."""
@@ -88,6 +90,7 @@ def test_a_real_full_disk(tmp_path):
         subprocess.run(["umount", str(disk)], check=True)
 
 
+@pytest.mark.unit
 @pytest.mark.fault("kill")
 def test_an_interrupted_write_leaves_latest_on_the_previous_checkpoint(tmp_path, monkeypatch):
     ckpt.save_checkpoint(tmp_path, 3, state(3), keep=3)
@@ -103,6 +106,7 @@ def test_an_interrupted_write_leaves_latest_on_the_previous_checkpoint(tmp_path,
     assert not (tmp_path / ckpt.FOLDER / ckpt.checkpoint_name(6)).exists()
 
 
+@pytest.mark.unit
 @pytest.mark.fault("kill", kinds=2)
 def test_leftovers_of_killed_writers_are_removed_and_only_the_newest_k_kept(tmp_path):
     folder = tmp_path / ckpt.FOLDER
@@ -121,6 +125,7 @@ def test_leftovers_of_killed_writers_are_removed_and_only_the_newest_k_kept(tmp_
     assert saved_step(tmp_path) == 4
 
 
+@pytest.mark.unit
 @pytest.mark.fault("kill")
 def test_sharded_checkpoint_folders_are_renamed_into_place_whole(tmp_path):
     folder = ckpt.checkpoint_dir(tmp_path)
@@ -162,6 +167,7 @@ def two_checkpoints(out) -> list:
     return [ckpt.save_checkpoint(out, step, state(step), keep=3) for step in (1, 2)]
 
 
+@pytest.mark.unit
 @pytest.mark.fault("checkpoints", kinds=6)
 def test_a_changed_missing_or_unlisted_file_is_passed_over_for_the_newest_intact_one(tmp_path, caplog):
     faults = {
@@ -201,6 +207,7 @@ def write_sharded(out, step: int):
     return path
 
 
+@pytest.mark.unit
 @pytest.mark.fault("checkpoints", kinds=4)
 def test_every_file_of_a_sharded_checkpoint_is_checksummed(tmp_path):
     older, newest = write_sharded(tmp_path, 10), write_sharded(tmp_path, 20)
@@ -221,6 +228,7 @@ def test_every_file_of_a_sharded_checkpoint_is_checksummed(tmp_path):
         assert write_sharded(tmp_path, 20) == newest
 
 
+@pytest.mark.integration
 @pytest.mark.fault("checkpoints", kinds=3)
 def test_resume_passes_over_a_flipped_latest_finds_one_without_a_pointer_and_says_when_none_is_left(
     tmp_path, caplog, capsys

@@ -23,7 +23,8 @@ HOLD = (
 )
 
 
-@pytest.mark.slow  # a second Python process that imports torch
+@pytest.mark.slow
+@pytest.mark.timeout(600)
 @pytest.mark.fault("concurrency", kinds=3)
 def test_a_run_beside_a_live_one_is_refused_naming_it_and_a_killed_one_leaves_no_lock(tmp_path, capsys):
     Trainer(tiny_config(tmp_path, schedule={"steps": 2}, run={"eval_every": 2})).fit()
@@ -50,6 +51,7 @@ def test_a_run_beside_a_live_one_is_refused_naming_it_and_a_killed_one_leaves_no
     assert not (tmp_path / HOLDER_FILE).exists()  # released at the end
 
 
+@pytest.mark.integration
 @pytest.mark.fault("concurrency", kinds=1)
 def test_two_trainers_of_one_process_on_one_folder(tmp_path):
     first = Trainer(tiny_config(tmp_path, schedule={"steps": 2}, run={"eval_every": 2}))

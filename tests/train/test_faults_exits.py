@@ -18,6 +18,8 @@ import pytest
 
 from helpers import write_class_folders
 
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
 STEP_LINE = re.compile(r"step (\d+)/\d+ ")
 RUN_SECONDS = 120  # a run that has not ended by then hangs
 GONE_SECONDS = 15  # how long the workers may outlive the main process
@@ -123,7 +125,6 @@ def train(
     return process.returncode, log, left
 
 
-@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the process group's members in /proc")
 @pytest.mark.fault("exits", kinds=1)
 @pytest.mark.parametrize("how", ["finished", "finished, trainer kept", "failed", "SIGTERM", "SIGINT"])

@@ -26,6 +26,8 @@ from vitlab.train import atomic_files as files
 from vitlab.train import checkpoint as ckpt
 from vitlab.train.outputs import read_metrics
 
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
 STEPS = 40
 # The tiny small-data run (RandAugment, Mixup/CutMix, drop path: many random streams) with dropout, an
 # EMA, two micro-batches per step, an epoch boundary (1149 training digits: 35 steps of 32 an epoch)
@@ -97,7 +99,6 @@ def train(
 
 
 @pytest.mark.fault("kill", kinds=3)
-@pytest.mark.slow
 def test_sigkill_anywhere_then_resume_gives_bitwise_the_same_weights(tmp_path):
     seed = int(os.environ.get("VITLAB_FAULT_SEED", random.randrange(10**6)))
     print(f"VITLAB_FAULT_SEED={seed}")

@@ -16,6 +16,8 @@ from vitlab.cli import main
 from vitlab.train import Callback, Diverged, Trainer
 from vitlab.train import checkpoint as ckpt
 
+pytestmark = pytest.mark.integration
+
 
 class Poisoned(nn.Module):
     """The network, except that at the optimiser steps in `steps` it returns NaN logits ("loss") or

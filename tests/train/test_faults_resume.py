@@ -15,6 +15,8 @@ from vitlab.train import atomic_files as files
 from vitlab.train import checkpoint as ckpt
 from vitlab.weights import CheckpointError
 
+pytestmark = pytest.mark.integration
+
 
 def test_resume_refuses_other_settings_and_a_foreign_architecture(tmp_path):
     Trainer(tiny_config(tmp_path, schedule={"steps": 3})).fit()

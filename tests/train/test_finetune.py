@@ -34,6 +34,7 @@ def finetune_config(out, init, **model):
     )
 
 
+@pytest.mark.integration
 def test_head_reset_and_resolution_change(tmp_path, pretrained, caplog):
     source, path = pretrained
     with caplog.at_level(logging.INFO, logger="vitlab"):
@@ -64,6 +65,7 @@ def test_head_reset_and_resolution_change(tmp_path, pretrained, caplog):
     assert torch.count_nonzero(reloaded.head.weight) > 0  # trained, no longer the zero init
 
 
+@pytest.mark.unit
 def test_same_resolution_and_class_count_still_gets_a_fresh_head(tmp_path):
     source = randomise_(create_untrained("mu/4", image_size=8, num_classes=10))
     source.save_pretrained(tmp_path / "ten")
@@ -73,11 +75,13 @@ def test_same_resolution_and_class_count_still_gets_a_fresh_head(tmp_path):
     torch.testing.assert_close(model.pos_embed.weight, source.pos_embed.weight)
 
 
+@pytest.mark.unit
 def test_architecture_cannot_change_when_fine_tuning(tmp_path, pretrained):
     with pytest.raises(ConfigError, match="model.depth cannot change the architecture of model.init="):
         Trainer(finetune_config(tmp_path / "ft", pretrained[1], depth=2))
 
 
+@pytest.mark.unit
 def test_image_size_must_fit_the_patch_size(tmp_path, pretrained):
     with pytest.raises(ConfigError, match="not divisible by patch size 4"):
         Trainer(finetune_config(tmp_path / "ft", pretrained[1], image_size=18))

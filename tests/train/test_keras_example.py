@@ -23,6 +23,7 @@ def keras_model(**changes):
         return create_untrained(config)
 
 
+@pytest.mark.unit
 def test_dropout_only_where_keras_has_it():
     model = keras_model()
     block = model.blocks[0]
@@ -36,6 +37,7 @@ def test_dropout_only_where_keras_has_it():
     assert paper.pos_drop.p == 0.1 and paper.blocks[0].attn.proj_drop.p == 0.1
 
 
+@pytest.mark.unit
 def test_tfa_adamw_step_is_keras_adam_after_an_unscaled_decay():
     """One step by hand: w <- w - wd w, then w <- w - lr sqrt(1 - b2) / (1 - b1) m / (sqrt(v) + eps)."""
     weight = torch.nn.Parameter(torch.tensor([2.0, -1.0], dtype=torch.float64))
@@ -57,6 +59,7 @@ def test_tfa_adamw_step_is_keras_adam_after_an_unscaled_decay():
     assert abs((float(torch_adam.detach()[0]) + 1.0) - (expected[1] + 1.0 - wd)) > 1e-5  # eps on the corrected sqrt(v)
 
 
+@pytest.mark.unit
 def test_tfa_adamw_decays_every_variable():
     model = create_untrained("mu/4", image_size=8, num_classes=3)
     optimizer = build_optimizer(model, get_recipe("keras-example").optim)
@@ -65,6 +68,7 @@ def test_tfa_adamw_decays_every_variable():
     assert (type(optimizer), group["eps"]) == (TfaAdamW, 1e-7)
 
 
+@pytest.mark.unit
 def test_recipe_values():
     config = get_recipe("keras-example")
     assert (config.data.batch_size, config.schedule.epochs, config.schedule.decay) == (256, 100, "constant")
@@ -73,6 +77,7 @@ def test_recipe_values():
     assert (config.augment.rotation, config.augment.zoom, config.augment.fill_mode) == (7.2, 0.2, "reflect")
 
 
+@pytest.mark.unit
 def test_augmentation_is_keras_layers_in_keras_order():
     config = get_recipe("keras-example")
     preprocessing = Preprocessing(mean=config.data.mean, std=config.data.std, crop_pct=1.0, interpolation="bilinear")
@@ -85,6 +90,7 @@ def test_augmentation_is_keras_layers_in_keras_order():
     assert transform(Image.new("RGB", (32, 32), (10, 200, 30))).shape == (3, 72, 72)
 
 
+@pytest.mark.unit
 def test_zoom_is_drawn_per_axis():
     layer = RandomZoom(0.2, 0.2)
     torch.manual_seed(0)
@@ -98,6 +104,7 @@ def test_zoom_is_drawn_per_axis():
     assert int(rows) == 11 and int(columns) == 21
 
 
+@pytest.mark.unit
 def test_reflect_fill_shows_the_image_beyond_its_border():
     image = torch.arange(10.0).repeat(10, 1).unsqueeze(0)  # column index as the value
     reflected = zoom(image, 1.2, 1.2, fill_mode="reflect")
@@ -109,7 +116,8 @@ def test_reflect_fill_shows_the_image_beyond_its_border():
     assert not torch.allclose(zoom(flat, 1.2, 1.2, "constant"), flat)
 
 
-@pytest.mark.slow  # two epochs on digits: about 15 s
+@pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_a_tiny_keras_example_run_keeps_its_best_epoch_and_reports_the_test_split(tmp_path):
     from helpers import tiny_config
     from vitlab.train import Trainer

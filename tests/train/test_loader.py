@@ -16,6 +16,7 @@ from vitlab.train.loader import EpochSampler, sample_seed
 from vitlab.train.rng import hash_seeds
 
 
+@pytest.mark.unit
 def test_repeated_copies_come_in_a_row_under_their_own_seeds():
     sampler = EpochSampler(10, seed=0, repeats=3)
     sampler.set_epoch(2)
@@ -36,6 +37,7 @@ def test_repeated_copies_come_in_a_row_under_their_own_seeds():
     assert list(sampler) == keys[4:]
 
 
+@pytest.mark.unit
 def test_copies_of_an_image_go_to_different_processes():
     batches = BatchSampler(EpochSampler(12, seed=0, repeats=3), 6, drop_last=True)
     per_rank = [list(RankSlices(batches, Processes(rank, 3), strided=True)) for rank in range(3)]
@@ -48,6 +50,7 @@ def test_copies_of_an_image_go_to_different_processes():
         ]
 
 
+@pytest.mark.integration
 def test_resumed_run_with_repeated_augmentation_equals_uninterrupted_run(tmp_path):
     run = {
         "augment": {"repeats": 3},

@@ -31,6 +31,7 @@ MPP = {"objective": {"name": "mpp"}, "augment": {"label_smoothing": 0.0}}
 SMALL = {"variant": "mu/4", "image_size": 8, "dim": 32, "depth": 2, "num_heads": 2, "mlp_dim": 64}
 
 
+@pytest.mark.unit
 def test_corruption_halves_the_patches_and_splits_them_80_10_10_within_sampling_error():
     batch, count, dim, draws = 64, 16, 3, 40
     # Every patch embedding distinct (its index in the batch), so that each output can be traced.
@@ -56,6 +57,7 @@ def test_corruption_halves_the_patches_and_splits_them_80_10_10_within_sampling_
         assert abs(tallies[value] - corrupted * share) < tolerance, (value, tallies[value], corrupted * share)
 
 
+@pytest.mark.unit
 def test_the_mean_colour_target_is_the_3_bit_class_of_the_patch_mean():
     pixels = torch.zeros(1, 3, 8, 8)  # four 4x4 patches, row-major: top-left, top-right, bottom-left, ...
     pixels[0, :, :4, :4] = torch.tensor([0.3, 0.6, 0.95])[:, None, None]  # bins 2, 4, 7
@@ -67,6 +69,7 @@ def test_the_mean_colour_target_is_the_3_bit_class_of_the_patch_mean():
     assert colour_class(torch.tensor([0.125 - 1e-6, 0.125, 0.999])).item() == 0 * 64 + 1 * 8 + 7
 
 
+@pytest.mark.unit
 def test_the_4x4_target_averages_each_patch_into_16_cells_of_3_bit_colour():
     pixels = torch.zeros(1, 3, 8, 8)  # one 8x8 patch: cells of 2x2 pixels
     pixels[0, 0, 2:4, 4:6] = 1.0  # cell (row 1, column 2): pure red
@@ -77,6 +80,7 @@ def test_the_4x4_target_averages_each_patch_into_16_cells_of_3_bit_colour():
     assert target.shape == (1, 1, 16) and target[0, 0].tolist() == expected
 
 
+@pytest.mark.unit
 def test_the_objective_never_reads_the_labels_and_trains_on_a_one_class_folder(tmp_path):
     write_class_folders(tmp_path / "images", {"unlabelled": 24})
     data = {"source": str(tmp_path / "images"), "batch_size": 8}
@@ -93,7 +97,8 @@ def test_the_objective_never_reads_the_labels_and_trains_on_a_one_class_folder(t
     assert torch.equal(losses[0], losses[1]) and losses[0] > 0
 
 
-@pytest.mark.slow  # a 40-step pre-training run and a 10-step fine-tuning: about 10 s
+@pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_masked_patch_pretraining_learns_and_its_model_fine_tunes(tmp_path, caplog):
     out = tmp_path / "mpp"
     config = tiny_config(out, "demo", model=SMALL, schedule={"steps": 40, "warmup_steps": 4}, **MPP)
@@ -120,7 +125,8 @@ def test_masked_patch_pretraining_learns_and_its_model_fine_tunes(tmp_path, capl
     assert load(tmp_path / "ft").config.num_classes == 10
 
 
-@pytest.mark.slow  # two short runs, one per target: about 6 s
+@pytest.mark.slow
+@pytest.mark.timeout(600)
 @pytest.mark.parametrize("target", ["4x4", "l2"])
 def test_the_other_targets_learn(tmp_path, target):
     config = tiny_config(tmp_path, "demo", model=SMALL, schedule={"steps": 20, "warmup_steps": 2}, **MPP)
@@ -133,6 +139,7 @@ def test_the_other_targets_learn(tmp_path, target):
     assert summary["val_loss"] < 0.8 * before["val_loss"] and summary["mpp_target"] == target
 
 
+@pytest.mark.unit
 @pytest.mark.fault("bad-config", kinds=5)
 def test_masked_patch_prediction_refuses_what_it_cannot_train(tmp_path, capsys):
     mixing = tiny_config(tmp_path / "a", "small-data", objective={"name": "mpp"})

@@ -67,6 +67,7 @@ def _our_groups(model: torch.nn.Module, layer_decay: float) -> set[tuple[frozens
     }
 
 
+@pytest.mark.unit
 def test_layer_decay_groups_equal_timms():
     ours, theirs = _pair()
     groups = _our_groups(ours, 0.75)
@@ -93,6 +94,7 @@ def test_layer_decay_groups_equal_timms():
     assert _our_groups(ours, 0.65) == _timm_groups(theirs, 0.65)
 
 
+@pytest.mark.unit
 def test_layer_decay_sets_each_groups_learning_rate():
     ours, _ = _pair()
     optimizer = build_optimizer(ours, OptimSpec(lr=0.01, weight_decay=0.05, layer_decay=0.5))
@@ -101,6 +103,7 @@ def test_layer_decay_sets_each_groups_learning_rate():
     assert min(g["lr"] for g in optimizer.param_groups) == 0.01 * 0.5 ** (DEPTH + 1)
 
 
+@pytest.mark.integration
 def test_frozen_layers_stay_bitwise_unchanged(tmp_path, caplog):
     config = tiny_config(
         tmp_path,
@@ -126,6 +129,7 @@ def test_frozen_layers_stay_bitwise_unchanged(tmp_path, caplog):
     assert all(not torch.equal(before[name], after[name]) for name in trained)
 
 
+@pytest.mark.unit
 @pytest.mark.fault("bad-config", kinds=3)
 def test_bad_freezing_and_layer_decay_name_the_field(tmp_path):
     with pytest.raises(ConfigError, match=r"model.trainable_blocks=2: the model has 1 blocks"):

@@ -13,6 +13,7 @@ from vitlab.train import Trainer
 SHORT = {"schedule": {"steps": 6}, "run": {"eval_every": 6}, "model": {"dropout": 0.1, "drop_path": 0.1}}
 
 
+@pytest.mark.integration
 def test_gradient_checkpointing_changes_no_number(tmp_path):
     """Recomputing the blocks in the backward pass replays their dropout masks (the RNG state is kept)."""
     plain = Trainer(tiny_config(tmp_path / "plain", **SHORT))
@@ -25,6 +26,7 @@ def test_gradient_checkpointing_changes_no_number(tmp_path):
     assert_bitwise_equal(state_of(plain.model), state_of(recomputed.model))
 
 
+@pytest.mark.integration
 def test_ema_weights_are_evaluated_and_saved(tmp_path):
     config = tiny_config(tmp_path, **SHORT)
     config.optim.ema_decay = 0.5
@@ -37,6 +39,7 @@ def test_ema_weights_are_evaluated_and_saved(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_compiled_training_runs_and_saves_the_plain_model(tmp_path):
     config = tiny_config(tmp_path, schedule={"steps": 4}, run={"eval_every": 4, "compile": True})
     trainer = Trainer(config)
@@ -46,6 +49,7 @@ def test_compiled_training_runs_and_saves_the_plain_model(tmp_path):
     assert torch.isfinite(torch.tensor(result.summary["val_loss"]))
 
 
+@pytest.mark.integration
 def test_vitlab_train_runs_a_recipe_and_stays_a_package(tmp_path):
     """`vitlab.train("recipe", section=...)` is the Python twin of `vitlab train`; the name is also the
     package, so its submodules import by dotted path."""

@@ -15,6 +15,8 @@ from vitlab.train.optim import build_optimizer, build_schedule
 from vitlab.train.paper_tables import TABLE_3, TABLE_4
 from vitlab.train.recipes import finetune_lr_grid
 
+pytestmark = pytest.mark.unit
+
 # Table 3: Models | Dataset | Epochs | Base LR | LR decay | Weight decay | Dropout
 PAPER_TABLE_3 = [
     ("ViT-B/{16,32}", "JFT-300M", "7", 8e-4, "linear", 0.1, 0.0),

@@ -13,6 +13,7 @@ from vitlab.model.runtime import resolve_device, resolve_precision
 from vitlab.train import Callback, Trainer
 
 
+@pytest.mark.unit
 def test_cpu_defaults_to_fp32_and_refuses_fp16():
     cpu = resolve_device("cpu")
     assert resolve_precision("auto", cpu).name == "fp32" and resolve_precision("auto", cpu).grad_scaler() is None
@@ -31,6 +32,7 @@ class LogitsDtype(Callback):
         trainer.model.head.register_forward_hook(lambda module, inputs, output: self.dtypes.add(output.dtype))
 
 
+@pytest.mark.integration
 def test_bf16_autocast_on_request(tmp_path):
     seen = LogitsDtype()
     result = Trainer(

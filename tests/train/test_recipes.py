@@ -16,6 +16,8 @@ from vitlab.train.build import scratch_config
 from vitlab.train.config import ModelSpec, apply_mapping
 from vitlab.train.optim import TfaAdamW, build_optimizer, build_schedule, param_groups
 
+pytestmark = pytest.mark.unit
+
 STEPS_PER_EPOCH = 100
 
 

@@ -15,6 +15,8 @@ from vitlab.train import Interrupted, Trainer
 from vitlab.train.checkpoint import latest_checkpoint
 from vitlab.train.outputs import read_metrics
 
+pytestmark = pytest.mark.integration
+
 # 1437 digits / batch 64 = 22 steps an epoch: 30 steps cross an epoch boundary. EMA, Mixup/CutMix,
 # RandAugment and stochastic depth all draw random numbers that a resumed run must reproduce.
 RUN = {

@@ -13,6 +13,8 @@ from helpers import tiny_config
 from vitlab import load
 from vitlab.train import Trainer
 
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
 SHAPES = ("disk", "square", "triangle", "cross")
 # Each class has its colour family (and its shape), so that a short run can learn it.
 COLOURS = {"disk": (230, 60, 60), "square": (60, 200, 60), "triangle": (60, 90, 230), "cross": (230, 210, 50)}
@@ -50,7 +52,6 @@ def write_shapes(root, per_class: dict[str, int], seed: int = 0) -> None:
                 draw_shape(shape, rng).save(folder / f"{index:03d}.png")
 
 
-@pytest.mark.slow
 def test_ti_from_scratch_with_small_data_learns(tmp_path, caplog):
     write_shapes(tmp_path / "shapes", {"train": 150, "val": 25})
     # Two unreadable files among the 600 training images (under the 1% limit): skipped and named.

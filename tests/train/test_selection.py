@@ -27,11 +27,13 @@ def indices(dataset: ArrayImages) -> list[int]:
     return dataset.images[:, 0, 0, 0].tolist()
 
 
+@pytest.mark.unit
 def test_last_takes_the_last_images_as_keras_validation_split():
     rest, held = hold_out(tagged(95), 0.1, seed=0, how="last")
     assert indices(rest) == list(range(85)) and indices(held) == list(range(85, 95))  # floor(95 * 0.9) = 85
 
 
+@pytest.mark.unit
 def test_stratified_is_class_balanced_seeded_and_disjoint():
     rest, held = hold_out(tagged(200), 0.1, seed=1)
     assert np.bincount(held.labels).tolist() == [5, 5, 5, 5]
@@ -39,6 +41,7 @@ def test_stratified_is_class_balanced_seeded_and_disjoint():
     assert indices(hold_out(tagged(200), 0.1, seed=2)[1]) != indices(held)
 
 
+@pytest.mark.unit
 @pytest.mark.fault("bad-config", kinds=2)
 def test_bad_dev_fractions_are_refused():
     with pytest.raises(ValueError, match="dev fraction"):
@@ -47,6 +50,7 @@ def test_bad_dev_fractions_are_refused():
         hold_out(tagged(1), 0.1, seed=0, how="last")
 
 
+@pytest.mark.unit
 def test_best_weights_keep_the_first_strictly_best():
     best, model = BestWeights(), torch.nn.Linear(2, 1)
     kept = {}
@@ -59,6 +63,7 @@ def test_best_weights_keep_the_first_strictly_best():
     assert torch.equal(model.weight, torch.full((1, 2), 1.0))
 
 
+@pytest.mark.integration
 def test_a_run_validates_on_the_dev_split_keeps_the_best_and_reports_the_test_split(tmp_path):
     config = tiny_config(
         tmp_path / "run",
@@ -78,6 +83,7 @@ def test_a_run_validates_on_the_dev_split_keeps_the_best_and_reports_the_test_sp
     assert summary["test_images"] == 360 and summary["dev_images"] == 144 and 0.0 < summary["test_top1"] <= 1.0
 
 
+@pytest.mark.unit
 def test_best_weights_survive_a_checkpoint_round_trip():
     best, model = BestWeights(), torch.nn.Linear(2, 1)
     best.update(7, 0.9, model)

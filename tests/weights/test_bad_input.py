@@ -16,6 +16,7 @@ from vitlab.weights import CheckpointError
 timm_vit = pytest.importorskip("timm.models.vision_transformer")
 
 
+@pytest.mark.unit
 @pytest.mark.fault("pickles")
 def test_malicious_pickle_is_never_executed(tmp_path):
     marker = tmp_path / "pwned"
@@ -29,6 +30,7 @@ def test_malicious_pickle_is_never_executed(tmp_path):
     assert marker.exists()
 
 
+@pytest.mark.unit
 @pytest.mark.fault("bad-checkpoint", kinds=5)
 def test_unknown_formats_name_the_file(tmp_path):
     (tmp_path / "weights.txt").write_text("hello")
@@ -48,6 +50,7 @@ def test_unknown_formats_name_the_file(tmp_path):
         vitlab.load(tmp_path / "folder")
 
 
+@pytest.mark.unit
 @pytest.mark.fault("bad-checkpoint")
 def test_bare_vitlab_weights_ask_for_their_folder(tmp_path):
     model = create_untrained(ViTConfig(image_size=32, patch_size=8, dim=32, depth=1, num_heads=2, mlp_dim=64))
@@ -56,6 +59,7 @@ def test_bare_vitlab_weights_ask_for_their_folder(tmp_path):
         vitlab.load(tmp_path / "model.safetensors")
 
 
+@pytest.mark.unit
 @pytest.mark.fault("bad-checkpoint")
 def test_overrides_may_not_contradict_the_weights(tmp_path):
     model = create_untrained(ViTConfig(image_size=32, patch_size=8, dim=32, depth=2, num_heads=4, mlp_dim=64))
@@ -73,6 +77,7 @@ def timm_tiny(**options):
     )
 
 
+@pytest.mark.integration
 def test_training_checkpoint_wrappers_are_unwrapped(tmp_path):
     peer = timm_tiny()
     state = {f"module.{key}": value for key, value in peer.state_dict().items()}
@@ -83,6 +88,7 @@ def test_training_checkpoint_wrappers_are_unwrapped(tmp_path):
         torch.testing.assert_close(model(x), peer(x), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.unit
 @pytest.mark.fault("bad-checkpoint")
 def test_timm_models_vitlab_cannot_express_are_refused_with_their_keys(tmp_path):
     avg_with_token = save_state_dict(timm_tiny(global_pool="avg", class_token=True), tmp_path / "avg.pth")
@@ -93,6 +99,7 @@ def test_timm_models_vitlab_cannot_express_are_refused_with_their_keys(tmp_path)
         vitlab.load(layer_scale, num_heads=4)
 
 
+@pytest.mark.integration
 @pytest.mark.fault("bad-checkpoint", kinds=2)
 def test_hf_folders_without_weights_or_with_other_activations(tmp_path):
     transformers = pytest.importorskip("transformers")

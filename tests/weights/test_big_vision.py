@@ -12,6 +12,8 @@ import torch
 import vitlab
 from helpers import TOLERANCE
 
+pytestmark = pytest.mark.unit
+
 WIDTH, HEADS, MLP, DEPTH, PATCH, IMAGE, CLASSES = 32, 4, 64, 2, 8, (32, 24), 5
 BLOCK = ("LayerNorm_0", "MultiHeadDotProductAttention_0", "LayerNorm_1", "MlpBlock_0")  # current Flax names
 

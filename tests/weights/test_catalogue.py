@@ -67,6 +67,7 @@ def publish(root: Path, name: str = TINY) -> tuple[Path, torch.Tensor, torch.Ten
 
 
 # -- the table -------------------------------------------------------------------------------------
+@pytest.mark.unit
 @pytest.mark.parametrize("entry", list(CATALOGUE.values()), ids=lambda e: e.name)
 def test_every_entry_names_a_registered_model_and_an_official_file(entry: Pretrained):
     config = config_for(entry.model, image_size=entry.image_size)  # raises for unknown models or sizes
@@ -82,6 +83,7 @@ def test_every_entry_names_a_registered_model_and_an_official_file(entry: Pretra
     assert find(entry.name) is entry and is_catalogue_name(entry.name)
 
 
+@pytest.mark.unit
 def test_augreg_files_and_sizes_agree_with_timms_records():
     """timm records the same official files; every AugReg entry must point where timm's config does."""
     registry = pytest.importorskip("timm.models._registry")
@@ -102,6 +104,7 @@ def test_augreg_files_and_sizes_agree_with_timms_records():
     assert hybrids == {"R+Ti/16", "R26+S/32", "R50+L/32"}
 
 
+@pytest.mark.unit
 def test_original_weights_have_timms_sha256_prefix_as_second_source():
     entry = find("B/16:orig-in21k-ft-in1k-224")
     assert entry.image_size == 224 and entry.downloads[0].url.endswith("imagenet21k+imagenet2012/ViT-B_16-224.npz")
@@ -112,6 +115,7 @@ def test_original_weights_have_timms_sha256_prefix_as_second_source():
     assert find("B/16:orig-in21k-ft-in1k").image_size == 384  # the paper fine-tunes at 384
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "name, message",
     [
@@ -126,6 +130,7 @@ def test_unknown_names_say_what_exists(name, message):
 
 
 # -- download, cache, checksums --------------------------------------------------------------------
+@pytest.mark.integration
 def test_create_model_downloads_from_mirror_verifies_and_records_digest(mirror, caplog):
     published, images, logits = publish(mirror)
     with caplog.at_level("INFO", logger="vitlab"):
@@ -142,6 +147,7 @@ def test_create_model_downloads_from_mirror_verifies_and_records_digest(mirror, 
         assert torch.allclose(model(images), logits, atol=1e-5)
 
 
+@pytest.mark.integration
 def test_cache_is_used_offline_and_damage_is_caught(mirror, monkeypatch):
     published, images, logits = publish(mirror)
     vitlab.load(TINY)
@@ -156,12 +162,14 @@ def test_cache_is_used_offline_and_damage_is_caught(mirror, monkeypatch):
         vitlab.load(TINY)
 
 
+@pytest.mark.unit
 def test_offline_without_cache_names_the_missing_file(mirror, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(CheckpointError, match=r"not in the cache .*Ti_16-i21k.* and offline"):
         vitlab.load(TINY)
 
 
+@pytest.mark.unit
 def test_unreachable_source_lists_every_url_tried(mirror):
     with pytest.raises(CheckpointError) as error:
         vitlab.load("B/16:orig-in21k")
@@ -170,6 +178,7 @@ def test_unreachable_source_lists_every_url_tried(mirror):
     assert "VITLAB_WEIGHTS_MIRROR" in message
 
 
+@pytest.mark.unit
 def test_a_file_that_is_not_the_named_model_is_not_cached(mirror):
     publish(mirror)  # Ti/16 with 1000 classes ...
     wrong = mirror_file(mirror, find("Ti/16:augreg-in21k").downloads[0].url)  # ... where 21843 are expected
@@ -181,6 +190,7 @@ def test_a_file_that_is_not_the_named_model_is_not_cached(mirror):
     assert not cached.parent.exists() or not any(cached.parent.iterdir())
 
 
+@pytest.mark.unit
 def test_create_model_rejects_weights_of_another_model(mirror):
     with pytest.raises(ConfigError, match="holds weights of Ti/16, not of S/16"):
         vitlab.create_model("S/16", pretrained=TINY)
@@ -225,6 +235,7 @@ def _entry(first_sha: str | None, second_sha: str | None) -> Pretrained:
     )
 
 
+@pytest.mark.unit
 def test_http_mirror_falls_back_to_the_second_source_and_checks_its_sha256(http_mirror):
     model, _, _ = _tiny_weights()
     target = vitlab.export_npz(model, http_mirror / "example.invalid" / "w.npz")
@@ -238,6 +249,7 @@ def test_http_mirror_falls_back_to_the_second_source_and_checks_its_sha256(http_
     assert path.with_name("w.npz.sha256").read_text().strip() == digest
 
 
+@pytest.mark.unit
 def test_wrong_checksum_is_refused_and_nothing_is_kept(http_mirror):
     model, _, _ = _tiny_weights()
     vitlab.export_npz(model, http_mirror / "example.invalid" / "w.npz")
@@ -250,6 +262,7 @@ def test_wrong_checksum_is_refused_and_nothing_is_kept(http_mirror):
 
 
 # -- the command line ---------------------------------------------------------------------------------
+@pytest.mark.unit
 def test_weights_list_command(capsys):
     assert main(["weights", "list", "--model", "B/16", "--urls"]) == 0
     out = capsys.readouterr().out
@@ -258,6 +271,7 @@ def test_weights_list_command(capsys):
     assert re.search(r"B/16:augreg-in21k\s+224\s+21843\s+tofu\s+-\s+Apache-2.0", out)
 
 
+@pytest.mark.integration
 def test_weights_fetch_command_and_errors(mirror, capsys):
     publish(mirror)
     assert main(["weights", "fetch", TINY]) == 0
@@ -270,6 +284,7 @@ def test_weights_fetch_command_and_errors(mirror, capsys):
 
 # -- pretrained=True, timm names, the hybrids, the zeroed-head feature extractors ---------------------
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_pretrained_true_and_timm_names_pick_the_catalogue_entry(mirror, caplog):
     _, images, logits = publish(mirror)  # TINY is Ti/16's default tag: ImageNet-1k at 224 px
     with caplog.at_level("INFO", logger="vitlab"):
@@ -285,6 +300,7 @@ def test_pretrained_true_and_timm_names_pick_the_catalogue_entry(mirror, caplog)
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_an_augreg_hybrid_downloads_and_loads_as_registered(mirror):
     from vitlab.weights.hybrid import export_hybrid_npz
 
@@ -299,6 +315,7 @@ def test_an_augreg_hybrid_downloads_and_loads_as_registered(mirror):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 @pytest.mark.fault("bad-input", kinds=2)
 def test_orig_in21k_is_a_feature_extractor_of_pre_logits_and_says_it_has_no_classes(mirror, monkeypatch):
     from vitlab.evaluate import predict_images

@@ -64,6 +64,7 @@ def architecture(**fields):
 
 
 # -- sizes: counted from the config, checked before building ---------------------------------------------
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "name",
     [
@@ -92,11 +93,13 @@ def test_the_parameter_count_is_the_models_own(name):
     assert parameter_count(model.config) == sum(p.numel() for p in model.parameters())
 
 
+@pytest.mark.unit
 def test_activations_grow_with_the_batch_and_training():
     one, many = memory_needed(TINY, 1), memory_needed(TINY, 64)
     assert 0 < one < many and memory_needed(TINY, 64, training=True) > many
 
 
+@pytest.mark.unit
 @pytest.mark.fault("allocation")  # one kind per parameter
 @pytest.mark.parametrize(
     "edit",
@@ -114,6 +117,7 @@ def test_configs_asking_for_too_much_memory_are_refused_before_building(folder, 
     assert "of memory available" in message and "--memory-limit" in message
 
 
+@pytest.mark.unit
 @pytest.mark.fault("allocation", kinds=3)
 def test_zero_element_tensors_are_checked_before_anything_is_built(folder, tmp_path):
     state = create_untrained(TINY).state_dict()
@@ -135,6 +139,7 @@ def test_zero_element_tensors_are_checked_before_anything_is_built(folder, tmp_p
         create_untrained("Ti/16", depth=1_000_000)
 
 
+@pytest.mark.unit
 @pytest.mark.fault("allocation", kinds=2)
 def test_the_limit_is_a_keyword_and_a_flag(folder, tmp_path, capsys):
     refused(folder, "above the limit of 1.91e-06 GiB (memory_limit)", memory_limit=2048)
@@ -150,6 +155,7 @@ def test_the_limit_is_a_keyword_and_a_flag(folder, tmp_path, capsys):
     assert main_status(["predict", "--ckpt", str(folder), str(tmp_path / "x.png"), "--memory-limit", "1"]) == 0
 
 
+@pytest.mark.unit
 @pytest.mark.fault("allocation", kinds=5)
 def test_the_batches_a_dataloader_holds_count_against_the_limit(folder, tmp_path, capsys):
     config = vitlab.load(folder).config
@@ -187,6 +193,7 @@ def main_status(argv: list[str]) -> int:
     return main(argv)
 
 
+@pytest.mark.unit
 @pytest.mark.fault("allocation", kinds=2)
 def test_an_npz_that_unpacks_beyond_the_limit_is_refused_unread(tmp_path):
     bomb = tmp_path / "bomb.npz"
@@ -213,6 +220,7 @@ def test_an_npz_that_unpacks_beyond_the_limit_is_refused_unread(tmp_path):
 
 
 # -- text files: bounded in size, kind, nesting and expansion ----------------------------------------------
+@pytest.mark.unit
 @pytest.mark.fault("allocation", kinds=5)
 def test_config_json_is_read_within_bounds(folder, tmp_path):
     cases = {
@@ -229,6 +237,7 @@ def test_config_json_is_read_within_bounds(folder, tmp_path):
         assert f"{name}/config.json: " in message, message
 
 
+@pytest.mark.integration
 @pytest.mark.fault("allocation", kinds=3)
 def test_yaml_aliases_deep_nesting_and_folders_are_one_line(tmp_path, capsys):
     # 355 bytes that expand to 9^9 strings through aliases ("billion laughs").
@@ -277,6 +286,7 @@ BAD_FIELDS = {
 }
 
 
+@pytest.mark.unit
 @pytest.mark.fault("bad-fields", kinds=len(BAD_FIELDS))
 def test_every_bad_field_is_one_line_naming_config_json(folder, tmp_path):
     for name, (edit, expected) in BAD_FIELDS.items():
@@ -284,6 +294,7 @@ def test_every_bad_field_is_one_line_naming_config_json(folder, tmp_path):
         assert message.startswith(str(tmp_path / name / "config.json") + ": "), message
 
 
+@pytest.mark.unit
 @pytest.mark.fault("bad-fields", kinds=4)
 def test_bad_weight_files_name_the_file_and_the_real_problem(folder, tmp_path):
     corrupt = edited(folder, tmp_path / "corrupt", weights=lambda p: p.write_bytes(b"\x08" * 64))
@@ -300,6 +311,7 @@ def test_bad_weight_files_name_the_file_and_the_real_problem(folder, tmp_path):
     refused(tmp_path / "empty.npz", "empty.npz: no embedding/kernel")
 
 
+@pytest.mark.unit
 @pytest.mark.fault("bad-fields", kinds=5)
 def test_outputs_of_the_wrong_kind_or_read_only_are_one_line(folder, tmp_path, capsys, monkeypatch):
     (tmp_path / "file").write_text("x")
@@ -326,6 +338,7 @@ def test_outputs_of_the_wrong_kind_or_read_only_are_one_line(folder, tmp_path, c
     assert "cannot write there (Permission denied)" in line
 
 
+@pytest.mark.unit
 @pytest.mark.fault("bad-fields", kinds=1)
 def test_a_dataset_of_one_class_is_refused(tmp_path, capsys):
     from PIL import Image

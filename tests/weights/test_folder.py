@@ -16,6 +16,8 @@ from vitlab.model import Preprocessing, ViTConfig, create_untrained
 from vitlab.weights import CheckpointError
 from vitlab.weights.folder import FORMAT_VERSION, read_config
 
+pytestmark = pytest.mark.unit
+
 TINY = dict(image_size=32, patch_size=8, dim=32, depth=2, num_heads=4, mlp_dim=64, num_classes=5)
 
 

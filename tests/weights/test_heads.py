@@ -39,6 +39,7 @@ def read_heads(library: str, model: torch.nn.Module, name: str) -> tuple[int, st
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_every_timm_and_torchvision_vit_gets_its_head_count_or_is_refused():
     """Meta-device builds: shapes only, nothing allocated (vit_giant too)."""
     import torchvision.models
@@ -69,6 +70,7 @@ def test_every_timm_and_torchvision_vit_gets_its_head_count_or_is_refused():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 @pytest.mark.parametrize(
     "name, options",
     [
@@ -87,6 +89,7 @@ def test_small_timm_architectures_load_without_num_heads(tmp_path, name, options
     assert expected.abs().max() > 1e-2
 
 
+@pytest.mark.unit
 @pytest.mark.fault("bad-checkpoint", kinds=4)
 def test_shapes_shared_by_several_head_counts_ask_for_num_heads(tmp_path):
     """vit_base_patch16_gap_224 (16 heads) has the shapes of timm's SigLIP base models (12)."""
@@ -111,6 +114,7 @@ def test_shapes_shared_by_several_head_counts_ask_for_num_heads(tmp_path):
         vitlab.load(tiny)
 
 
+@pytest.mark.unit
 @pytest.mark.fault("bad-checkpoint", kinds=1)
 @pytest.mark.parametrize(
     "options, named",

@@ -46,6 +46,7 @@ def images() -> torch.Tensor:
 
 
 # -- the model card ------------------------------------------------------------------------------------
+@pytest.mark.unit
 def test_save_pretrained_writes_a_model_card_with_training_summary(tmp_path):
     model = tiny_model(pool="gap")
     vitlab.save_pretrained(model, tmp_path / "run", training=SUMMARY, license="apache-2.0")
@@ -70,6 +71,7 @@ def test_save_pretrained_writes_a_model_card_with_training_summary(tmp_path):
     assert vitlab.load(tmp_path / "run").config == model.config  # the card changes nothing that loads
 
 
+@pytest.mark.unit
 def test_model_card_without_training_has_no_results_section(tmp_path):
     config = ViTConfig(**TINY, preprocessing=Preprocessing(crop_pct=1.0, interpolation="bilinear"))
     vitlab.save_pretrained(vitlab.create_model(config), tmp_path / "plain")
@@ -106,6 +108,7 @@ def offline_hub(tmp_path, monkeypatch) -> Path:
     return root
 
 
+@pytest.mark.unit
 def test_hf_reference_loads_a_saved_folder_from_the_hub_cache(tmp_path, offline_hub):
     model = tiny_model()
     folder = vitlab.save_pretrained(model, tmp_path / "upload", training=SUMMARY)
@@ -119,6 +122,7 @@ def test_hf_reference_loads_a_saved_folder_from_the_hub_cache(tmp_path, offline_
     assert vitlab.load("hf://vitlab-test/shapes", num_classes=5).config.num_classes == 5
 
 
+@pytest.mark.unit
 def test_hf_reference_reads_a_timm_repository_with_its_preprocessing(tmp_path, offline_hub):
     timm = pytest.importorskip("timm")
     reference = timm.create_model(
@@ -167,6 +171,7 @@ def test_hf_reference_reads_a_timm_repositorys_model_args_and_label_names(tmp_pa
         assert (loaded(images()) - model(images())).abs().max().item() <= 1e-6
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "reference, message",
     [
@@ -181,6 +186,7 @@ def test_bad_hf_references_say_why(offline_hub, reference, message):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_hub_environment_variables_reach_the_command_line(tmp_path):
     """A fresh process with only HF_HUB_OFFLINE / HF_HUB_CACHE set exports a model from the Hub cache."""
     folder = vitlab.save_pretrained(

@@ -14,6 +14,8 @@ from vitlab.model import ViTConfig, create_untrained
 from vitlab.weights import CheckpointError
 from vitlab.weights.npz import CURRENT, RELEASED
 
+pytestmark = pytest.mark.unit
+
 TINY = dict(image_size=32, patch_size=8, dim=32, depth=2, num_heads=4, mlp_dim=64, num_classes=6, act="gelu_tanh")
 
 

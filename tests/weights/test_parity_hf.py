@@ -11,6 +11,8 @@ import torch
 import vitlab
 from helpers import TOLERANCE, images, random_eval
 
+pytestmark = pytest.mark.unit
+
 transformers = pytest.importorskip("transformers")
 
 SIZES = {"square_64": (64, 64), "wide_64x96": (64, 96)}  # HF ViT has a class token only

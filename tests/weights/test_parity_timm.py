@@ -10,6 +10,8 @@ import torch
 import vitlab
 from helpers import TOLERANCE, images, random_eval, save_state_dict
 
+pytestmark = pytest.mark.unit
+
 timm_vit = pytest.importorskip("timm.models.vision_transformer")
 timm_layers = pytest.importorskip("timm.layers")
 

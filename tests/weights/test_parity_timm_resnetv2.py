@@ -22,6 +22,7 @@ def small_bit(**options):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_resnetv2_50x1_bit_file_gives_timms_logits(tmp_path):
     peer = random_eval(timm.create_model("resnetv2_50x1_bit", num_classes=5))
     model = vitlab.load(save_state_dict(peer, tmp_path / "bit.safetensors"))
@@ -41,6 +42,7 @@ def test_resnetv2_50x1_bit_file_gives_timms_logits(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_small_bit_pickle_headless_and_with_a_head(tmp_path):
     peer = small_bit(num_classes=4)
     model = vitlab.load(save_state_dict(peer, tmp_path / "bit.pth"))
@@ -56,6 +58,7 @@ def test_small_bit_pickle_headless_and_with_a_head(tmp_path):
     assert vitlab.load(path, num_classes=3).config.num_classes == 3
 
 
+@pytest.mark.unit
 @pytest.mark.fault("bad-checkpoint", kinds=3)
 @pytest.mark.parametrize(
     "name, named",

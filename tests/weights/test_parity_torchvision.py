@@ -10,6 +10,8 @@ import vitlab
 from helpers import TOLERANCE, images, random_eval, save_state_dict
 from vitlab.weights import CheckpointError
 
+pytestmark = pytest.mark.unit
+
 
 def torchvision_model(image_size=32, patch_size=8, hidden_dim=64, num_heads=4, **options):
     return random_eval(
