@@ -21,8 +21,11 @@ not depend on; they work as before.)
 
 from __future__ import annotations
 
+import contextlib
 import io
-from collections.abc import Sequence
+import queue
+import threading
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -227,13 +230,41 @@ class DevicePipeline:
 
 
 class EncodedBatch:
-    """A batch of EncodedSamples from the loader; `.to(device)` is the decoded, augmented (B, 3, H, W) batch."""
+    """A batch of EncodedSamples from the loader; `.to(device)` is the decoded, augmented (B, 3, H, W) batch.
 
-    def __init__(self, samples: list[EncodedSample], pipeline: DevicePipeline) -> None:
-        self.samples, self.pipeline = samples, pipeline
+    It crosses from a loader worker packed: every file's bytes in one uint8 tensor with their offsets,
+    every erasing's noise in one float tensor, the rest plain values. A worker hands each tensor over
+    as a file descriptor, and a tensor per file (256 to a batch, a few batches ahead per worker) ran a
+    process past the usual limit of 1024 open files."""
+
+    def __init__(self, samples: Sequence[EncodedSample], pipeline: DevicePipeline) -> None:
+        self.pipeline = pipeline
+        self.data = torch.cat([sample.data for sample in samples]) if samples else torch.empty(0, dtype=torch.uint8)
+        self.offsets = [0]
+        for sample in samples:
+            self.offsets.append(self.offsets[-1] + sample.data.numel())
+        self.details = [(s.name, s.orientation, s.box, s.flip, s.operations) for s in samples]
+        erased = [s.erase for s in samples]
+        self.boxes = [None if e is None else (e[0], e[1], tuple(e[2].shape)) for e in erased]
+        noise = [e[2].flatten() for e in erased if e is not None]
+        self.noise = torch.cat(noise) if noise else None
+
+    @property
+    def samples(self) -> list[EncodedSample]:
+        """The batch's samples again, as views of its packed tensors."""
+        samples, start = [], 0
+        for index, (name, orientation, box, flip, operations) in enumerate(self.details):
+            erase, where = None, self.boxes[index]
+            if where is not None and self.noise is not None:
+                top, left, shape = where
+                size = shape[0] * shape[1] * shape[2]
+                erase, start = (top, left, self.noise[start : start + size].view(shape)), start + size
+            data = self.data[self.offsets[index] : self.offsets[index + 1]]
+            samples.append(EncodedSample(data, name, orientation, box, flip, operations, erase))
+        return samples
 
     def __len__(self) -> int:
-        return len(self.samples)
+        return len(self.details)
 
     def pin_memory(self) -> EncodedBatch:  # the DataLoader's pin_memory thread calls this; bytes stay as they are
         return self
@@ -250,3 +281,74 @@ class CollateEncoded:
 
     def __call__(self, items: list[tuple[EncodedSample, int]]) -> tuple[EncodedBatch, torch.Tensor]:
         return EncodedBatch([s for s, _ in items], self.pipeline), torch.tensor([label for _, label in items])
+
+
+class DecodedAhead:
+    """(images, labels) on `device` from an iterator of (EncodedBatch, labels): a thread decodes the
+    next batch, on a CUDA stream of its own, while the current one trains (one batch ahead), so that
+    decoding neither waits for the step nor makes the step wait. `close` ends the thread."""
+
+    _END = object()
+
+    def __init__(self, batches: Iterator[tuple[EncodedBatch, torch.Tensor]], device: torch.device) -> None:
+        self.device = device
+        self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+        self.ready: queue.Queue = queue.Queue()
+        self.free = threading.Semaphore(1)  # decoded batches the consumer has not taken yet, at most one
+        self.closing = threading.Event()
+        self.thread = threading.Thread(target=self._decode, args=(batches,), name="vitlab-decode", daemon=True)
+        self.thread.start()
+
+    def _decode(self, batches: Iterator[tuple[EncodedBatch, torch.Tensor]]) -> None:
+        context = torch.cuda.stream(self.stream) if self.stream is not None else contextlib.nullcontext()
+        try:
+            with context:
+                for encoded, labels in batches:
+                    while not self.free.acquire(timeout=0.1):
+                        if self.closing.is_set():
+                            return
+                    if self.closing.is_set():
+                        return
+                    images, labels = encoded.to(self.device), labels.to(self.device, non_blocking=True)
+                    done = self.stream.record_event() if self.stream is not None else None
+                    self.ready.put((images, labels, done))
+            self.ready.put(self._END)
+        except BaseException as error:  # a file the decoder cannot read: raised in the training thread
+            self.ready.put(error)
+
+    def __iter__(self) -> DecodedAhead:
+        return self
+
+    def __next__(self) -> tuple[torch.Tensor, torch.Tensor]:
+        item = self.ready.get()
+        if item is self._END:
+            raise StopIteration
+        if isinstance(item, BaseException):
+            raise item
+        images, labels, done = item
+        self.free.release()
+        if done is not None:  # the training stream waits for the decode, and the memory stays until it is used
+            current = torch.cuda.current_stream(self.device)
+            current.wait_event(done)
+            images.record_stream(current)
+            labels.record_stream(current)
+        return images, labels
+
+    def close(self) -> None:
+        self.closing.set()
+        self.thread.join()
+
+
+@contextlib.contextmanager
+def device_batches(loader: Iterable[Any], device: torch.device) -> Iterator[Iterator[Any]]:
+    """An iterator over the loader's batches: decoded ahead on `device` (DecodedAhead) when the loader
+    collates EncodedBatches, as they come otherwise; the decoding thread ends with the block."""
+    batches = iter(loader)
+    if not isinstance(getattr(loader, "collate_fn", None), CollateEncoded):
+        yield batches
+        return
+    ahead = DecodedAhead(batches, device)
+    try:
+        yield ahead
+    finally:
+        ahead.close()

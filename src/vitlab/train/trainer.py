@@ -13,13 +13,14 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from vitlab.data.datasets import LabelledImages
+from vitlab.data.device_decode import device_batches
 from vitlab.model import BiTConfig, ViTConfig
 from vitlab.model.runtime import resolve_device, resolve_precision, torch_threads
 from vitlab.runlock import RunLock
@@ -202,9 +203,12 @@ class Trainer:
     def train_epoch(self) -> None:
         """Steps to the end of the current epoch (from where a resumed run stopped) or of the run, each
         followed by its evaluation, checkpoint and stop request when due."""
+        epoch_sampler(self.train_loader).set_epoch(self.epoch, self.batch_in_epoch * self.config.micro_batch_size)
+        with device_batches(self.train_loader, self.device) as batches:
+            self._train_steps(batches)
+
+    def _train_steps(self, batches: Iterator[Any]) -> None:
         accum, micro = self.config.optim.grad_accum, self.config.micro_batch_size
-        epoch_sampler(self.train_loader).set_epoch(self.epoch, self.batch_in_epoch * micro)
-        batches = iter(self.train_loader)
         epoch_ended = False
         while not epoch_ended and self.step < self.total_steps:
             started = time.perf_counter()
