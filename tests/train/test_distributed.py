@@ -261,3 +261,72 @@ def test_two_nodes_of_one_process_train_as_one_node_of_two_on_loopback_only(ddp,
     assert ("127.0.0.1", port) in watch.seen  # the rendezvous store, seen while it ran
     assert_loopback_only(watch)
     assert_close(weights(out), weights(ddp[0]), atol=0.0)
+
+
+def read_lines(process: subprocess.Popen, lines: list[str]) -> threading.Thread:
+    """A thread that appends the process's output lines to `lines` as they come."""
+    thread = threading.Thread(target=lambda: lines.extend(iter(process.stdout.readline, "")), daemon=True)
+    thread.start()
+    return thread
+
+
+@needs_proc
+@pytest.mark.timeout(900)
+@pytest.mark.fault("distributed", kinds=1)
+def test_two_nodes_restart_together_after_a_worker_is_killed_and_resume_exactly(ddp, tmp_path):
+    """Two launchers (--nnodes=2, one process each, --max-restarts=1); the worker of the node without
+    process 0 is SIGKILLed after step 2's checkpoint. Its launcher restarts it, the other node's starts
+    its worker again for the new round without counting a restart of its own; both resume from step 2
+    (or 4) and the run ends bitwise equal to the uninterrupted one."""
+    out, port = tmp_path / "nodes", free_port()
+    options = ["--nnodes=2", "--nproc-per-node=1", "--max-restarts=1", "--monitor-interval=0.5"]
+    launchers = [start([*torchrun(out, *options, port=port), "--set", "run.log_every=1"]) for _ in range(2)]
+    logs: list[list[str]] = [[], []]
+    readers = [read_lines(launcher, log) for launcher, log in zip(launchers, logs)]
+    watchdog = [threading.Timer(400, launcher.kill) for launcher in launchers]  # a hung run fails the test
+    killed = None
+    try:
+        for timer in watchdog:
+            timer.start()
+        while killed is None and all(launcher.poll() is None for launcher in launchers):
+            main = next((i for i, log in enumerate(logs) if any(re.match(r"step 3/4 ", line) for line in log)), None)
+            if main is not None:
+                killed = children(launchers[1 - main].pid)[0]  # the worker of the node without process 0
+                os.kill(killed, signal.SIGKILL)
+            threading.Event().wait(0.05)
+        for launcher, reader in zip(launchers, readers):
+            launcher.wait(timeout=400)
+            reader.join(10)
+    finally:
+        for timer in watchdog:
+            timer.cancel()
+        for launcher in launchers:
+            launcher.kill()
+    text = ["".join(log) for log in logs]
+    assert killed is not None, text[0][-2000:] + text[1][-2000:]
+    assert [launcher.returncode for launcher in launchers] == [0, 0], text[0][-3000:] + text[1][-3000:]
+    both = text[0] + text[1]
+    assert "already holds a run" not in both and "terminate called" not in both
+    assert re.search(r"torchrun restart \d: resuming .* from its latest checkpoint without --resume", both), both[
+        -3000:
+    ]
+    assert re.search(r"resuming .* from step (2|4) ", both), both[-3000:]
+    assert_close(weights(out), weights(ddp[0]), atol=0.0)
+
+
+@needs_proc
+@pytest.mark.fault("distributed", kinds=1)
+def test_two_nodes_with_a_run_folder_each_are_refused_in_one_line(tmp_path):
+    port = free_port()
+    launchers = [
+        start(torchrun(tmp_path / f"node-{node}", "--nnodes=2", "--nproc-per-node=1", port=port)) for node in (0, 1)
+    ]
+    try:
+        logs = [launcher.communicate(timeout=300)[0] for launcher in launchers]
+    finally:
+        for launcher in launchers:
+            launcher.kill()
+    assert all(launcher.returncode != 0 for launcher in launchers)
+    refusals = [line for log in logs for line in log.splitlines() if "does not see the run folder" in line]
+    assert refusals and all("every node needs --out on storage they all share" in line for line in refusals)
+    assert not any(re.search(r'File ".*/vitlab/', log) for log in logs), logs[0][-3000:]  # no worker traceback

@@ -22,6 +22,7 @@ def topk_correct(logits: torch.Tensor, labels: torch.Tensor, ks: Sequence[int] =
 
 
 TOP5 = 5
+Combine = Callable[[list[float]], list[float]]  # sums of one share of an evaluation -> of all shares
 
 
 @dataclass
@@ -57,11 +58,13 @@ def evaluate(
     device: torch.device | str | None = None,
     autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
     on_batch: Callable[[torch.Tensor, torch.Tensor], None] | None = None,
+    combine: Combine | None = None,
 ) -> Evaluation:
     """Top-1 / top-5 accuracy and mean cross-entropy of `model` over `loader` of (images, labels).
 
     on_batch(logits, labels), float32 on the model's device, sees every batch in loader order
-    (e.g. a PredictionLog for the confusion matrix and the calibration).
+    (e.g. a PredictionLog for the confusion matrix and the calibration). combine: when `loader` is one
+    share of the data, adds this share's sums (hits at 1 and 5, loss, images) to the other shares'.
     """
     device = torch.device(device) if device is not None else next(model.parameters()).device
     was_training = model.training
@@ -82,6 +85,9 @@ def evaluate(
                 on_batch(logits, labels)
     finally:
         model.train(was_training)
+    if combine is not None:
+        sums = combine([correct1, correct5, loss_sum, count])
+        correct1, correct5, loss_sum, count = int(sums[0]), int(sums[1]), sums[2], int(sums[3])
     if count == 0:
         raise ValueError("evaluation data is empty")
     top5 = correct5 / count if num_classes > TOP5 else None

@@ -20,9 +20,9 @@ from vitlab.model.runtime import resolve_device
 from vitlab.weights import load
 
 from .config import ModelSpec, TrainConfig
-from .distributed import Processes, from_environment
 from .layers import freeze_layers
 from .loader import eval_loader, train_loader
+from .processes import Processes, from_environment
 
 log = logging.getLogger("vitlab")
 
@@ -200,7 +200,7 @@ def build_loaders(
             repeats=config.augment.repeats,
             collate=collate,
         ),
-        eval_loader(splits.val, eval_batch, workers, pin_memory),
+        eval_loader(splits.val, eval_batch, workers, pin_memory, processes=processes),
         eval_loader(test_set, eval_batch, workers, pin_memory) if test_set is not None else None,
     )
 

@@ -2,8 +2,9 @@
 
 A checkpoint (`step-00001200.pt`, read with torch.load(weights_only=True), so it never runs code)
 holds the model, optimiser, scheduler, EMA and gradient-scaler states, the step and epoch, the
-position in the epoch's data order, the running training-loss sums, every random generator of the
-main process (python, numpy, torch, CUDA) and the resolved run config. Data-loader workers need no
+position in the epoch's data order, the running training-loss sums, every random generator of every
+process (python, numpy, torch, its GPU's; process 0's as `rng`, the others' in `process_rng`) and the
+resolved run config. Data-loader workers need no
 saved state: each sample's augmentation is seeded by (seed, epoch, index) (see loader.py).
 
 Writes are atomic (atomic_files.py): the file is written under a temporary name in the same folder,
@@ -48,7 +49,7 @@ from .atomic_files import (
     verify_checkpoint,
 )
 from .outputs import RUN_FILE
-from .rng import capture_rng, restore_rng
+from .rng import restore_process_rng
 
 log = logging.getLogger("vitlab")
 
@@ -236,8 +237,9 @@ def _state(part: Any) -> Any:
     return part.state_dict() if part is not None else None
 
 
-def run_state(run: ResumableRun) -> dict[str, Any]:
-    """The progress, the scheduler, EMA, best-weights and gradient-scaler states and the generators."""
+def run_state(run: ResumableRun, rng: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The progress, the scheduler, EMA, best-weights and gradient-scaler states and the generators
+    (`rng`: every process's capture_rng, in rank order)."""
     return {
         "step": run.step,
         "epoch": run.epoch,
@@ -246,7 +248,8 @@ def run_state(run: ResumableRun) -> dict[str, Any]:
         "ema": _state(run.ema),
         "best": _state(run.best),
         "scaler": _state(run.scaler),
-        "rng": capture_rng(),
+        "rng": rng[0],
+        "process_rng": list(rng[1:]),
         "loss_sum": run.loss_sum,
         "loss_count": run.loss_count,
         "bad_steps": run.bad_steps,
@@ -270,7 +273,8 @@ def check_same_data(state: Mapping[str, Any], fingerprint: Mapping[str, str | No
             )
 
 
-def restore_run_state(run: ResumableRun, state: Mapping[str, Any]) -> None:
+def restore_run_state(run: ResumableRun, state: Mapping[str, Any], rank: int = 0, seed: int = 0) -> None:
+    """Put the run where the checkpoint left it; process `rank` its own generators (rng.restore_process_rng)."""
     # The schedule is this run's (its total may be longer than the checkpoint's: check_same_run), taken
     # up at the checkpoint's step; for an unchanged total these are the checkpoint's numbers exactly.
     run.scheduler.load_state_dict({**state["scheduler"], "lr_lambdas": [None] * len(run.scheduler.lr_lambdas)})
@@ -285,7 +289,7 @@ def restore_run_state(run: ResumableRun, state: Mapping[str, Any]) -> None:
         run.best.load_state_dict(state.get("best"))
     if run.scaler is not None and state["scaler"] is not None:
         run.scaler.load_state_dict(state["scaler"])
-    restore_rng(state["rng"])
+    restore_process_rng(state, rank, seed)
     run.step, run.epoch, run.batch_in_epoch = state["step"], state["epoch"], state["batch_in_epoch"]
     run.loss_sum, run.loss_count = state["loss_sum"], state["loss_count"]
     run.bad_steps = state.get("bad_steps", 0)

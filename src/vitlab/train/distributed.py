@@ -3,35 +3,34 @@
     torchrun --nproc_per_node=2 -m vitlab train --recipe demo --out runs/ddp
     torchrun --nproc_per_node=8 -m vitlab train --model L/16 --data-parallel fsdp ...
 
-torchrun starts one process per device and sets RANK, WORLD_SIZE and LOCAL_RANK. Every process builds
-the same model from the same seed and walks the same seeded data order; each micro-batch of that order
-is cut into WORLD_SIZE equal slices, one per process, and the gradients are averaged across processes
-before the optimiser step. So the weights after a step are those of one process on the whole batch (up
-to float summation order, and the dropout / Mixup draws each process makes for its own slice), and a
-run resumes on any number of processes. Backend: gloo on CPU, nccl on CUDA.
+Every process builds the same model from the same seed and walks the same seeded data order; each
+micro-batch of that order is cut into WORLD_SIZE equal slices, one per process, and the gradients are
+averaged across processes once per optimiser step (not once per micro-batch: `micro_batches`). So the
+weights after a step are those of one process on the whole batch, up to float summation order and the
+dropout, stochastic-depth and Mixup draws, which each process makes for its own slice from its own seed
+(run.seed + rank), and a run resumes on any number of processes. Joining the processes and what they
+agree on: processes.py.
 
 - ddp: every process holds the whole model (DistributedDataParallel); process 0 writes the usual
   checkpoint file and the model folder.
 - fsdp: FSDP2's fully_shard, each encoder block one unit, spreads parameters, gradients and optimiser
-  state over the processes. Its checkpoints are torch.distributed.checkpoint folders that each process
-  writes its shards into and that load into any number of processes (a single one too).
+  state over the processes; under bf16 / fp16 it gathers the parameters in that type and sums the
+  gradients in fp32, as DDP sums them. Its checkpoints are torch.distributed.checkpoint folders that
+  each process writes its shards into and that load into any number of processes (a single one too).
 
-Faults: under `torchrun --max-restarts=N` a process that dies takes the others down and torchrun starts
-them all again, with TORCHELASTIC_RESTART_COUNT > 0; a restarted run resumes from its latest checkpoint
-by itself (no --resume to add), and says so.
+Evaluation is shared out too (`EvalSlices`): each process scores every world_size-th image of each
+batch, and the counts and loss sums are added up over the processes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
-import os
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch import nn
 from torch.utils.data import BatchSampler, Sampler
 
@@ -39,69 +38,9 @@ from vitlab.model import BiTResNet, ConfigError, VisionTransformer, create_untra
 
 from . import checkpoint as ckpt
 from .atomic_files import atomic_folder, atomic_write, remove_partial_writes
+from .processes import Processes, barrier
 
 log = logging.getLogger("vitlab")
-
-
-@dataclass(frozen=True)
-class Processes:
-    """This process's place among the processes torchrun started (one process: rank 0 of 1)."""
-
-    rank: int = 0
-    world_size: int = 1
-    local_rank: int = 0
-    restarts: int = 0  # how often torchrun has restarted the processes of this run
-
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
-
-    @property
-    def distributed(self) -> bool:
-        return self.world_size > 1
-
-
-def from_environment() -> Processes:
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    restarts = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))  # set by torchrun, 0 at first
-    if world_size == 1:
-        return Processes(restarts=restarts)
-    return Processes(int(os.environ["RANK"]), world_size, int(os.environ.get("LOCAL_RANK", "0")), restarts)
-
-
-def start(processes: Processes, device: torch.device) -> torch.device:
-    """Join the process group; the device this process trains on (cuda:LOCAL_RANK on GPUs)."""
-    if not processes.distributed:
-        return device
-    if device.type == "cuda":
-        device = torch.device("cuda", processes.local_rank)
-        torch.cuda.set_device(device)
-    elif device.type != "cpu":
-        raise ConfigError(f"run.device={device.type!r}: data-parallel training runs on CPUs (gloo) or CUDA (nccl)")
-    if not dist.is_initialized():
-        # torchrun keeps one store for all attempts of a run, and gloo would read the addresses a dead
-        # attempt left there ("connection refused" after a restart); each attempt gets its own keys.
-        store, rank, world_size = next(dist.rendezvous("env://"))
-        store = dist.PrefixStore(f"vitlab/attempt-{processes.restarts}/", store)
-        dist.init_process_group(
-            "nccl" if device.type == "cuda" else "gloo", store=store, rank=rank, world_size=world_size
-        )
-        _OWNED_GROUP.append(dist.group.WORLD)
-    if not processes.is_main:
-        log.setLevel(logging.WARNING)  # one voice: process 0 reports progress
-    return device
-
-
-def stop(processes: Processes) -> None:
-    """Leave the process group that `start` joined. A process that exits with it still open aborts
-    in gloo's teardown ("terminate called without an active exception"), and torchrun then kills the
-    others, possibly mid-write."""
-    if processes.distributed and _OWNED_GROUP and dist.is_initialized():
-        _OWNED_GROUP.clear()
-        dist.destroy_process_group()
-
-
-_OWNED_GROUP: list = []  # the group `start` created, if it did (a caller's own group is left alone)
 
 
 def check_batch(micro_batch: int, processes: Processes) -> None:
@@ -112,18 +51,37 @@ def check_batch(micro_batch: int, processes: Processes) -> None:
         )
 
 
-def wrap(model: nn.Module, processes: Processes, strategy: str, device: torch.device) -> nn.Module:
-    """The module that training calls: the model itself, DDP around it, or the model sharded in place."""
+def wrap(model: nn.Module, processes: Processes, strategy: str, dtype: torch.dtype | None = None) -> nn.Module:
+    """The module that training calls: the model itself, DDP around it, or the model sharded in place
+    (`dtype`: the precision's autocast type, in which FSDP gathers the parameters)."""
     if not processes.distributed:
         return model
     if strategy == "fsdp":
-        from torch.distributed.fsdp import fully_shard
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
+        policy = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32 if dtype else None)
         for block in getattr(model, "blocks", ()):  # one all-gather per encoder block
-            fully_shard(block)
-        fully_shard(model)
+            fully_shard(block, mp_policy=policy)
+        fully_shard(model, mp_policy=policy)
         return model
+    device = processes.device
     return nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+
+
+def micro_batches(parallel: nn.Module, count: int) -> Iterator[contextlib.AbstractContextManager]:
+    """A context for each of a step's `count` micro-batches to run its backward in: the gradients
+    accumulate locally and are reduced over the processes in the last one's backward (DDP's no_sync,
+    FSDP's set_requires_gradient_sync), one reduction per step."""
+    from torch.distributed.fsdp import FSDPModule
+
+    for index in range(count):
+        last = index == count - 1
+        if isinstance(parallel, FSDPModule):
+            parallel.set_requires_gradient_sync(last)
+        if isinstance(parallel, nn.parallel.DistributedDataParallel) and not last:
+            yield parallel.no_sync()
+        else:
+            yield contextlib.nullcontext()
 
 
 class RankSlices(Sampler[list]):
@@ -150,26 +108,38 @@ class RankSlices(Sampler[list]):
         return len(self.batches)
 
 
-def mean_over_processes(value: float, processes: Processes) -> float:
-    if not processes.distributed:
-        return value
-    total = torch.tensor([value], dtype=torch.float64)
-    dist.all_reduce(total)
-    return float(total) / processes.world_size
+class EvalSlices(Sampler[list[int]]):
+    """This process's share of an evaluation of `size` images in order: of each run of
+    batch_size x world_size images, every world_size-th, so that shares differ by at most one image
+    and none is scored twice (torch's DistributedSampler repeats images to even them out). A share that
+    comes out empty is left out; `batches` counts the batches every process goes through."""
+
+    def __init__(self, size: int, batch_size: int, processes: Processes) -> None:
+        self.size, self.batch_size, self.processes = size, batch_size, processes
+
+    @property
+    def batches(self) -> int:
+        step = self.batch_size * self.processes.world_size
+        return -(-self.size // step)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        rank, world_size = self.processes.rank, self.processes.world_size
+        step = self.batch_size * world_size
+        for start in range(0, self.size, step):
+            share = list(range(start + rank, min(start + step, self.size), world_size))
+            if share:
+                yield share
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
 
-def any_process(flag: bool, processes: Processes) -> bool:
-    """True on every process when it is true on one (e.g. a stop signal that reached only one)."""
-    if not processes.distributed:
-        return flag
-    value = torch.tensor([int(flag)])
-    dist.all_reduce(value, op=dist.ReduceOp.MAX)
-    return bool(value)
-
-
-def barrier(processes: Processes) -> None:
-    if processes.distributed:
-        dist.barrier()
+def padded(batches: Iterable[Any], missing: int, shape: tuple[int, ...]) -> Iterator[Any]:
+    """`batches`, then `missing` empty ones of images of `shape`: every process runs as many forward
+    passes as the others (a sharded model gathers its parameters in each, all processes together)."""
+    yield from batches
+    for _ in range(missing):
+        yield torch.empty(0, *shape), torch.empty(0, dtype=torch.long)
 
 
 def full_tensor(value: Any) -> Any:

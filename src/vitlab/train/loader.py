@@ -25,7 +25,8 @@ from typing import Any, Protocol
 import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, Sampler
 
-from .distributed import Processes, RankSlices, check_batch
+from .distributed import EvalSlices, RankSlices, check_batch
+from .processes import Processes
 from .rng import hash_seeds, preserved_rng, reseed
 
 
@@ -200,10 +201,18 @@ def images_of(loader: DataLoader) -> int:
 
 
 def eval_loader(
-    dataset: Dataset, batch_size: int, workers: int, pin_memory: bool = False, collate_fn: Any = None
+    dataset: Dataset,
+    batch_size: int,
+    workers: int,
+    pin_memory: bool = False,
+    collate_fn: Any = None,
+    processes: Processes = Processes(),
 ) -> DataLoader:
-    return _tracked(
-        DataLoader(
-            dataset, batch_size=batch_size, shuffle=False, collate_fn=collate_fn, **_loader_options(workers, pin_memory)
-        )
-    )
+    """Batches of `dataset` in order; under torchrun this process's share of them (distributed.EvalSlices),
+    `batch_size` the whole batch of all processes together."""
+    if not processes.distributed:
+        batching: dict[str, Any] = dict(batch_size=batch_size, shuffle=False)
+    else:
+        share = -(-batch_size // processes.world_size)
+        batching = dict(batch_sampler=EvalSlices(len(dataset), share, processes))  # type: ignore[arg-type]
+    return _tracked(DataLoader(dataset, collate_fn=collate_fn, **batching, **_loader_options(workers, pin_memory)))

@@ -27,6 +27,7 @@ from torch import nn
 
 from vitlab.data.transforms import batch_mixing
 from vitlab.evaluate import describe_top5, evaluate
+from vitlab.evaluate.metrics import Combine
 from vitlab.model import ConfigError, VisionTransformer
 
 from .config import TrainConfig
@@ -56,10 +57,15 @@ class Objective(Protocol):
         ...
 
     def evaluate(
-        self, model: nn.Module, loader: Batches, device: torch.device, autocast: Autocast
+        self,
+        model: nn.Module,
+        loader: Batches,
+        device: torch.device,
+        autocast: Autocast,
+        combine: Combine | None = None,
     ) -> tuple[dict[str, Any], int]:
         """The evaluation row's numbers (val_top1, val_top5: None where not measured, val_loss) and
-        the number of images."""
+        the number of images; `combine` adds up the sums of processes that each scored a share."""
         ...
 
     def describe(self, numbers: dict[str, Any], split: str = "val") -> str:
@@ -87,9 +93,14 @@ class Classification:
         return F.cross_entropy(logits.float(), labels, label_smoothing=self.smoothing)
 
     def evaluate(
-        self, model: nn.Module, loader: Batches, device: torch.device, autocast: Autocast
+        self,
+        model: nn.Module,
+        loader: Batches,
+        device: torch.device,
+        autocast: Autocast,
+        combine: Combine | None = None,
     ) -> tuple[dict[str, Any], int]:
-        result = evaluate(model, loader, device=device, autocast=autocast)
+        result = evaluate(model, loader, device=device, autocast=autocast, combine=combine)
         return dict(val_top1=result.top1, val_top5=result.top5, val_loss=result.loss), result.count
 
     def describe(self, numbers: dict[str, Any], split: str = "val") -> str:
@@ -150,7 +161,12 @@ class MaskedPatchPrediction:
 
     @torch.no_grad()
     def evaluate(
-        self, model: nn.Module, loader: Batches, device: torch.device, autocast: Autocast
+        self,
+        model: nn.Module,
+        loader: Batches,
+        device: torch.device,
+        autocast: Autocast,
+        combine: Combine | None = None,
     ) -> tuple[dict[str, Any], int]:
         generator = torch.Generator().manual_seed(EVAL_SEED)
         was_training = model.training
@@ -164,6 +180,9 @@ class MaskedPatchPrediction:
                 count += images.shape[0]
         finally:
             model.train(was_training)
+        if combine is not None:
+            loss_sum, hits, total, seen = combine([loss_sum, hits, predictions, count])
+            predictions, count = int(total), int(seen)
         if not predictions:
             raise ConfigError("objective.name=mpp: the validation split holds no images")
         return dict(val_top1=hits / predictions, val_top5=None, val_loss=loss_sum / predictions), count

@@ -27,11 +27,12 @@ from .layers import layer_ids
 log = logging.getLogger("vitlab")
 
 
-def clip_gradients(model: nn.Module, max_norm: float | None) -> float:
-    """The global gradient norm, before clipping it to `max_norm` when set (FSDP: of every shard)."""
+def clip_gradients(model: nn.Module, max_norm: float | None) -> torch.Tensor:
+    """The global gradient norm, before clipping it to `max_norm` when set (FSDP: of every shard); a
+    tensor where the gradients are, so that reading it is the caller's one wait for the device."""
     if max_norm is not None:
-        return float(full_tensor(torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)))
-    return float(full_tensor(torch.nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None])))
+        return full_tensor(torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm))
+    return full_tensor(torch.nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None]))
 
 
 def _no_decay_names(model: nn.Module) -> set[str]:

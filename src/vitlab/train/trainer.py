@@ -21,12 +21,13 @@ import torch
 
 from vitlab.data.datasets import LabelledImages
 from vitlab.data.device_decode import device_batches
-from vitlab.model import BiTConfig, ViTConfig
+from vitlab.model import BiTConfig, ConfigError, ViTConfig
 from vitlab.model.runtime import resolve_device, resolve_precision, torch_threads
 from vitlab.runlock import RunLock
+from vitlab.weights import CheckpointError
 
 from . import checkpoint as ckpt
-from . import default_callbacks, distributed, outputs
+from . import default_callbacks, distributed, outputs, processes
 from .build import build_loaders, build_model_and_data, check_run, run_folder, steps_per_epoch
 from .cadence import checkpoint_due, evaluation_due
 from .callbacks import Callback
@@ -36,7 +37,7 @@ from .objectives import build_objective
 from .optim import build_ema, build_optimizer, build_schedule, clip_gradients, total_steps
 from .outcomes import Diverged, Interrupted, TrainResult
 from .outputs import RUN_FILE
-from .rng import seed_everything
+from .rng import capture_rng, process_seed, seed_everything
 from .selection import BestWeights
 from .signals import stop_requests
 
@@ -56,12 +57,12 @@ class Trainer:
         self.config = check_run(config.validate(), architecture)
         self.architecture = architecture
         self.out = run_folder(self.config)
-        self.processes = distributed.from_environment()  # under torchrun, one of several
+        self.processes = processes.from_environment()  # under torchrun, one of several
         # One run per folder, from before the resume checkpoint is read until fit() ends; process 0 holds it.
         self.lock = RunLock(self.out)
         if self.processes.is_main:
             self.lock.acquire()
-        with self.lock.released_if_failing():
+        with self.lock.released_if_failing(), processes.left_if_failing(self.processes):
             self._set_up(callbacks)
 
     def _set_up(self, callbacks: Sequence[Callback]) -> None:
@@ -70,14 +71,13 @@ class Trainer:
         # Process 0 alone reports and writes the metrics (all processes see the same numbers).
         main = self.processes.is_main
         self.callbacks: list[Callback] = [*default_callbacks.for_config(config), *callbacks] if main else []
-        resume = ckpt.read_resume_state(
-            self.out, config.to_dict(), config.run.resume, self.processes.restarts, self.processes.is_main
-        )
-        self.resumed_from, resume_state = resume or (None, None)
+        self.processes = processes.start(self.processes, resolve_device(config.run.device))
+        self.device = self.processes.device
+        processes.check_shared_folder(self.out, self.lock.holder_path, self.processes)
+        self.resumed_from, resume_state = self._resume_state()
         # The evaluation rows so far, read once here (before any process writes): outputs.py.
         self.metrics = outputs.earlier_metrics(self.out, resume_state["step"]) if resume_state else []
         seed_everything(config.run.seed)
-        self.device = distributed.start(self.processes, resolve_device(config.run.device))
         self.precision = resolve_precision(config.run.precision, self.device)
 
         self.model, splits, self.test_set = build_model_and_data(config, self.architecture)
@@ -92,6 +92,7 @@ class Trainer:
         self.train_loader, self.val_loader, self.test_loader = build_loaders(
             config, splits, self.test_set, self.device.type == "cuda", self.processes
         )
+        self.image_shape = (self.model.config.in_channels, *self.model.config.image_size)
         self.best = BestWeights(config.run.keep_best_by or "val_top1") if config.run.keep_best else None
         self.objective = build_objective(
             config, self.model, len(self.class_names)
@@ -99,8 +100,8 @@ class Trainer:
 
         self.model.to(self.device)
         self.model.set_grad_checkpointing(config.run.grad_checkpointing)
-        parallel = distributed.wrap(self.model, self.processes, config.run.data_parallel, self.device)
-        self.network = torch.compile(parallel) if config.run.compile else parallel
+        self.parallel = distributed.wrap(self.model, self.processes, config.run.data_parallel, self.precision.dtype)
+        self.network = torch.compile(self.parallel) if config.run.compile else self.parallel
         self.optimizer = build_optimizer(self.model, config.optim)
         self.scheduler = build_schedule(self.optimizer, config.schedule, self.steps_per_epoch)
         self.scaler = self.precision.grad_scaler()
@@ -116,10 +117,41 @@ class Trainer:
         self.stop_signal: str | None = None
         self.summary: dict[str, Any] | None = None
         self.bad_steps, self.bad_steps_in_row = 0, 0  # skipped for a non-finite loss or gradient
+        if self.processes.rank:  # each process its own dropout, stochastic depth and Mixup (rng.py)
+            seed_everything(process_seed(config.run.seed, self.processes.rank))
+        elif self.processes.distributed:
+            log.info("process r draws its dropout, stochastic depth and Mixup from seed %d + r", config.run.seed)
         if resume_state is not None:
             with ckpt.checkpoint_problems(self.resumed_from):
                 self.load_state_dict(resume_state)
             log.info("resuming %s from step %d (epoch %d)", self.out, self.step, self.epoch)
+
+    def _resume_state(self) -> tuple[Path | None, dict[str, Any] | None]:
+        """The checkpoint to continue (read_resume_state), the same step in every process: a refusal in
+        one process is every process's, and processes that would resume from different steps (an --out
+        that is not shared between nodes) stop, naming them."""
+        config, mine = self.config, self.processes
+        try:
+            resume = ckpt.read_resume_state(self.out, config.to_dict(), config.run.resume, mine.restarts, mine.is_main)
+            found: Any = (resume[1]["step"], str(resume[0])) if resume else (0, None)
+        except (ConfigError, CheckpointError) as error:
+            if not mine.distributed:
+                raise
+            resume, found = None, error
+        everyone = processes.gather(found, mine)
+        refused = [(rank, problem) for rank, problem in enumerate(everyone) if isinstance(problem, Exception)]
+        if refused:
+            rank, problem = refused[0]
+            raise problem if rank == mine.rank else type(problem)(f"process {rank}: {problem}")
+        if len({step for step, _ in everyone}) > 1:
+            where = "; ".join(
+                f"process {rank}: step {step} ({path or 'no checkpoint'})" for rank, (step, path) in enumerate(everyone)
+            )
+            raise ConfigError(
+                f"run.out={self.out}: the processes would resume from different steps ({where}); every node "
+                "needs the same --out, on storage they all share"
+            )
+        return resume or (None, None)
 
     def close(self) -> None:
         """End the data-loader workers and free the output folder (fit() does this when it ends)."""
@@ -130,20 +162,28 @@ class Trainer:
 
     # -- one optimiser step ------------------------------------------------------------------------
     def train_step(self, micro_batches: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> float:
-        """Forward and backward over the micro-batches, then one clipped optimiser step; the mean loss."""
+        """Forward and backward over the micro-batches, then one clipped optimiser step; the mean loss.
+        The gradients are reduced over the processes once, in the last micro-batch's backward, and the
+        device is waited for once: to decide, as torch's GradScaler does, whether the step is taken."""
         self.optimizer.zero_grad(set_to_none=True)
-        mean_loss = 0.0
-        for images, labels in micro_batches:
+        losses = []
+        count = len(micro_batches)
+        for (images, labels), reduction in zip(micro_batches, distributed.micro_batches(self.parallel, count)):
             images = images.to(self.device, non_blocking=True)
             labels = labels.to(self.device, non_blocking=True)
-            loss = self.objective.loss(self.network, images, labels, self.precision.autocast)  # objectives.py
-            scaled = loss / len(micro_batches)
-            (self.scaler.scale(scaled) if self.scaler else scaled).backward()
-            mean_loss += loss.item() / len(micro_batches)
-        mean_loss = distributed.mean_over_processes(mean_loss, self.processes)  # every process skips alike
+            with reduction:
+                loss = self.objective.loss(self.network, images, labels, self.precision.autocast)  # objectives.py
+                scaled = loss / count
+                (self.scaler.scale(scaled) if self.scaler else scaled).backward()
+            losses.append(loss.detach().float())
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)
-        grad_norm = clip_gradients(self.model, self.config.optim.grad_clip)
+        norm = clip_gradients(self.model, self.config.optim.grad_clip)
+        *values, grad_norm = torch.stack([*losses, norm.float().to(losses[0].device)]).tolist()
+        mean_loss = 0.0
+        for value in values:
+            mean_loss += value / count
+        mean_loss = processes.mean_over_processes(mean_loss, self.processes)  # every process skips alike
         # With fp16 loss scaling, overflowing gradients are the scaler's to skip (it lowers the scale).
         if not math.isfinite(mean_loss) or (self.scaler is None and not math.isfinite(grad_norm)):
             self._skip_step(mean_loss, grad_norm)
@@ -197,7 +237,7 @@ class Trainer:
                 return self._finish()
         finally:
             self._call("on_train_end", self.summary)
-            distributed.stop(self.processes)
+            processes.stop(self.processes)
             self.close()  # the workers end with the run, however it ends
 
     def train_epoch(self) -> None:
@@ -225,7 +265,7 @@ class Trainer:
             # Processes stop, and write checkpoints, together: on this one decision. A signal that comes
             # later (torchrun signals one process after another, and a handler runs as a collective returns)
             # is taken at the next step's end, never by one process alone.
-            stopping = distributed.any_process(self.stop_signal is not None, self.processes)
+            stopping = processes.any_process(self.stop_signal is not None, self.processes)
             if stopping:
                 self.stop_signal = self.stop_signal or "SIGTERM"  # it reached another process first
 
@@ -241,7 +281,7 @@ class Trainer:
                 seconds_since=since,
                 skipping=bool(self.bad_steps_in_row),
             )
-            if distributed.any_process(due, self.processes):
+            if processes.any_process(due, self.processes):
                 self.save_checkpoint()
                 self.last_checkpoint_time = time.perf_counter()
             if stopping:
@@ -261,7 +301,9 @@ class Trainer:
         return self.ema.module if self.ema is not None else self.model
 
     def evaluate_and_log(self) -> dict[str, Any]:
-        numbers, _ = self.objective.evaluate(self.eval_model, self.val_loader, self.device, self.precision.autocast)
+        numbers, _ = self.objective.evaluate(
+            self.eval_model, self._validation_batches(), self.device, self.precision.autocast, self._combine
+        )
         row: dict[str, Any] = {"step": self.step, "epoch": round(self.step / self.steps_per_epoch, 4)}
         row.update(loss=self.loss_sum / max(self.loss_count, 1), lr=self.lr, **numbers)
         row.update(images_per_s=round(self.images_per_second, 2), wall_time_s=round(self.wall_time_s, 2))
@@ -273,12 +315,23 @@ class Trainer:
         self._call("on_evaluate", row)
         return row
 
+    def _validation_batches(self) -> Any:
+        """This process's share of the validation split (loader.eval_loader), with empty batches after
+        it so that every process runs as many forward passes."""
+        slices = self.val_loader.batch_sampler
+        if not isinstance(slices, distributed.EvalSlices):
+            return self.val_loader
+        return distributed.padded(self.val_loader, slices.batches - len(slices), self.image_shape)
+
+    def _combine(self, sums: list[float]) -> list[float]:
+        return processes.sum_over_processes(sums, self.processes)
+
     @property
     def wall_time_s(self) -> float:
         return self.wall_time_before + (time.perf_counter() - self.session_start)
 
     def _finish(self) -> TrainResult:
-        distributed.barrier(self.processes)  # every process has taken its last step
+        processes.barrier(self.processes)  # every process has taken its last step
         if not self.metrics or self.metrics[-1]["step"] != self.step:  # a resumed run that had already finished
             self.evaluate_and_log()
         if self.best is not None:
@@ -286,7 +339,7 @@ class Trainer:
         model = distributed.whole_model(self.eval_model, self.processes, self.sharded)
         if self.processes.is_main:  # process 0 writes the model folder; the others wait for it
             self.summary = outputs.write_model_folder(self, model)
-        distributed.barrier(self.processes)
+        processes.barrier(self.processes)
         return TrainResult(self.out, self.summary or {}, model)
 
     # -- checkpoints -------------------------------------------------------------------------------
@@ -295,7 +348,7 @@ class Trainer:
         return {
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
-            **ckpt.run_state(self),
+            **ckpt.run_state(self, processes.gather(capture_rng(), self.processes)),
             "config": self.config.to_dict(),
             "model_config": self.model.config.to_dict(),
         }
@@ -303,7 +356,7 @@ class Trainer:
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         ckpt.check_same_data(state, self.data_fingerprint, self.config.data.source)
         distributed.load_weights(self.resumed_from, state, self.model, self.optimizer, self.sharded)
-        ckpt.restore_run_state(self, state)
+        ckpt.restore_run_state(self, state, self.processes.rank, self.config.run.seed)
 
     def save_checkpoint(self) -> Path | None:
         keep = self.config.run.keep_ckpts
