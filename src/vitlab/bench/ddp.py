@@ -3,7 +3,9 @@ and timed.
 
     python -m torch.distributed.run --standalone --nproc_per_node=N -m vitlab.bench.ddp --out DIR
 
-(`python -m vitlab.bench.gpu` starts it, one process per GPU.) First a check: the gradients that DDP
+(`python -m vitlab.bench.gpu` starts it, one process per GPU.) The processes join the group the trainer
+joins (train/processes.py: cpu:gloo,cuda:nccl on GPUs) and agree on each step's loss and stop flag
+through the trainer's own collectives, as a training run does. First a check: the gradients that DDP
 averages over the processes, each holding its own slice of one batch, must equal those of one model
 given the whole batch, in fp32 (TF32 off), within GRAD_TOLERANCE of the largest gradient. A slice
 dealt twice or missed, or an average that is a sum, fails it. One process (a machine with one GPU:
@@ -32,6 +34,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from vitlab.model import create_untrained
+from vitlab.train import processes
 
 from .machine import describe, synchronize
 from .report import machine_line
@@ -65,8 +68,12 @@ def gradient_check(model: nn.Module, images: torch.Tensor, labels: torch.Tensor,
     return {"max_difference": difference, "tolerance": GRAD_TOLERANCE, "passed": difference <= GRAD_TOLERANCE}
 
 
-def timed_steps(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, steps: int, device: torch.device) -> dict:
-    """`steps` bf16-autocast training steps through DDP after two untimed ones; milliseconds per step."""
+def timed_steps(
+    model: nn.Module, images: torch.Tensor, labels: torch.Tensor, steps: int, place: processes.Processes
+) -> dict:
+    """`steps` bf16-autocast training steps through DDP after two untimed ones, each ending as the
+    trainer's do (the mean loss and a stop flag agreed over the processes); milliseconds per step."""
+    device = place.device
     parallel = replicated(model, device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     milliseconds, losses = [], []
@@ -79,13 +86,13 @@ def timed_steps(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, st
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         synchronize(device)
+        losses.append(processes.mean_over_processes(loss.item(), place))
+        processes.any_process(False, place)
         if step >= 2:
             milliseconds.append(1e3 * (time.perf_counter() - start))
-        losses.append(loss.item())
-    slowest = torch.tensor([statistics.median(milliseconds)], device=device)
-    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)  # the step is as slow as its slowest process
-    images_per_s = dist.get_world_size() * images.shape[0] / slowest.item() * 1e3
-    return {"step_ms": slowest.item(), "images_per_s": images_per_s, "losses": losses}
+    slowest = max(processes.gather(statistics.median(milliseconds), place))  # a step waits for the slowest
+    images_per_s = dist.get_world_size() * images.shape[0] / slowest * 1e3
+    return {"step_ms": slowest, "images_per_s": images_per_s, "losses": losses}
 
 
 def markdown(result: dict) -> str:
@@ -123,15 +130,15 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--device cuda: torch sees no CUDA device here")
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     cuda = args.device == "cuda"
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
     if cuda:
-        torch.cuda.set_device(device)
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False  # the check is fp32
-    backend = "nccl" if cuda else "gloo"
-    if "RANK" not in os.environ:  # started without torchrun: one process
+    place = processes.start(processes.from_environment(), torch.device(args.device))
+    if not place.distributed:  # one process (the trainer joins no group then): DDP still needs one
+        if cuda:
+            torch.cuda.set_device(place.device)
         os.environ.update(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT="29531")
-    dist.init_process_group(backend, timeout=timedelta(minutes=5))
+        dist.init_process_group(processes.BACKENDS[place.device.type], timeout=timedelta(minutes=5))
+    device, backend = place.device, processes.BACKENDS[place.device.type]
     try:
         variant, image_size = ("mu/16", 32) if args.tiny else ("B/16", 224)
         batch = args.batch or (2 if args.tiny else 64)
@@ -146,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         check = gradient_check(model, images, labels, device)
         rank = dist.get_rank()
         mine = slice(rank * batch, (rank + 1) * batch)
-        timing = timed_steps(model, images[mine], labels[mine], args.steps, device)
+        timing = timed_steps(model, images[mine], labels[mine], args.steps, place)
         machine = describe(device)
         result: dict[str, Any] = {
             "kind": KIND,

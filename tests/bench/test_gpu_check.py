@@ -1,0 +1,30 @@
+"""The GPU check, run with --device cpu: every part a user with GPUs runs first goes through on CPUs
+(gloo standing where nccl would), and a part that fails is named with its output."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from vitlab.bench.gpu_check import main
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_the_gpu_check_runs_its_parts_on_cpus(tmp_path, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    parts = "setup,train,resume,predict,eval,export"
+    assert main(["--device", "cpu", "--parts", parts, "--timeout", "400", "--out", str(tmp_path)]) == 0
+    check = json.loads((tmp_path / "check.json").read_text())
+    assert [part["part"] for part in check["parts"]] == parts.split(",")[1:]
+    assert (tmp_path / "train" / "model.safetensors").is_file() and (tmp_path / "model.onnx").is_file()
+    summary = (tmp_path / "summary.txt").read_text()
+    assert "train: ok" in summary and "resume: ok" in summary and "export: ok" in summary
+
+
+@pytest.mark.integration
+def test_a_failing_part_is_named_with_its_output(tmp_path):
+    assert main(["--device", "cpu", "--parts", "eval", "--timeout", "200", "--out", str(tmp_path)]) == 1
+    summary = (tmp_path / "summary.txt").read_text()
+    assert "eval: FAILED (exit status" in summary and str(tmp_path / "train") in summary  # no run to evaluate yet
