@@ -131,3 +131,9 @@ def test_a_checkpoint_with_every_visible_gpus_generators_restores_on_one(monkeyp
     restored = FakeGPUs(monkeypatch, count=1)
     restore_rng(state)
     assert restored.states[0].tolist() == [10]
+
+
+def test_one_process_trains_on_any_device_and_several_on_cpus_or_gpus_only():
+    assert processes.start(Processes(), torch.device("mps")).device == torch.device("mps")
+    with pytest.raises(ConfigError, match="run.device='mps': data-parallel training runs on CPUs"):
+        processes.start(Processes(rank=0, world_size=2), torch.device("mps"))

@@ -90,10 +90,10 @@ def device_for(processes: Processes, device: torch.device) -> torch.device:
 def start(processes: Processes, device: torch.device) -> Processes:
     """Join the process group (unless the caller has); this process's place, with its device and the
     attempt of the run it belongs to."""
-    if device.type not in BACKENDS:
-        raise ConfigError(f"run.device={device.type!r}: data-parallel training runs on CPUs (gloo) or CUDA (nccl)")
     if not processes.distributed:
         return replace(processes, device=device)
+    if device.type not in BACKENDS:
+        raise ConfigError(f"run.device={device.type!r}: data-parallel training runs on CPUs (gloo) or CUDA (nccl)")
     device = device_for(processes, device)
     if device.type == "cuda":
         torch.cuda.set_device(device)
