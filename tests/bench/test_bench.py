@@ -298,3 +298,16 @@ def test_gpu_script_runs_tiny_on_cpu(tmp_path, capsys):
 )
 def test_mfu_is_quoted_against_the_datasheet_peak_of_the_part_named(name, part):
     assert spec_peak(name) == part
+
+
+@pytest.mark.unit
+def test_a_gpu_decoder_is_held_to_its_own_tolerance_stated_as_such():
+    from vitlab.bench.gpu_input import GPU_DECODER_TOLERANCE, TOLERANCE, summary_lines, tolerance_for
+
+    assert tolerance_for(torch.device("cuda", 0)) is GPU_DECODER_TOLERANCE and tolerance_for(CPU) is TOLERANCE
+    comparison = {"images": 4, "mean_levels": 3.0, "max_levels": 20.0, "outlier_fraction": 0.02}
+    comparison.update(within_tolerance=True, tolerance=GPU_DECODER_TOLERANCE, decoder="the GPU's (nvJPEG)")
+    timing = {"batch": 4, "device": "cuda:0", "device_images_per_s": 1.0, "cpu_images_per_s_one_process": 1.0}
+    line = summary_lines({"comparison": comparison, "timing": {**timing, "torch_threads": 1}, "image_size": 224})[1]
+    assert "decoded by the GPU's (nvJPEG): within the tolerance (mean <= 4.0" in line
+    assert "stated for a GPU decoder before any was measured" in line

@@ -7,8 +7,11 @@ against PIL's: the same kernel, a = -0.5, rounded differently) and RandAugment's
 (grid_sample's bicubic, a = -0.75, against PIL's a = -0.5). None shifts a picture, so the differences
 are a level or two of 255 on most values; a few grow where an operation amplifies them (Equalize,
 Posterize, Solarize thresholds) or along sharp edges of the chroma planes. TOLERANCE states what the
-comparison accepts, in levels of 255 (before normalisation); decoding on the CPU it measures about 0.2
-levels on average.
+comparison accepts, in levels of 255 (before normalisation), when the device pipeline decodes with the
+CPU's decoder (libjpeg-turbo on both sides: about 0.2 levels on average). A GPU's decoder is another
+decoder, whose chroma upsampling and rounding are its own: GPU_DECODER_TOLERANCE allows it twice the
+mean and three times the outliers, a figure stated before any GPU was measured against it, and the
+output says so until a measured run replaces it.
 """
 
 from __future__ import annotations
@@ -30,6 +33,12 @@ from .machine import synchronize
 
 # Mean |difference| over all values, and the share of values more than OUTLIER levels apart.
 TOLERANCE = {"mean_levels": 2.0, "outlier_levels": 16.0, "outlier_fraction": 0.01}
+GPU_DECODER_TOLERANCE = {"mean_levels": 4.0, "outlier_levels": 16.0, "outlier_fraction": 0.03, "measured": False}
+
+
+def tolerance_for(device: torch.device) -> dict:
+    """The comparison's tolerance: the CPU decoders', or, where the GPU decodes, the GPU decoder's."""
+    return GPU_DECODER_TOLERANCE if device.type == "cuda" else TOLERANCE
 AUGMENT = AugmentSpec(crop_scale=(0.35, 1.0), hflip=True, randaugment=(2, 10))  # small-data's, without mixing
 
 
@@ -48,16 +57,18 @@ def compare_pipelines(files: list[str], image_size: int, device: torch.device, s
     batch, _ = next(iter(train_loader(on_device, len(files), seed, 0, False, collate=on_device.collate())))
     got = batch.to(device).cpu()
     levels = (got - expected).abs() * 0.5 * 255  # the default std 0.5 undone
+    tolerance = tolerance_for(device)
     result = {
         "images": len(files),
         "mean_levels": levels.mean().item(),
         "max_levels": levels.max().item(),
-        "outlier_fraction": (levels > TOLERANCE["outlier_levels"]).float().mean().item(),
-        "tolerance": TOLERANCE,
+        "outlier_fraction": (levels > tolerance["outlier_levels"]).float().mean().item(),
+        "tolerance": tolerance,
+        "decoder": "the GPU's (nvJPEG)" if device.type == "cuda" else "the CPU's (libjpeg-turbo)",
     }
     result["within_tolerance"] = (
-        result["mean_levels"] <= TOLERANCE["mean_levels"]
-        and result["outlier_fraction"] <= TOLERANCE["outlier_fraction"]
+        result["mean_levels"] <= tolerance["mean_levels"]
+        and result["outlier_fraction"] <= tolerance["outlier_fraction"]
     )
     return result
 
@@ -110,6 +121,8 @@ def input_section(folder: Path, device: torch.device, tiny: bool) -> dict:
 def summary_lines(section: dict) -> list[str]:
     comparison, timing = section["comparison"], section["timing"]
     verdict = "within" if comparison["within_tolerance"] else "OUTSIDE"
+    tolerance = comparison["tolerance"]
+    stated = "" if tolerance.get("measured", True) else ", stated for a GPU decoder before any was measured"
     return [
         f"input pipeline at {section['image_size']} px, batch {timing['batch']}: decode + crop + flip + RandAugment "
         f"+ normalise on "
@@ -117,6 +130,7 @@ def summary_lines(section: dict) -> list[str]:
         f"({timing['torch_threads']} threads) {timing['cpu_images_per_s_one_process']:.0f} images/s",
         f"  device vs CPU pipeline on {comparison['images']} images: mean {comparison['mean_levels']:.2f} levels of "
         f"255, max {comparison['max_levels']:.0f}, {100 * comparison['outlier_fraction']:.2f}% of values above "
-        f"{TOLERANCE['outlier_levels']:.0f} levels: {verdict} the tolerance (mean <= {TOLERANCE['mean_levels']}, "
-        f"<= {100 * TOLERANCE['outlier_fraction']:.0f}% above {TOLERANCE['outlier_levels']:.0f})",
+        f"{tolerance['outlier_levels']:.0f} levels, decoded by {comparison['decoder']}: {verdict} the tolerance "
+        f"(mean <= {tolerance['mean_levels']}, <= {100 * tolerance['outlier_fraction']:.0f}% above "
+        f"{tolerance['outlier_levels']:.0f}{stated})",
     ]
