@@ -39,6 +39,8 @@ GPU_DECODER_TOLERANCE = {"mean_levels": 4.0, "outlier_levels": 16.0, "outlier_fr
 def tolerance_for(device: torch.device) -> dict:
     """The comparison's tolerance: the CPU decoders', or, where the GPU decodes, the GPU decoder's."""
     return GPU_DECODER_TOLERANCE if device.type == "cuda" else TOLERANCE
+
+
 AUGMENT = AugmentSpec(crop_scale=(0.35, 1.0), hflip=True, randaugment=(2, 10))  # small-data's, without mixing
 
 
