@@ -15,6 +15,7 @@ import signal
 import socket
 import struct
 import subprocess
+import sys
 import tarfile
 import threading
 import time
@@ -341,6 +342,61 @@ BAD_IMAGES = {
 
 
 # -- the command line ---------------------------------------------------------------------------------
+# -- what a block of code does outside the process -----------------------------------------------
+WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
+OUTSIDE_EVENTS = ("subprocess.", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "ctypes.dl")
+CHANGING_EVENTS = ("os.mkdir", "os.rename", "os.replace", "os.remove", "os.rmdir", "os.unlink", "os.chmod")
+_watching: list[list[str]] = []
+
+
+def _audit(event: str, args: tuple) -> None:
+    if not _watching:
+        return
+    seen = None
+    if event == "open":
+        path, mode, flags = args
+        writes = any(c in mode for c in "wax+") if isinstance(mode, str) else bool((flags or 0) & WRITE_FLAGS)
+        seen = f"open {path!r} for writing" if writes else None
+    elif event.startswith(OUTSIDE_EVENTS) or event.startswith(CHANGING_EVENTS):
+        seen = f"{event} {args[:2]!r}"
+    if seen is not None:
+        for found in _watching:
+            found.append(seen)
+
+
+@contextlib.contextmanager
+def side_effects() -> Iterator[list[str]]:
+    """Inside the block, each file opened for writing, file changed, process started and native
+    library loaded, as "event args" lines (sys.addaudithook; the hook, which cannot be removed, is
+    added once and does nothing outside such a block)."""
+    if _audit not in _hooks:
+        sys.addaudithook(_audit)
+        _hooks.append(_audit)
+    found: list[str] = []
+    _watching.append(found)
+    try:
+        yield found
+    finally:
+        _watching[:] = [watched for watched in _watching if watched is not found]
+
+
+_hooks: list = []
+
+
+def bare_machine(monkeypatch, tmp_path: Path) -> Path:
+    """A read-only cache folder (VITLAB_CACHE, returned) and a PATH without a C compiler (nor anything
+    else), CC unset; the folder is made writable again by the caller's cleanup (tmp_path's)."""
+    cache = tmp_path / "read-only-cache"
+    cache.mkdir()
+    cache.chmod(0o500)
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    monkeypatch.setenv("VITLAB_CACHE", str(cache))
+    monkeypatch.setenv("PATH", str(empty))
+    monkeypatch.delenv("CC", raising=False)
+    return cache
+
+
 def one_line_error(capsys, argv: list[str]) -> str:
     """Run `vitlab ARGV`; it must fail with status 2 and a single line on stderr, which is returned."""
     from vitlab.cli import main

@@ -1,5 +1,6 @@
 """The layer map of docs/architecture.md, enforced: which part of vitlab may import which, no import
-cycles between modules, and no module over MAX_LINES lines.
+cycles between modules, no module over MAX_LINES lines, and a model part that is plain PyTorch (no
+file I/O, subprocess, ctypes or private torch name under vitlab/model/).
 
 Every `import` and `from ... import` of every module under src/vitlab counts, absolute or relative,
 at the top, inside a function or under `if TYPE_CHECKING:`. Each failure names the file, the line
@@ -25,16 +26,32 @@ SRC = REPO_ROOT / "src"
 MAY_IMPORT: dict[str, set[str]] = {
     "model": set(),
     "data": set(),
-    "weights": {"model"},
-    "evaluate": {"model", "data"},
+    "accel": {"model"},
+    "memory": {"model"},
+    "weights": {"model", "memory"},
+    "evaluate": {"model", "data", "accel"},
     "analysis": {"model", "data"},
-    "train": {"model", "weights", "data", "evaluate"},
-    "export": {"model", "weights", "data", "evaluate", "analysis"},
-    "serve": {"model", "weights", "data", "evaluate", "analysis"},
-    "bench": {"model", "weights", "data", "evaluate", "analysis", "train", "export", "serve"},
-    "experiments": {"model", "weights", "data", "evaluate", "analysis", "train", "export", "serve", "bench"},
+    "train": {"model", "accel", "memory", "weights", "data", "evaluate"},
+    "export": {"model", "accel", "memory", "weights", "data", "evaluate", "analysis"},
+    "serve": {"model", "accel", "memory", "weights", "data", "evaluate", "analysis"},
+    "bench": {"model", "accel", "memory", "weights", "data", "evaluate", "analysis", "train", "export", "serve"},
+    "experiments": {
+        "model",
+        "accel",
+        "memory",
+        "weights",
+        "data",
+        "evaluate",
+        "analysis",
+        "train",
+        "export",
+        "serve",
+        "bench",
+    },
     "cli": {
         "model",
+        "accel",
+        "memory",
         "weights",
         "data",
         "evaluate",
@@ -198,6 +215,87 @@ def long_modules(src: Path) -> dict[str, int]:
     }
 
 
+# The model is plain PyTorch: what it may not use, by module imported and by name called.
+PLAIN_PART = "model"
+NOT_IN_PLAIN: dict[str, str] = {
+    "subprocess": "runs a process",
+    "ctypes": "loads native code",
+    "os": "reaches the file system and the environment",
+    "pathlib": "reaches files",
+    "io": "reaches files",
+    "shutil": "reaches files",
+    "tempfile": "writes files",
+    "glob": "reaches files",
+    "filelock": "writes lock files",
+    "platform": "asks the machine (and may run a process)",
+    "socket": "reaches the network",
+}
+NOT_CALLED_IN_PLAIN = {"open": "opens a file", "exec": "runs code", "eval": "runs code", "__import__": "imports"}
+
+
+def dotted(node: ast.AST) -> str | None:
+    """`torch.ops.mkldnn._x` for an attribute chain rooted at a name, else None."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    return ".".join([node.id, *reversed(parts)])
+
+
+def private_torch(name: str, aliases: dict[str, str]) -> bool:
+    """Whether `name` (through the module's import aliases) reaches a private torch name (`torch._C`,
+    `torch.ops.mkldnn._x`); dunders such as `torch.__version__` are public."""
+    head, _, rest = name.partition(".")
+    full = ".".join(filter(None, [aliases.get(head, head), rest]))
+    parts = full.split(".")
+    return parts[0] == "torch" and any(p.startswith("_") and not p.startswith("__") for p in parts[1:])
+
+
+def impurities(src: Path, part: str = PLAIN_PART) -> list[str]:
+    """Every use under vitlab/<part>/ of what NOT_IN_PLAIN and NOT_CALLED_IN_PLAIN name, and of a
+    private torch name, as "file:line: why"."""
+    found = []
+    for path in sorted((src / "vitlab" / part).rglob("*.py")):
+        file = path.relative_to(src).as_posix()
+        tree = ast.parse(path.read_text(), filename=str(path))
+        aliases: dict[str, str] = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    aliases[(alias.asname or alias.name).split(".")[0]] = (
+                        alias.name if alias.asname else alias.name.split(".")[0]
+                    )
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                for alias in node.names:
+                    aliases[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+        inner = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
+        for node in ast.walk(tree):
+            modules = []
+            if isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                modules = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+            for module in modules:
+                root = module.split(".")[0]
+                if root in NOT_IN_PLAIN:
+                    found.append(f"src/{file}:{node.lineno}: imports {root}, which {NOT_IN_PLAIN[root]}")
+                    break
+                if private_torch(module, {}):
+                    found.append(f"src/{file}:{node.lineno}: imports {module}, a private torch name")
+                    break
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in NOT_CALLED_IN_PLAIN:
+                found.append(
+                    f"src/{file}:{node.lineno}: calls {node.func.id}, which {NOT_CALLED_IN_PLAIN[node.func.id]}"
+                )
+            if isinstance(node, ast.Attribute) and id(node) not in inner:  # each chain once, whole
+                name = dotted(node)
+                if name is not None and private_torch(name, aliases):
+                    found.append(f"src/{file}:{node.lineno}: uses {name}, a private torch name")
+    return sorted(set(found))
+
+
 # -- the tree ------------------------------------------------------------------------------------------
 @pytest.mark.unit
 def test_imports_follow_the_layers():
@@ -228,6 +326,12 @@ def test_no_module_is_over_the_line_limit():
     fixed = KNOWN_LONG_MODULES - set(found)
     assert not new, "modules to split:\n" + "\n".join(new)
     assert not fixed, f"no longer over the limit, delete from KNOWN_LONG_MODULES: {sorted(fixed)}"
+
+
+@pytest.mark.unit
+def test_the_model_is_plain_pytorch():
+    found = impurities(SRC)
+    assert not found, "the model is plain PyTorch (docs/architecture.md):\n" + "\n".join(found)
 
 
 @pytest.mark.unit
@@ -311,3 +415,30 @@ def test_a_cycle_is_named_with_its_modules(tmp_path):
 def test_a_long_module_is_named(tmp_path):
     src = write_tree(tmp_path, {**TREE, "model/heads.py": "x = 1\n" * (MAX_LINES + 1)})
     assert long_modules(src) == {"vitlab/model/heads.py": MAX_LINES + 1}
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    "text, why",
+    [
+        ("import subprocess\n", "imports subprocess, which runs a process"),
+        ("import ctypes\n", "imports ctypes, which loads native code"),
+        ("from pathlib import Path\n", "imports pathlib, which reaches files"),
+        ("def f(p):\n    return open(p, 'w')\n", "calls open, which opens a file"),
+        ("import torch\nx = torch._softmax\n", "uses torch._softmax, a private torch name"),
+        ("import torch\ny = torch.ops.mkldnn._linear_pointwise(1)\n", "uses torch.ops.mkldnn._linear_pointwise"),
+        ("import torch.nn.functional as F\nz = F._canonical_mask\n", "uses F._canonical_mask, a private torch name"),
+        ("from torch._inductor import config\n", "imports torch._inductor, a private torch name"),
+    ],
+)
+def test_an_impurity_in_the_model_is_named_with_file_and_line(tmp_path, text, why):
+    src = write_tree(tmp_path, {**TREE, "model/heads.py": text})
+    found = impurities(src)
+    assert found and all(f.startswith("src/vitlab/model/heads.py:") for f in found)
+    assert any(why in f for f in found), found
+
+
+@pytest.mark.unit
+def test_public_torch_names_and_dunders_are_plain(tmp_path):
+    text = "import torch\nfrom torch import nn\nx = torch.__version__\ny = nn.functional.gelu\nz = torch.compiler.is_compiling\n"
+    assert impurities(write_tree(tmp_path, {**TREE, "model/heads.py": text})) == []

@@ -9,11 +9,11 @@ import pytest
 import torch
 from PIL import Image
 
+from vitlab.accel import cpu
 from vitlab.bench.flops import model_flops
 from vitlab.cli import main
 from vitlab.experiments import Settings
 from vitlab.experiments.axial import findings, model_config
-from vitlab.model import cpu
 
 
 def closed_form_flops(axial: bool, grid: tuple[int, int], dim: int, depth: int, patch: int, classes: int) -> int:

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
+from vitlab.accel import cpu
 from vitlab.experiments import Settings, run_experiment
 from vitlab.experiments.compute_cost import findings, largest_batch
-from vitlab.model import cpu
 
 
 @pytest.mark.unit

@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 import torch
 
+from vitlab.accel.cpu import cpu_model
 from vitlab.cli import main
 from vitlab.data.datasets import ArrayImages
 from vitlab.data.splits import take_fraction
 from vitlab.experiments import EXPERIMENTS, Settings, run_experiment
 from vitlab.experiments.runner import Results, bit_config, describe_model, hybrid_config, vit_config
 from vitlab.model import ConfigError, create_untrained
-from vitlab.model.cpu import cpu_model
 from vitlab.train import Trainer, get_recipe
 from vitlab.weights import load, save_pretrained
 

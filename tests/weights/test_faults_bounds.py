@@ -20,8 +20,8 @@ from safetensors.torch import save_file
 
 import vitlab
 from helpers import one_line_error
+from vitlab.memory.budget import batches_in_flight, memory_needed, parameter_count
 from vitlab.model import ConfigError, ViTConfig, create_untrained, list_models
-from vitlab.model.budget import batches_in_flight, memory_needed, parameter_count
 from vitlab.weights import CheckpointError
 from vitlab.weights.folder import FORMAT_VERSION
 
@@ -136,7 +136,7 @@ def test_zero_element_tensors_are_checked_before_anything_is_built(folder, tmp_p
     assert (tmp_path / "timm.safetensors").stat().st_size < 100_000
     refused(tmp_path / "timm.safetensors", "timm.safetensors: the model needs about", num_heads=TINY.num_heads)
     with pytest.raises(ConfigError, match="Ti/16: the model needs about .* GiB"):
-        create_untrained("Ti/16", depth=1_000_000)
+        vitlab.create_model("Ti/16", depth=1_000_000)  # checked before anything is built
 
 
 @pytest.mark.unit

@@ -48,7 +48,7 @@ implementation (`vitlab bench --help`).
   `torchvision.models.vision_transformer.VisionTransformer`, vitlab's `VisionTransformer`, and
   vitlab's model exported to ONNX and run by onnxruntime in float32 and quantized to int8
   (`vitlab export --quantize int8`, src/vitlab/export/quantize.py). `vitlab-int8` is vitlab's own
-  int8 path, `optimize_for_inference(model, dtype=torch.int8)` (src/vitlab/model/int8.py).
+  int8 path, `optimize_for_inference(model, dtype=torch.int8)` (src/vitlab/accel/int8.py).
 - **Same work.** Inference: one batch of random images, no autograd. Training step: bf16 autocast
   over fp32 weights, cross-entropy, backward, AdamW step.
 - **Each implementation in its best mode**, the fastest of those tried, in the same dtype: eager and
@@ -88,24 +88,24 @@ implementation (`vitlab bench --help`).
 1. **Class token only in the last layer**: y = LN(z_L^0) reads one row, so the last layer's attention
    takes the class token's query alone and its MLP runs on one token.
 2. **Attention as two matmuls around a softmax computed in fp32, on CPU in bf16**
-   (`model/attention.py`), in blocks of queries; in training the weights are recomputed in backward
+   (`accel/blocked.py`), in blocks of queries; in training the weights are recomputed in backward
    rather than stored. In eager inference the scale rides in the first GEMM (baddbmm's alpha), the
    softmax runs in place over the logits and each block writes its heads already merged.
-3. **`vitlab.optimize_for_inference(model, dtype)`** (`model/fast.py`): eval mode under
+3. **`vitlab.optimize_for_inference(model, dtype)`** (`accel/fast.py`): eval mode under
    `torch.inference_mode`, weights cast once, compiled with Inductor's freezing and, on CPU, its C++
-   wrapper; in fp32 its GEMMs run in the faster of MKL and oneDNN on this CPU (`model/kernels.py`,
+   wrapper; in fp32 its GEMMs run in the faster of MKL and oneDNN on this CPU (`accel/kernels.py`,
    timed once and cached); in bf16 / fp16 the patch embedding is one GEMM over the copied-out
-   patches rather than a convolution (`model/patch_embed.py`).
+   patches rather than a convolution (`accel/layers.py`).
    With `dtype=torch.int8` (CPU) the encoder's linears run in oneDNN's int8 kernels, GELU in their
-   epilogue, and the rest in bf16 where this CPU has native bf16, else fp32 (`model/int8.py`).
+   epilogue, and the rest in bf16 where this CPU has native bf16, else fp32 (`accel/int8.py`).
 4. **`--compile` for training** (`vitlab train --compile`), with 1-2 inside the compiled graph.
-5. **Eager inference GEMMs in oneDNN** (`model/kernels.py`): bias, and fc1's GELU in bf16, in the
+5. **Eager inference GEMMs in oneDNN** (`accel/layers.py`): bias, and fc1's GELU in bf16, in the
    kernel's epilogue; the patch embedding is one of them. Attention takes whole images at a time, as
    many as keep their logits in the threads' L2 caches. The weights are not cached in oneDNN's layout
    between calls: a change made through `.data` moves no version counter, so a cached copy could go
    stale without a word.
-6. **vitlab's own bf16 softmax kernel in eager inference attention** (`model/softmax.py`,
-   `model/native.py`, `model/csrc/bf16_kernels.c`): ATen's numbers (fp32 inside, one rounding to
+6. **vitlab's own bf16 softmax kernel in eager inference attention** (`accel/softmax.py`,
+   `accel/native.py`, `accel/csrc/bf16_kernels.c`): ATen's numbers (fp32 inside, one rounding to
    bf16) with AVX-512 throughout, where ATen's kernel takes each row's last len % 16 values one at a
    time. Built once per machine with the system's C compiler, checked against ATen's before its first
    use and timed against it once; ATen's kernel runs where it cannot (no AVX512_BF16, no compiler) or

@@ -16,8 +16,8 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+from vitlab.accel.kernels import native
 from vitlab.model import config_for
-from vitlab.model.kernels import native
 
 from .flops import model_flops
 from .implementations import FAST_DTYPES, IMPLEMENTATIONS, ONNXRUNTIME, OTHER_NUMERICS, build

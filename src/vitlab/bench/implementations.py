@@ -9,7 +9,7 @@ linear layers quantized to int8, run on the CPU with torch's intra-op thread cou
 only, in one mode ("eager": the session as onnxruntime optimises it). int8 computes other numbers,
 so it is shown beside the others but never taken as the best peer.
 
-"vitlab-int8" is vitlab's own int8 path, `optimize_for_inference(model, dtype=torch.int8)` (model/int8.py):
+"vitlab-int8" is vitlab's own int8 path, `optimize_for_inference(model, dtype=torch.int8)` (accel/int8.py):
 fp32 images in, fp32 logits out, so it runs in the fp32 case, in its one mode "fast". It too computes
 other numbers and is never the best peer.
 """

@@ -16,13 +16,13 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from vitlab.accel.fast import optimize_for_inference
+from vitlab.accel.kernels import dtype_name
 from vitlab.data.digits import load_digits_splits
 from vitlab.evaluate.predict import eval_transform
 from vitlab.export import OnnxModel, export_model, quantize_onnx
 from vitlab.export.quantize import INT8_SETTINGS, Int8Settings
 from vitlab.model import VisionTransformer, ViTConfig
-from vitlab.model.fast import optimize_for_inference
-from vitlab.model.kernels import dtype_name
 
 OWN_SETTINGS = {"linears": "encoder blocks'", "weights": "int8 per channel", "activations": "uint8 per tensor, dynamic"}
 PLAIN = Int8Settings(op_types=("MatMul", "Gemm"), per_channel=False, reduce_range=False)  # what vitlab used first

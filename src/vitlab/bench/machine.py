@@ -14,8 +14,8 @@ from importlib import metadata
 
 import torch
 
-from vitlab.model.cpu import cpu_capability, cpu_model, cpu_name
-from vitlab.model.kernels import native, onednn_linear
+from vitlab.accel.cpu import cpu_capability, cpu_model, cpu_name
+from vitlab.accel.kernels import native, onednn_linear
 
 # Variables that make this CPU run as a lesser one: ATen's kernels (ATEN_CPU_CAPABILITY=avx2), oneDNN's
 # (ONEDNN_MAX_CPU_ISA=AVX2: bf16 then has no native kernels) and MKL's fp32 GEMMs. Recorded when set.

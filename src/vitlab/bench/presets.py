@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from vitlab.model.kernels import native
+from vitlab.accel.kernels import native
 
 from .harness import CaseSpec
 from .implementations import IMPLEMENTATIONS, ONNXRUNTIME, OTHER_NUMERICS

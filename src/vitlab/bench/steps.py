@@ -20,6 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from vitlab.accel import accelerate, optimize_for_inference
+
 from .implementations import FAST_DTYPES, ONNXRUNTIME
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -90,14 +92,13 @@ def inference_step(
 ) -> Callable[[], torch.Tensor]:
     model.eval()
     if mode.fast:
-        from vitlab.model.fast import optimize_for_inference
-
         fast = optimize_for_inference(model, dtype=dtype)
         images = images.to(dtype)  # as the bf16-weights modes get them
         return lambda: fast(images)
     if mode.bf16_weights:
         model.to(dtype)
         images = images.to(dtype)
+    accelerate(model, dtype)  # vitlab's CPU paths; another library's model has no part to swap
     network = torch.compile(model) if mode.compiled else model
     autocast = dtype != torch.float32 and not mode.bf16_weights
 
@@ -114,6 +115,7 @@ def training_step(
     model.train()
     labels = torch.randint(num_classes, (images.shape[0],), device=images.device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
+    accelerate(model, dtype)
     network = torch.compile(model) if mode.compiled else model
 
     def step() -> torch.Tensor:

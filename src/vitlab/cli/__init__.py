@@ -121,7 +121,7 @@ def add_memory_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def memory_limit(args: argparse.Namespace) -> int | None:
-    """--memory-limit in bytes, or None for the default (vitlab.model.budget)."""
+    """--memory-limit in bytes, or None for the default (vitlab.memory.budget)."""
     gib = getattr(args, "memory_limit", None)
     if gib is not None and not gib > 0:
         raise UserError(f"--memory-limit must be a positive number of GiB, got {gib}")

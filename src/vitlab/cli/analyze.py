@@ -152,7 +152,7 @@ def check_analysis_memory(args: argparse.Namespace, config: ViTConfig | BiTConfi
     from vitlab.analysis.run import BATCH
     from vitlab.cli import memory_limit
     from vitlab.data.images import image_files
-    from vitlab.model.budget import FLOAT_BYTES, batches_in_flight, check_memory
+    from vitlab.memory.budget import FLOAT_BYTES, batches_in_flight, check_memory
 
     height, width = config.image_size
     if on_dataset:
@@ -164,6 +164,7 @@ def check_analysis_memory(args: argparse.Namespace, config: ViTConfig | BiTConfi
 
 
 def run(args: argparse.Namespace) -> int:
+    from vitlab.accel import accelerate
     from vitlab.analysis import analyze, parse_what
     from vitlab.cli import load_checkpoint
     from vitlab.evaluate.predict import eval_transform
@@ -182,7 +183,7 @@ def run(args: argparse.Namespace) -> int:
     model = load_checkpoint(args, **overrides)
     source, run_config, run_file = analysed_data(args)
     check_analysis_memory(args, model.config, on_dataset=source is not None)
-    model = model.to(device).eval()
+    model = accelerate(model.to(device).eval())
     transform = eval_transform(model.config)
     dataset = None if source is None else dataset_batches(args, transform, model.config, source, run_config, run_file)
     if dataset is None:

@@ -44,7 +44,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run_fractaldb(args: argparse.Namespace) -> int:
     from vitlab.data.fractaldb import FractalDBSpec, generate_fractaldb
-    from vitlab.model.budget import DEFAULT_FRACTION, available_memory
+    from vitlab.memory.budget import DEFAULT_FRACTION, available_memory
 
     if args.workers < 1:
         raise ValueError(f"--workers must be at least 1, got {args.workers}")

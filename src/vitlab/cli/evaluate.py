@@ -185,6 +185,7 @@ def resolve_settings(args: argparse.Namespace, run, run_file: Path | None) -> Ev
 
 
 def run_eval(args: argparse.Namespace) -> int:
+    from vitlab.accel import accelerate
     from vitlab.data import load_datasets
     from vitlab.data.skipping import SkipLog, scored_dataset
     from vitlab.evaluate import evaluate
@@ -192,7 +193,7 @@ def run_eval(args: argparse.Namespace) -> int:
     from vitlab.evaluate.details import write_details
     from vitlab.evaluate.predict import eval_transform
     from vitlab.evaluate.real import match_real_labels, read_real_labels
-    from vitlab.model.budget import batches_in_flight, check_memory
+    from vitlab.memory.budget import batches_in_flight, check_memory
     from vitlab.model.runtime import resolve_device, resolve_precision
     from vitlab.progress import progress
     from vitlab.train.loader import eval_loader
@@ -224,6 +225,8 @@ def run_eval(args: argparse.Namespace) -> int:
         model.config, settings.batch_size, limit=memory_limit(args), source=str(args.ckpt), in_flight=in_flight
     )
     model = model.to(device).eval()
+    if args.runtime != "onnx":
+        accelerate(model, precision.compute_dtype)
     transform = eval_transform(model.config)
     if settings.dev_fraction and args.split == "val":
         log.info(

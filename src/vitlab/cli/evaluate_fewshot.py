@@ -56,11 +56,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from vitlab.accel import accelerate
     from vitlab.cli import load_checkpoint, memory_limit
     from vitlab.data import load_datasets
     from vitlab.evaluate import evaluate_representation
     from vitlab.evaluate.predict import eval_transform
-    from vitlab.model.budget import batches_in_flight, check_memory
+    from vitlab.memory.budget import batches_in_flight, check_memory
     from vitlab.model.runtime import resolve_device
 
     if args.seeds < 1:
@@ -70,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     model = load_checkpoint(args)
     in_flight = batches_in_flight(args.batch_size, model.config.image_size, args.workers)
     check_memory(model.config, args.batch_size, limit=memory_limit(args), source=str(args.ckpt), in_flight=in_flight)
-    model = model.to(resolve_device(args.device)).eval()
+    model = accelerate(model.to(resolve_device(args.device)).eval())
     # Frozen features: both splits get the evaluation transform, as in big_vision.
     transform = eval_transform(model.config)
     splits = load_datasets(args.data, transform, transform)

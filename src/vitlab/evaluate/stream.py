@@ -1,8 +1,9 @@
 """Prediction streamed over image files: batches from vitlab.data.stream in, one result per file out,
 in file order, as each batch is done; nothing about a file is kept after its result is handed on.
 
-The model runs as it is under the precision's autocast ("eager"), or as optimize_for_inference's
-frozen, compiled copy with its weights cast once ("fast"); choose_path decides between them.
+The model runs with vitlab's CPU paths (accel.accelerate) under the precision's autocast ("eager"),
+or as optimize_for_inference's frozen, compiled copy with its weights cast once ("fast"); choose_path
+decides between them.
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ import numpy as np
 import torch
 from torch import nn
 
+from vitlab.accel import kernels
+from vitlab.accel.fast import optimize_for_inference
+from vitlab.accel.layers import accelerate
 from vitlab.data.stream import FileBatch
 from vitlab.data.transforms import BatchNormalize
-from vitlab.model import kernels
-from vitlab.model.fast import optimize_for_inference
 
 from .predict import class_names, model_config, top_classes
 
@@ -88,7 +90,7 @@ class StreamPredictor:
         network = LogitsAndFeatures(model) if features else model
         self.features = features
         self.autocast = contextlib.nullcontext if fast else autocast
-        self.network = optimize_for_inference(network, dtype) if fast else network.eval()
+        self.network = optimize_for_inference(network, dtype) if fast else accelerate(network, dtype).eval()
         # The compiled graph is built for one batch size: a short batch is padded to it (no recompiling).
         self.pad_to = batch_size if fast else None
 

@@ -12,7 +12,7 @@ not counted). Throughput is per core: images/s over the torch threads it ran on 
 The largest batch: doubling from 1 until a batch's peak exceeds --memory-budget-mib, then bisection of
 the bracket (largest fitting, smallest not), each probe where the line through the bracket's two
 peaks crosses the budget (the peak is nearly affine in the batch) or at the midpoint when that line
-did not halve the bracket. A batch whose estimated memory (vitlab.model.budget) exceeds the memory
+did not halve the bracket. A batch whose estimated memory (vitlab.memory.budget) exceeds the memory
 available is counted as not fitting without allocating it. The search's time grows with the budget
 (each batch found doubles with it); the default, 128 MiB, keeps the default run to a few minutes.
 """
@@ -27,15 +27,15 @@ from typing import Any
 import torch
 from matplotlib.axes import Axes
 
+from vitlab.accel.cpu import cpu_model
 from vitlab.bench.flops import model_flops
 from vitlab.bench.harness import BenchConfig
 from vitlab.bench.machine import cpu_name, cpu_text, load_average
 from vitlab.bench.memory import step_peak_bytes
 from vitlab.bench.steps import Case, Mode, make_step
 from vitlab.bench.timing import median_seconds
+from vitlab.memory.budget import available_memory, memory_needed
 from vitlab.model import BiTConfig, ViTConfig, config_for, create_untrained
-from vitlab.model.budget import available_memory, memory_needed
-from vitlab.model.cpu import cpu_model
 
 from .runner import Experiment, Results, Settings, describe_model
 from .wording import compare

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from vitlab.model.cpu import cpu_model, cpu_name
+from vitlab.accel.cpu import cpu_model, cpu_name
 
 UNKNOWN = "unknown"
 

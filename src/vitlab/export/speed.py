@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from vitlab.accel import accelerate
 from vitlab.evaluate.predict import model_config
 
 from .validate import sample_images
@@ -44,7 +45,7 @@ def compare_speed(
     """
     config = model_config(torch_model)
     images = sample_images(batch, config.in_channels, config.image_size)
-    torch_model.eval()
+    accelerate(torch_model.eval())  # PyTorch with vitlab's CPU paths, as vitlab's commands run it
     for _ in range(warmup):
         _milliseconds(torch_model, images)
         _milliseconds(onnx_model, images)

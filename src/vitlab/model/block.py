@@ -10,7 +10,6 @@ import torch
 from torch import nn
 
 from .attention import Attention
-from .kernels import Linear
 
 
 def make_activation(name: str) -> nn.Module:
@@ -23,19 +22,19 @@ class Mlp(nn.Module):
 
     def __init__(self, dim: int, hidden: int, act: str = "gelu", dropout: float = 0.0, out_act: bool = False) -> None:
         super().__init__()
-        self.fc1 = Linear(dim, hidden)
+        self.fc1 = nn.Linear(dim, hidden)
         self.act = make_activation(act)
         self.drop1 = nn.Dropout(dropout)
-        self.fc2 = Linear(hidden, dim)
+        self.fc2 = nn.Linear(hidden, dim)
         # The Keras example's MLP is Dense(gelu) -> Dense(gelu): an activation after fc2 as well.
         self.out_act = make_activation(act) if out_act else nn.Identity()
         self.drop2 = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if isinstance(self.act, nn.GELU) and isinstance(self.fc1, Linear):  # one pass fewer (Linear.gelu)
-            hidden = self.fc1.gelu(x, self.act.approximate)
-        else:
-            hidden = self.act(self.fc1(x))
+        return self.finish(self.act(self.fc1(x)))
+
+    def finish(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Everything after fc1's activation: dropout, fc2, the optional activation, dropout."""
         return self.drop2(self.out_act(self.fc2(self.drop1(hidden))))
 
 
@@ -58,26 +57,34 @@ class DropPath(nn.Module):
 
 
 class EncoderBlock(nn.Module):
+    """LN -> MSA -> residual, LN -> MLP -> residual. Like timm's Block, it takes keywords, and its
+    parts are arguments (`norm_layer`, `attn_layer`, `mlp_layer`), so that a variant of one part (a
+    norm, an attention with its own extras) is one argument, not a new block."""
+
     def __init__(
         self,
         dim: int,
         num_heads: int,
+        *,
         mlp_dim: int,
         head_dim: int | None = None,
         qkv_bias: bool = True,
         dropout: float = 0.0,
         attn_dropout: float = 0.0,
+        proj_dropout: bool = True,
         drop_path: float = 0.0,
         act: str = "gelu",
-        norm_eps: float = 1e-6,
         mlp_out_act: bool = False,
-        proj_dropout: bool = True,
+        norm_eps: float = 1e-6,
+        norm_layer: type[nn.Module] = nn.LayerNorm,
+        attn_layer: type[Attention] = Attention,
+        mlp_layer: type[Mlp] = Mlp,
     ) -> None:
         super().__init__()
-        self.norm1 = nn.LayerNorm(dim, eps=norm_eps)
-        self.attn = Attention(dim, num_heads, head_dim, qkv_bias, attn_dropout, dropout if proj_dropout else 0.0)
-        self.norm2 = nn.LayerNorm(dim, eps=norm_eps)
-        self.mlp = Mlp(dim, mlp_dim, act, dropout, mlp_out_act)
+        self.norm1 = norm_layer(dim, eps=norm_eps)
+        self.attn = attn_layer(dim, num_heads, head_dim, qkv_bias, attn_dropout, dropout if proj_dropout else 0.0)
+        self.norm2 = norm_layer(dim, eps=norm_eps)
+        self.mlp = mlp_layer(dim, mlp_dim, act, dropout, mlp_out_act)
         self.drop_path = DropPath(drop_path)
 
     def forward(

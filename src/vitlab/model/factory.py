@@ -11,7 +11,6 @@ from vitlab.errors import ConfigError
 
 from .aliases import from_timm_name, is_timm_name
 from .bit import BiTConfig, BiTResNet
-from .budget import check_memory
 from .config import ViTConfig
 from .registry import architecture_for, family_of
 from .vit import VisionTransformer
@@ -37,21 +36,24 @@ def config_for(name: str, **overrides: Any) -> Config:
     return family_of(name).config(name, **overrides)
 
 
-def create_untrained(name: str | Config = "B/16", *, memory_limit: int | None = None, **overrides: Any) -> Model:
+def resolved_config(name: str | Config, **overrides: Any) -> Config:
+    """The config a registered name or a registered family's config gives, any field overridden."""
+    if isinstance(name, str):
+        return config_for(name, **overrides)
+    architecture_for(name)  # a config of a registered model, else ConfigError
+    return name.replace(**overrides) if overrides else name
+
+
+def create_untrained(name: str | Config = "B/16", **overrides: Any) -> Model:
     """Build a freshly initialised model from a registered name or a config (a BiTConfig gives the
     BiT ResNet, a ViTConfig with a backbone the hybrid).
 
-    Nothing is allocated before the parameter count is checked against `memory_limit` bytes
-    (default: budget.DEFAULT_FRACTION of the memory available; budget.py).
+    The model layer knows nothing of the machine, so it checks no memory: vitlab.create_model and
+    every reader of weights check the model against the memory available first (vitlab.memory).
 
     >>> model = create_untrained("Ti/4", image_size=32, num_classes=10)
     """
-    if isinstance(name, str):
-        config = config_for(name, **overrides)
-    else:
-        architecture_for(name)  # a config of a registered model, else ConfigError
-        config = name.replace(**overrides) if overrides else name
-    check_memory(config, limit=memory_limit, source=config.name)
+    config = resolved_config(name, **overrides)
     return architecture_for(config)(config)
 
 
@@ -66,4 +68,4 @@ def create_model(name: str | Config = "B/16", *, pretrained: Any = None, **overr
     return create_untrained(name, **overrides)
 
 
-__all__ = ["config_for", "create_untrained"]
+__all__ = ["config_for", "create_untrained", "resolved_config"]

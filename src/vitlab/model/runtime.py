@@ -6,7 +6,7 @@ but was measured slower for the small models one trains on a CPU: the `demo` mod
 ran about 10x slower than in fp32 and a Ti/4 at 32 px 0.6x as fast; only at ImageNet sizes (Ti/16 at
 224 px) did bf16 win (about 1.3x), on a CPU with avx512_bf16. On a CPU without native bf16
 (kernels.native: an AVX2-only one) bf16 is emulated and never faster than fp32; there bf16 matmuls
-run as fp32 GEMMs (model/kernels.py) rather than through ATen's slow bf16 fallback.
+run as fp32 GEMMs (accel/kernels.py) rather than through ATen's slow bf16 fallback.
 """
 
 from __future__ import annotations
@@ -51,6 +51,11 @@ class Precision:
     @property
     def dtype(self) -> torch.dtype | None:
         return DTYPES[self.name]
+
+    @property
+    def compute_dtype(self) -> torch.dtype:
+        """What the model's matmuls compute in: the autocast dtype, else fp32."""
+        return self.dtype or torch.float32
 
     def autocast(self) -> contextlib.AbstractContextManager:
         if self.dtype is None:

@@ -116,16 +116,16 @@ class VisionTransformer(TimmInterface, nn.Module):
         return self.block_type(
             config.dim,
             config.num_heads,
-            config.mlp_dim,
-            config.head_dim,
-            config.qkv_bias,
-            config.dropout,
-            config.attn_dropout,
-            drop_path,
-            config.act,
-            config.norm_eps,
-            config.mlp_out_act,
-            config.proj_dropout,
+            mlp_dim=config.mlp_dim,
+            head_dim=config.head_dim,
+            qkv_bias=config.qkv_bias,
+            dropout=config.dropout,
+            attn_dropout=config.attn_dropout,
+            proj_dropout=config.proj_dropout,
+            drop_path=drop_path,
+            act=config.act,
+            mlp_out_act=config.mlp_out_act,
+            norm_eps=config.norm_eps,
         )
 
     # -- initialisation (as the reference vit_jax code) -----------------------------------------

@@ -18,6 +18,7 @@ import torch
 from matplotlib import colormaps
 from PIL import Image
 
+from vitlab.accel import accelerate
 from vitlab.analysis import attention_maps, display_images, upsample_map
 from vitlab.data import BadImageError, read_image
 from vitlab.data.images import FORMATS
@@ -71,7 +72,7 @@ class ImageClassifier:
     """A loaded ViT, hybrid or BiT ResNet behind a bytes-in, labels-out interface."""
 
     def __init__(self, model: VisionTransformer | BiTResNet, limits: Limits = Limits()) -> None:
-        self.model = model.eval()
+        self.model = accelerate(model).eval()  # vitlab's CPU paths, in place
         self.limits = limits
         self.has_overlay = hasattr(model, "forward_with_attention")  # rollout needs attention
         config = model.config

@@ -14,8 +14,8 @@ from vitlab.data import DataSplits, load_datasets
 from vitlab.data.datasets import EncodedImages, LabelledImages
 from vitlab.data.device_decode import DeviceDecodedImages, DrawCrop, device_transform, unsupported_augmentation
 from vitlab.data.transforms import eval_transform, resolve_preprocessing, train_transform
+from vitlab.memory.budget import batches_in_flight, check_memory
 from vitlab.model import BiTConfig, BiTResNet, ConfigError, VisionTransformer, ViTConfig, config_for, create_untrained
-from vitlab.model.budget import batches_in_flight, check_memory
 from vitlab.model.runtime import resolve_device
 from vitlab.weights import load
 
@@ -140,8 +140,7 @@ def build_model_and_data(
     else:
         torch.manual_seed(config.run.seed)
         model = create_untrained(
-            vit_config.replace(num_classes=len(classes), class_names=classes or None, preprocessing=preprocessing),
-            memory_limit=limit,
+            vit_config.replace(num_classes=len(classes), class_names=classes or None, preprocessing=preprocessing)
         )
     log.info(
         "%s: %d training and %d validation images, %d classes; model %s at %s px, %.2fM parameters",

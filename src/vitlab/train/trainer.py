@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from vitlab.accel import accelerate
 from vitlab.data.datasets import LabelledImages
 from vitlab.data.device_decode import device_batches
 from vitlab.model import BiTConfig, ConfigError, ViTConfig
@@ -98,7 +99,7 @@ class Trainer:
             config, self.model, len(self.class_names)
         )  # before the optimiser sees its parameters
 
-        self.model.to(self.device)
+        accelerate(self.model.to(self.device), self.precision.compute_dtype)  # vitlab's CPU paths, in place
         self.model.set_grad_checkpointing(config.run.grad_checkpointing)
         self.parallel = distributed.wrap(self.model, self.processes, config.run.data_parallel, self.precision.dtype)
         self.network = torch.compile(self.parallel) if config.run.compile else self.parallel

@@ -14,8 +14,8 @@ from typing import Any, overload
 import torch
 
 from vitlab.errors import CheckpointError
+from vitlab.memory.budget import check_memory
 from vitlab.model import BiTConfig, BiTResNet, ConfigError, VisionTransformer, ViTConfig, create_untrained
-from vitlab.model.budget import check_memory
 from vitlab.model.config import as_pair
 
 log = logging.getLogger("vitlab")
@@ -79,11 +79,11 @@ def check_finite(state_dict: Mapping[str, torch.Tensor], source: str) -> None:
         )
 
 
-def expected_shapes(config: ViTConfig | BiTConfig, memory_limit: int | None = None) -> dict[str, torch.Size]:
+def expected_shapes(config: ViTConfig | BiTConfig) -> dict[str, torch.Size]:
     """The shape of every tensor the model's state dict holds, from a model built on the meta
     device: nothing is allocated, so a file's header can be checked before its tensors are read."""
     with torch.device("meta"):
-        model = create_untrained(config, memory_limit=memory_limit)
+        model = create_untrained(config)
     return {key: value.shape for key, value in model.state_dict().items()}
 
 
@@ -145,7 +145,7 @@ def build_model(
     check_memory(config, limit=memory_limit, source=source)
     if image_size is not None:  # the activations are those of the size the model will run at
         check_memory(config.replace(image_size=as_pair(image_size)), limit=memory_limit, source=source)
-    model = create_untrained(config, memory_limit=memory_limit)
+    model = create_untrained(config)
     check_state_dict(model, state_dict, source)
     check_finite(state_dict, source)
     model.load_state_dict(state_dict)

@@ -32,8 +32,8 @@ from typing import Any
 from safetensors.torch import save_file
 
 from vitlab.errors import CheckpointError
+from vitlab.memory.budget import check_memory
 from vitlab.model import AxialConfig, BiTConfig, BiTResNet, ConfigError, VisionTransformer, ViTConfig
-from vitlab.model.budget import check_memory
 from vitlab.textfiles import TextFileError, read_json
 
 from .build import build_model, check_shapes, expected_shapes
@@ -321,7 +321,7 @@ def load_folder(directory: str | Path, **overrides: Any) -> VisionTransformer | 
     config, _ = read_config(directory)
     # Sizes before allocation: the config against the memory limit, the file's header against the config.
     check_memory(config, limit=overrides.get("memory_limit"), source=str(directory / CONFIG_FILE))
-    check_shapes(expected_shapes(config, overrides.get("memory_limit")), read_shapes(weights), str(weights))
+    check_shapes(expected_shapes(config), read_shapes(weights), str(weights))
     state_dict = read_state_dict(weights)
     return build_model(config, state_dict, str(directory), overrides)
 

@@ -20,8 +20,8 @@ import numpy as np
 import torch
 
 from vitlab.errors import CheckpointError, RefusedFileError
+from vitlab.memory.budget import check_memory
 from vitlab.model import ResNetConfig, VisionTransformer, ViTConfig
-from vitlab.model.budget import check_memory
 from vitlab.model.config import as_pair
 from vitlab.model.resnet import StemKind
 from vitlab.npy_files import npz_names

@@ -27,8 +27,8 @@ import numpy as np
 import torch
 
 from vitlab.errors import CheckpointError, ConfigError, RefusedFileError
+from vitlab.memory.budget import DEFAULT_FRACTION, available_memory, check_memory
 from vitlab.model import VisionTransformer, ViTConfig
-from vitlab.model.budget import DEFAULT_FRACTION, available_memory, check_memory
 from vitlab.model.config import PositionEmbeddingKind
 from vitlab.npy_files import read_npz
 

@@ -11,8 +11,10 @@ from typing import Any
 from torch import nn
 
 from vitlab.errors import CheckpointError
+from vitlab.memory.budget import check_memory
 from vitlab.model import BiTConfig, BiTResNet, ConfigError, VisionTransformer, ViTConfig, config_for, create_untrained
 from vitlab.model.aliases import from_timm_name, is_timm_name
+from vitlab.model.factory import resolved_config
 
 from .catalogue import CATALOGUE, IN1K_CLASSES, CatalogueError, Pretrained, find, list_pretrained
 from .fetch import fetch
@@ -175,7 +177,10 @@ def create_model(
     224 px, and "vit_base_patch16_224.augreg_in21k" with pretrained=True loads those weights.
     """
     if pretrained is None or pretrained is False:
-        return create_untrained(name, **overrides)
+        memory_limit = overrides.pop("memory_limit", None)
+        config = resolved_config(name, **overrides)
+        check_memory(config, limit=memory_limit, source=config.name)  # before anything is allocated
+        return create_untrained(config)
     if not isinstance(name, str):
         raise ConfigError("pretrained= needs a registered model name such as 'B/16', not a config")
     if not isinstance(pretrained, (str, bool)):

@@ -1,21 +1,23 @@
-"""How much memory a model needs, counted from its config before anything is built.
+"""How much memory a model needs, counted before anything is allocated, and how much this process has.
 
 A config of a kilobyte can ask for terabytes (`"depth": 1000000`); `check_memory` compares the
 parameter count and the activations of one batch with a limit, `DEFAULT_FRACTION` of the memory
-available, and refuses in one line naming both. The counts are the model's own (tested against
-`sum(p.numel())`); activations are an estimate of the largest tensors alive at once.
+available (what Linux and the cgroup say, `available_memory`), and refuses in one line naming both.
+The parameters are counted from the model itself, built on the meta device; activations are an
+estimate of the largest tensors alive at once.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from vitlab.errors import ConfigError
+import torch
 
-from .axial import AxialConfig
-from .bit import BiTConfig
-from .config import ViTConfig
-from .resnet import ResNetConfig
+from vitlab.errors import ConfigError
+from vitlab.model.axial import AxialConfig
+from vitlab.model.bit import BiTConfig
+from vitlab.model.config import ViTConfig
+from vitlab.model.registry import architecture_for
 
 DEFAULT_FRACTION = 0.5  # of the memory available: room for the data, the optimiser, the rest of the process
 FLOAT_BYTES = 4
@@ -45,61 +47,22 @@ def available_memory() -> int:
 
 
 # -- parameter counts -------------------------------------------------------------------------------
-def _resnet_parameters(config: ResNetConfig, in_channels: int) -> int:
-    """Mirrors resnet.py: stem, bottleneck units (a projection on each stage's first), GroupNorms."""
-    norm = 2  # GroupNorm weight and bias per channel
-    total = config.width * in_channels * (49 if config.stem == "standard" else 9)
-    total += 0 if config.preact else norm * config.width
-    channels = config.width
-    for stage, units in enumerate(config.layers):
-        width = config.width * 2**stage
-        for unit in range(units):
-            total += channels * width + 9 * width * width + width * 4 * width  # 1x1, 3x3, 1x1 convolutions
-            normed = (channels, width, width) if config.preact else (width, width, 4 * width)
-            total += norm * sum(normed)
-            if unit == 0:  # the projecting shortcut
-                total += channels * 4 * width + (0 if config.preact else norm * 4 * width)
-            channels = 4 * width
-    return total + (norm * channels if config.preact else 0)
+def built_parameters(config: ViTConfig | BiTConfig) -> int:
+    """Parameters of the model `config` builds, built on the meta device: nothing is allocated."""
+    with torch.device("meta"):
+        model = architecture_for(config)(config)
+    return sum(p.numel() for p in model.parameters())
 
 
 def parameter_count(config: ViTConfig | BiTConfig) -> int:
-    """Parameters the model built from `config` has, without building it."""
-    if isinstance(config, BiTConfig):
-        trunk = _resnet_parameters(config.resnet, config.in_channels)
-        return trunk + (config.feature_dim + 1) * config.num_classes
-    dim, inner, mlp = config.dim, config.num_heads * config.attn_head_dim, config.mlp_dim
-    patch = config.patch_size**2
-    if config.backbone is not None:
-        total = _resnet_parameters(config.backbone, config.in_channels) + config.backbone.out_channels * patch * dim
-    else:
-        total = config.in_channels * patch * dim
-    total += dim + dim * config.num_prefix_tokens  # patch bias, class token
-    tokens = config.num_patches + config.num_prefix_tokens
-    gh, gw = config.grid_size
-    table = {
-        "learned": tokens * dim,
-        "2d": (gh + gw) * (dim // 2) + config.num_prefix_tokens * dim,
-        "none": 0,
-        "sincos": 0,
-        "relative": 0,
-        "relative_bias": 0,
-    }[config.pos_embed]
-    total += table * (config.depth if config.pos_embed_at == "every_layer" else 1)  # Table 8's columns
-    block = 4 * dim + dim * 3 * inner + inner * dim + dim + 2 * dim * mlp + mlp + dim
-    block += 3 * inner if config.qkv_bias else 0
-    if config.pos_embed == "relative_bias":
-        block += ((2 * gh - 1) * (2 * gw - 1) + 3) * config.num_heads
-    if config.pos_embed == "relative":  # one embedding per 1-D offset (Appendix D.4)
-        block += (2 * tokens - 1) * config.attn_head_dim
-    if isinstance(config, AxialConfig):  # a row and a column sub-block per layer, each a ViT block (App. D.6)
-        block *= 2
-    total += config.depth * block + 2 * dim  # encoder blocks, final norm
-    width = config.dim * config.num_patches if config.pool == "flatten" else dim
-    for hidden in (*([config.representation_size] if config.representation_size else []), *config.head_hidden):
-        total += (width + 1) * hidden
-        width = hidden
-    return total + (width + 1) * config.num_classes
+    """Parameters the model built from `config` has, counted from the model itself without
+    allocating it. Every encoder layer has the same parameters, so a deep encoder is counted from
+    builds of one and two layers: a config asking for a million layers builds three modules' worth."""
+    depth = config.depth if isinstance(config, ViTConfig) else 0
+    if depth <= 2:
+        return built_parameters(config)
+    one, two = (built_parameters(config.replace(depth=layers)) for layers in (1, 2))
+    return one + (depth - 1) * (two - one)
 
 
 # -- activations ------------------------------------------------------------------------------------
@@ -169,6 +132,7 @@ def check_memory(
     """Refuse, in one ConfigError, a model and batch needing more than `limit` bytes (default:
     DEFAULT_FRACTION of the memory available); `memory_limit=` / `--memory-limit` raise it.
     `in_flight`: bytes of input images held beside the model (a DataLoader's: batches_in_flight)."""
+    parameters = parameter_count(config)
     needed = memory_needed(config, batch_size, training=training, keep_attention=keep_attention) + in_flight
     if limit is None:
         available = available_memory()
@@ -182,7 +146,7 @@ def check_memory(
         if in_flight:
             batch += f", {_gib(in_flight)} of it the input images held at once"
         raise ConfigError(
-            f"{name}the model needs about {_gib(needed)} ({parameter_count(config) / 1e6:,.1f}M parameters{batch}), "
+            f"{name}the model needs about {_gib(needed)} ({parameters / 1e6:,.1f}M parameters{batch}), "
             f"above the limit of {_gib(limit)} ({which}); raise it with memory_limit= or --memory-limit GIB"
             + (", or hold fewer input images at once (fewer workers, a smaller batch)" if in_flight else "")
         )

@@ -1,5 +1,5 @@
-"""The bf16 softmax of eager CPU inference attention (vitlab.model.softmax) and the building of vitlab's
-own kernels (vitlab.model.native): vitlab's kernel computes ATen's numbers, runs only where it was
+"""The bf16 softmax of eager CPU inference attention (vitlab.accel.softmax) and the building of vitlab's
+own kernels (vitlab.accel.native): vitlab's kernel computes ATen's numbers, runs only where it was
 built, checked and measured faster, and ATen's runs elsewhere."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import vitlab
-from vitlab.model import attention, kernels, native, softmax
+from vitlab.accel import accelerate, blocked, kernels, native, softmax
 
 
 @pytest.fixture(autouse=True)
@@ -103,6 +103,7 @@ def test_atens_kernel_runs_where_vitlabs_cannot_and_the_log_says_why(monkeypatch
             softmax.reset()
             caplog.clear()
             with caplog.at_level(logging.INFO, logger="vitlab"):
+                assert not softmax.choose_softmax()
                 assert torch.equal(softmax.softmax_(logits.clone()), atens(logits)), says
                 softmax.softmax_(logits.clone())
             said = [r.getMessage() for r in caplog.records]
@@ -119,6 +120,7 @@ def test_a_compiler_that_fails_leaves_atens_kernel_and_a_damaged_library_is_buil
     monkeypatch.setenv("CC", str(broken))
     logits = torch.randn(8, 197).bfloat16()
     with caplog.at_level(logging.INFO, logger="vitlab"):
+        assert not softmax.choose_softmax()
         assert torch.equal(softmax.softmax_(logits.clone()), atens(logits))
     said = [r.getMessage() for r in caplog.records]
     assert len(said) == 1 and "did not build" in said[0] and "exited with 3: cc: error" in said[0], said
@@ -132,6 +134,7 @@ def test_a_compiler_that_fails_leaves_atens_kernel_and_a_damaged_library_is_buil
     softmax.reset()
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="vitlab"):
+        softmax.choose_softmax()
         mine = softmax.softmax_(logits.clone())
     assert [r.getMessage() for r in caplog.records] == [f"{library} does not match its SHA-256: building it again"]
     exact = logits.float().softmax(-1)
@@ -147,6 +150,7 @@ def test_a_cache_folder_that_cannot_be_written_leaves_atens_kernel_and_says_why(
     monkeypatch.setenv(kernels.CACHE_ENV, str(blocker / "cache"))
     logits = torch.randn(8, 197).bfloat16()
     with caplog.at_level(logging.INFO, logger="vitlab"):
+        assert not softmax.choose_softmax()
         assert torch.equal(softmax.softmax_(logits.clone()), atens(logits))
     said = [r.getMessage() for r in caplog.records]
     assert len(said) == 1 and "ATen's kernel" in said[0] and "did not build" in said[0] and "a-file" in said[0], said
@@ -162,9 +166,9 @@ def test_the_choice_is_measured_once_cached_and_atens_where_it_was_faster(monkey
         return {"faster": "aten", "aten_ms": 0.1, "vitlab_ms": 0.2}
 
     monkeypatch.setattr(softmax, "timing", timing)
-    assert not softmax.chosen() and len(timed) == 1
+    assert not softmax.choose_softmax() and len(timed) == 1
     softmax.reset()
-    assert not softmax.chosen() and len(timed) == 1  # read back, not timed again
+    assert not softmax.choose_softmax() and len(timed) == 1  # read back, not timed again
     entries = json.loads((tmp_path / "cpu-kernels.json").read_text())
     assert entries[kernels.machine_key(f"softmax bf16 {native.source_digest()}")]["faster"] == "aten"
 
@@ -184,10 +188,10 @@ def test_a_measurement_made_inside_another_keeps_both():
 def test_eager_bf16_inference_attention_runs_the_chosen_kernel_and_only_there(monkeypatch):
     calls = []
     images = torch.randn(3, 3, 32, 32).bfloat16()
-    matmul = kernels.attention_path(torch.bfloat16, images.device, attention.blocked_attention) == "matmul"
+    matmul = kernels.attention_path(torch.bfloat16, images.device, blocked.blocked_attention) == "matmul"
+    model = accelerate(vitlab.create_model("Ti/16", num_classes=5, image_size=32).eval().bfloat16(), torch.bfloat16)
     monkeypatch.setattr(softmax, "_chosen", [True])
     monkeypatch.setattr(softmax, "kernel", lambda logits: calls.append(tuple(logits.shape)) or atens(logits))
-    model = vitlab.create_model("Ti/16", num_classes=5, image_size=32).eval().bfloat16()
     with torch.no_grad():
         model(images)
     assert bool(calls) == matmul and all(shape[-1] == 5 for shape in calls)  # 4 patches and the class token
@@ -203,7 +207,7 @@ def test_eager_bf16_inference_attention_runs_the_chosen_kernel_and_only_there(mo
 @pytest.mark.unit
 def test_a_model_with_vitlabs_kernel_gives_the_logits_it_gives_with_atens(monkeypatch):
     loaded()
-    model = vitlab.create_model("S/16", num_classes=10, image_size=64).eval().bfloat16()
+    model = accelerate(vitlab.create_model("S/16", num_classes=10, image_size=64).eval().bfloat16(), torch.bfloat16)
     torch.nn.init.normal_(model.head.weight, std=0.5)
     images = torch.randn(5, 3, 64, 64).bfloat16()
     logits = {}

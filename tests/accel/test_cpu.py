@@ -1,4 +1,4 @@
-"""What CPU this is (vitlab.model.cpu): its L2 cache read from sysfs, assumed aloud where absent; its
+"""What CPU this is (vitlab.accel.cpu): its L2 cache read from sysfs, assumed aloud where absent; its
 name, family and model are tested with the kernel choices they key (test_kernels.py)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from vitlab.model import cpu
+from vitlab.accel import cpu
 
 pytestmark = pytest.mark.unit
 

@@ -1,6 +1,5 @@
-"""vitlab's fast paths compute the reference path's numbers.
+"""vitlab's fast paths (vitlab.accel) compute the plain model's numbers.
 
-- the last layer computing only the class token's row (VisionTransformer.forward);
 - attention written out as matmuls + softmax (CPU bf16), with the weights recomputed in backward;
 - optimize_for_inference: a frozen, compiled copy in fp32 or bf16.
 """
@@ -15,15 +14,10 @@ import torch.nn.functional as F
 
 import vitlab
 from helpers import randomise_
-from vitlab.model import attention, kernels
-from vitlab.model.attention import (
-    INFERENCE_QUERY_BLOCK,
-    QUERY_BLOCK,
-    blocked_attention,
-    images_per_block,
-    matmul_attention_is_faster,
-    softmax_attention,
-)
+from vitlab.accel import accelerate, blocked, kernels
+from vitlab.accel.blocked import INFERENCE_QUERY_BLOCK, QUERY_BLOCK, blocked_attention, cpu_softmax, images_per_block
+from vitlab.accel.layers import matmul_attention_is_faster
+from vitlab.model.attention import softmax_attention
 
 
 def tiny_model(**overrides) -> vitlab.VisionTransformer:
@@ -36,47 +30,6 @@ def reference(model: vitlab.VisionTransformer, images: torch.Tensor) -> torch.Te
     """Every layer over every token, as the paper writes it."""
     with torch.no_grad():
         return model.forward_head(model.forward_features(images))
-
-
-@pytest.mark.unit
-@pytest.mark.parametrize("pos_embed", ["learned", "relative", "relative_bias"])
-def test_class_token_only_last_layer_matches_all_tokens(pos_embed):
-    model = tiny_model(pos_embed=pos_embed)
-    images = torch.randn(3, 3, 32, 32)
-    with torch.no_grad():
-        tokens, _ = model.encode(images, prefix_only=True)
-        logits = model(images)
-    assert tokens.shape == (3, 1, 64)  # the class token's row alone
-    torch.testing.assert_close(logits, reference(model, images), rtol=0, atol=1e-5)
-
-
-@pytest.mark.unit
-def test_class_token_only_last_layer_gives_the_same_gradients():
-    model = tiny_model().train()
-    images = torch.randn(2, 3, 32, 32)
-    model(images).square().sum().backward()
-    fast = {name: p.grad.clone() for name, p in model.named_parameters()}
-    model.zero_grad()
-    model.forward_head(model.forward_features(images)).square().sum().backward()
-    for name, param in model.named_parameters():
-        torch.testing.assert_close(fast[name], param.grad, rtol=1e-4, atol=1e-6, msg=name)
-
-
-@pytest.mark.unit
-def test_gap_model_still_encodes_every_token():
-    model = tiny_model(pool="gap")
-    images = torch.randn(2, 3, 32, 32)
-    with torch.no_grad():
-        torch.testing.assert_close(model(images), reference(model, images), rtol=0, atol=1e-6)
-
-
-@pytest.mark.unit
-def test_written_out_attention_equals_fused_kernel_in_fp32():
-    q, k, v = torch.randn(3, 2, 4, 17, 16).unbind(0)
-    bias = torch.randn(4, 17, 17)
-    out, weights = softmax_attention(q, k, v, 16**-0.5, bias)
-    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, attn_mask=bias), rtol=0, atol=1e-5)
-    torch.testing.assert_close(weights.sum(-1), torch.ones(2, 4, 17))
 
 
 @pytest.mark.unit
@@ -101,7 +54,7 @@ def test_matmul_attention_is_chosen_where_kernels_chose_it(monkeypatch):
 @pytest.mark.unit
 def test_bf16_training_recomputes_attention_with_identical_gradients(monkeypatch):
     """Autocast training takes the matmul path under checkpoint; gradients equal the stored-weights path."""
-    model = tiny_model().train()
+    model = accelerate(tiny_model().train(), torch.bfloat16)
     images = torch.randn(2, 3, 32, 32)
 
     def gradients() -> dict[str, torch.Tensor]:
@@ -113,7 +66,7 @@ def test_bf16_training_recomputes_attention_with_identical_gradients(monkeypatch
 
     recomputed = gradients()
     # The same math with the attention weights kept for backward instead of recomputed.
-    monkeypatch.setattr(vitlab.model.attention, "checkpoint", lambda fn, *args, **kwargs: fn(*args))
+    monkeypatch.setattr(vitlab.accel.layers, "checkpoint", lambda fn, *args, **kwargs: fn(*args))
     stored = gradients()
     for name in stored:
         torch.testing.assert_close(recomputed[name], stored[name], rtol=0, atol=0, msg=name)
@@ -210,9 +163,9 @@ def test_eager_bf16_cpu_softmax_is_fp32s_rounded_within_an_ulp_and_so_is_its_gra
     logits = (q * 0.25) @ k.transpose(-2, -1)
     exact = logits.float().softmax(dim=-1)
     with torch.no_grad():
-        _, weights = softmax_attention(q, k, v, 0.25)
+        _, weights = softmax_attention(q, k, v, 0.25, softmax=cpu_softmax)
     trained_q, fp32_q = q.clone().requires_grad_(), q.clone().requires_grad_()
-    out, trained = softmax_attention(trained_q, k, v, 0.25)
+    out, trained = softmax_attention(trained_q, k, v, 0.25, softmax=cpu_softmax)
     assert weights.dtype == trained.dtype == torch.bfloat16
     for computed in (weights, trained.detach()):
         assert ((computed.float() - exact).abs() <= 2**-8 * exact).all()
@@ -231,7 +184,7 @@ def test_eager_bf16_inference_attention_computes_what_training_does(monkeypatch,
     """Outside autograd, blocked_attention's bf16 route (inference_attention: the scale in the GEMM, the
     softmax in place, heads written out merged, blocks of images and of queries) gives the autograd
     route's numbers within bf16 rounding, with a bias per head or per image (relative attention's)."""
-    monkeypatch.setattr(attention, "images_per_block", lambda *shape: 2)  # blocks of 2, 2 and 1 images
+    monkeypatch.setattr(blocked, "images_per_block", lambda *shape: 2)  # blocks of 2, 2 and 1 images
     torch.manual_seed(0)
     tokens = INFERENCE_QUERY_BLOCK + 37  # two blocks, the second partial
     qkv = torch.randn(5, tokens, 3, 3, 16).bfloat16()  # as Attention lays out its qkv projection
@@ -249,7 +202,7 @@ def test_eager_bf16_inference_attention_computes_what_training_does(monkeypatch,
 
 @pytest.mark.unit
 def test_inference_attention_blocks_hold_the_logits_the_l2_caches_hold(monkeypatch):
-    monkeypatch.setattr(attention, "l2_cache_bytes", lambda: 2**20)
+    monkeypatch.setattr(blocked, "l2_cache_bytes", lambda: 2**20)
     monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
     assert images_per_block(6, 197, 197, 2) == 4  # S/16: 466 kB of bf16 logits per image in 2 MiB
     assert images_per_block(12, 197, 197, 2) == 2  # B/16

@@ -1,11 +1,9 @@
-"""The softmax of eager bf16 CPU inference attention, in place over the logits (attention.inference_attention).
+"""The softmax of eager bf16 CPU inference attention, in place over the logits (blocked.inference_attention).
 
 ATen's kernel computes a bf16 row in fp32 and rounds it once; it takes the last len % 16 values of
-each row one at a time through a scalar exp, 5 of a row of 197 keys. vitlab's kernel (native.py,
-csrc/bf16_kernels.c) computes the same numbers with AVX-512 throughout. On an AMD EPYC (family 26
-model 2, 2 threads) S/16's block of 4 images (4728 rows of 197) took 0.18-0.20 ms against ATen's
-0.45-0.52, and the eager bf16 forward pass 3.8% less time for S/16 (batch 16), 6.8% less for Ti/16
-(batch 32): the median of 40 rounds, each timing the model with either kernel back to back. It runs where native.py's conditions hold and it was the faster here.
+each row one at a time through a scalar exp. vitlab's kernel (native.py, csrc/bf16_kernels.c)
+computes the same numbers with AVX-512 throughout. It runs where native.py's conditions hold and
+`choose_softmax` (called by layers.prepare) found it the faster here; a forward only reads that choice.
 """
 
 from __future__ import annotations
@@ -22,7 +20,7 @@ _chosen: list[bool] = []  # [] before the first call; then whether vitlab's kern
 
 def softmax_(logits: torch.Tensor) -> torch.Tensor:
     """softmax(logits, dim=-1) of bf16 / fp16 CPU logits, computed in fp32 and written over them."""
-    if native.takes(logits) and chosen():
+    if chosen() and native.takes(logits):
         kernel(logits)
         return logits
     if not logits.is_contiguous():  # ATen's out= over its own non-contiguous input computes wrong numbers
@@ -39,11 +37,17 @@ def kernel(logits: torch.Tensor) -> None:
         raise RuntimeError(f"vitlab's bf16 softmax refused rows of {cols}")
 
 
-def chosen() -> bool:
-    """Whether vitlab's kernel runs here: it was built, computes ATen's numbers and is the faster."""
+def choose_softmax() -> bool:
+    """Whether vitlab's kernel runs here: it was built, computes ATen's numbers and is the faster;
+    decided once per process (the build and the timing are cached per machine by native.py)."""
     if not _chosen:
         _chosen.append(native.library() is not None and native.measured_choice("softmax", disagreement, timing))
     return _chosen[0]
+
+
+def chosen() -> bool:
+    """What choose_softmax decided; False (ATen's kernel) where it was not asked."""
+    return bool(_chosen) and _chosen[0]
 
 
 def reset() -> None:

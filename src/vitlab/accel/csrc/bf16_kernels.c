@@ -1,7 +1,7 @@
 /* vitlab's own bf16 CPU kernels (AVX-512 with AVX512_BF16), for eager inference: each computes in
  * fp32 and rounds once to bf16 (round to nearest even), as ATen's kernel for the same op does.
  *
- * Built and loaded by vitlab/model/native.py; model/softmax.py says when its kernel runs and why. A
+ * Built and loaded by vitlab/accel/native.py; accel/softmax.py says when its kernel runs and why. A
  * row's values go through a stack buffer of fp32 values, 16 at a time; the last len % 16 take the
  * same vector code under a mask (ATen's kernel takes them one at a time).
  */

@@ -1,4 +1,4 @@
-"""int8 inference (model/int8.py, optimize_for_inference with dtype torch.int8): the encoder's linears in
+"""int8 inference (accel/int8.py, optimize_for_inference with dtype torch.int8): the encoder's linears in
 oneDNN's int8 kernels, within quantization error of the float model, the rest in the dtype this CPU
 runs natively, and a clear error where int8 cannot run."""
 
@@ -12,9 +12,9 @@ from torch import nn
 
 import vitlab
 from helpers import randomise_
+from vitlab.accel import kernels
+from vitlab.accel.int8 import Int8Linear, quantize_linears
 from vitlab.errors import ConfigError
-from vitlab.model import kernels
-from vitlab.model.int8 import Int8Linear, quantize_linears
 
 
 def tiny_model(**overrides) -> vitlab.VisionTransformer:

@@ -1,7 +1,8 @@
 """vitlab's own bf16 CPU kernels (csrc/bf16_kernels.c): where they can run, built and loaded once.
 
-One kernel so far, the softmax of eager bf16 inference attention (softmax.py says what it gains);
-what building and loading it takes is here. It runs where all of this holds, else ATen's kernel
+One kernel so far, the softmax of eager bf16 inference attention (softmax.py); what building and
+loading it takes is here. Nothing here is needed: where any condition below fails, ATen's kernel
+runs, and only accelerate (layers.prepare) ever builds or times. It runs where all of this holds, else ATen's kernel
 does; the log says which, and why, once:
 - an x86-64 CPU with AVX512_BF16 whose ATen kernels are the AVX512 ones (ATEN_CPU_CAPABILITY=avx2
   makes it an AVX2 machine here too);
@@ -13,9 +14,8 @@ does; the log says which, and why, once:
   capability, torch version and kernel source, like the attention path);
 - the tensor is bf16, contiguous, its rows at most MAX_COLS long.
 
-A LayerNorm kernel fused with the residual add before it (ATen's numbers; at S/16's shapes 0.19 ms
-against ATen's add and LayerNorm's 0.35) was tried and left out: interleaved in the whole eager model it
-changed nothing measurable (S/16 batch 16: +1.6%, Ti/16 batch 32: -1.4%, quartiles either side of 0).
+A LayerNorm kernel fused with the residual add before it was tried and left out: faster alone, it
+changed nothing measurable in the whole eager model.
 """
 
 from __future__ import annotations

@@ -11,17 +11,14 @@ It runs a snapshot of the model:
   on CPU, and LayerNorm, GELU and the residual adds are fused with their neighbours;
 - in fp32 on CPU, with the batch dimension dynamic where oneDNN's fp32 GEMMs are the faster here
   (kernels.fp32_gemm, measured once per machine): Inductor prepacks fp32 weights for MKL at a fixed
-  batch size and for oneDNN at a dynamic one. On an AMD EPYC (AVX512, 2 threads) this took Ti/16
-  from 62 to 126 images/s (batch 32) and S/16 from 21 to 42 (batch 16); a new batch size then needs
-  no recompilation either;
+  batch size and for oneDNN at a dynamic one; a new batch size then needs no recompilation either;
 - on CPU, with Inductor's C++ wrapper: the generated graph calls its ~100 kernels from C++ rather
-  than Python. Interleaved with the Python wrapper (2 threads): bf16 S/16 (batch 16) 2.4% and Ti/16
-  (batch 32) 4.4% faster, fp32 S/16 the same. Compiling takes longer, on a cold Inductor cache:
-  S/16 bf16 batch 16 32 s against 29, Ti/16 bf16 batch 64 28 s against 22 and a new batch size 31 s
-  against 24.
+  than Python, which is faster and takes longer to compile;
+- with the model's modules swapped for vitlab's CPU paths (layers.accelerate), which under the
+  compiler give Inductor the patch embedding as a GEMM.
 
 int8 (CPU): `optimize_for_inference(model, dtype=torch.int8)` runs the encoder's linear layers in
-oneDNN's int8 kernels (model/int8.py: int8 weights per channel, activations quantized per tensor on
+oneDNN's int8 kernels (int8.py: int8 weights per channel, activations quantized per tensor on
 each call) and the rest of the model in bf16 where this CPU runs bf16 natively (kernels.native),
 else in fp32; the choice is logged. torch's own int8 path (torch.ao.quantization) warns on torch
 2.14 that it is deprecated, so it is not used. `make bench-int8` measures this path against the fp32
@@ -41,6 +38,7 @@ from vitlab.errors import ConfigError
 
 from . import kernels
 from .int8 import cast_float_tensors, quantize_linears
+from .layers import accelerate
 
 log = logging.getLogger("vitlab")
 
@@ -65,7 +63,7 @@ class InferenceModel(nn.Module):
         if int8 and not on_cpu:
             raise ConfigError("int8 inference runs on the CPU (oneDNN's int8 kernels); move the model to the CPU")
         self.dtype = int8_companion_dtype() if int8 else dtype
-        self.model = copy.deepcopy(model).eval()
+        self.model = accelerate(copy.deepcopy(model).eval(), self.dtype)
         if int8:
             cast_float_tensors(quantize_linears(self.model), self.dtype)
         else:

@@ -1,4 +1,4 @@
-"""The CPU kernels are chosen by what the CPU can do (vitlab.model.kernels), under a faked CPU."""
+"""The CPU kernels are chosen by what the CPU can do (vitlab.accel.kernels), under a faked CPU."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from vitlab.model import cpu, kernels
-from vitlab.model.attention import Attention, blocked_attention
+from vitlab.accel import accelerate, cpu, kernels
+from vitlab.accel.blocked import blocked_attention
+from vitlab.accel.layers import Linear
+from vitlab.model.attention import Attention
 from vitlab.model.runtime import resolve_precision
 
 CPU = torch.device("cpu")
@@ -140,7 +142,7 @@ def test_a_cache_folder_that_cannot_be_written_measures_for_this_process_and_say
 
 @pytest.mark.unit
 def test_without_native_bf16_a_linear_layer_runs_as_fp32_gemm_on_bf16_operands(monkeypatch):
-    layer = kernels.Linear(48, 40)
+    layer = Linear(48, 40)
     x = torch.randn(6, 48)
     rounded = F.linear(*(t.bfloat16().float() for t in (x, layer.weight, layer.bias)))
     gemm_dtypes = []
@@ -172,7 +174,7 @@ def test_without_native_bf16_a_linear_layer_runs_as_fp32_gemm_on_bf16_operands(m
 def test_linear_gelu_in_onednns_epilogue_is_gelu_of_the_linear(dtype, approximate):
     if dtype == torch.bfloat16 and not kernels.native(dtype):
         pytest.skip("bf16 is not native on this CPU: Linear.gelu is F.gelu(F.linear) there")
-    layer = kernels.Linear(48, 40).to(dtype)
+    layer = Linear(48, 40).to(dtype)
     x = torch.randn(6, 48).to(dtype)
     with torch.no_grad():
         fused = layer.gelu(x, approximate)
@@ -185,7 +187,7 @@ def test_linear_gelu_in_onednns_epilogue_is_gelu_of_the_linear(dtype, approximat
 @pytest.mark.unit
 def test_attention_compiles_whole_with_the_choice_made_at_trace_time(monkeypatch):
     fake_cpu(monkeypatch, "AVX2", native_bf16=False)
-    attention = Attention(32, 2).eval().bfloat16()
+    attention = accelerate(torch.nn.ModuleList([Attention(32, 2)]))[0].eval().bfloat16()
     x = torch.randn(2, 9, 32).bfloat16()
     with torch.no_grad():
         compiled = torch.compile(attention, fullgraph=True, backend="aot_eager")(x)[0]
@@ -222,7 +224,7 @@ def test_timing_the_fp32_gemms_runs_both_libraries():
 def test_eager_fp32_inference_linears_run_in_the_chosen_library(monkeypatch, library):
     """oneDNN's linear only for eager fp32 without autograd where fp32_gemm chose it; the same numbers."""
     monkeypatch.setattr(kernels, "_gemm", {"fp32": library})
-    layer = kernels.Linear(48, 40)
+    layer = Linear(48, 40)
     x = torch.randn(2, 7, 48)
     expected = x @ layer.weight.T + layer.bias
     calls = []

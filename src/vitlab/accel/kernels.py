@@ -1,27 +1,26 @@
-"""Which CPU kernels the model runs: chosen by what this CPU can do, never by a constant.
+"""Which CPU kernels an accelerated model runs: chosen by what this CPU can do, never by a constant.
 
 - `native(dtype)`: oneDNN runs bf16 (fp16) GEMMs natively here (avx512_bf16 / AMX). torch asks
-  oneDNN (`torch.ops.mkldnn._is_mkldnn_bf16_supported`), which honours ONEDNN_MAX_CPU_ISA.
-- `Linear`, `Conv2d`: where bf16 is not native, ATen's fallback bf16 GEMM ran 60x slower than fp32
-  (1 against 60 GFLOP/s, 1024 x 1024 torch.mm, 2 threads, oneDNN limited to AVX2). There the bf16
-  operands are widened to fp32 (exactly), multiplied by the fp32 GEMM (which accumulates in fp32,
-  as oneDNN's bf16 kernels do) and the result is rounded to bf16: the bf16 kernel's numbers up to the
-  order of summation, at fp32's speed.
+  oneDNN, which honours ONEDNN_MAX_CPU_ISA.
+- `widened`: where bf16 is not native, ATen's fallback bf16 GEMM is far slower than fp32, so the
+  bf16 operands are widened to fp32 (exactly), multiplied by the fp32 GEMM (which accumulates in
+  fp32, as oneDNN's bf16 kernels do) and the result rounded to bf16: the bf16 kernel's numbers up to
+  the order of summation, at fp32's speed.
 - `attention_path(dtype, device)`: PyTorch's fused attention kernel, or two matmuls around a
-  softmax (attention.blocked_attention). In fp32, and where bf16 is not native (the matmuls' bf16
-  bmm is the slow fallback: 490 ms against 7 ms for the fused kernel, B 16, 3 heads, T 197), the
-  fused kernel. With native bf16 the two are timed once and the faster one is kept in a small JSON
-  file per CPU model, capability and torch version ($VITLAB_CACHE, else ~/.cache/vitlab).
-
+  softmax (blocked.blocked_attention). In fp32, and where bf16 is not native (the matmuls' bf16 bmm
+  would be the slow fallback), the fused kernel. With native bf16 the two are timed once and the
+  faster one is kept in a small JSON file per CPU model, capability and torch version
+  ($VITLAB_CACHE, else ~/.cache/vitlab).
 - `fp32_gemm()`: the library of fp32 inference GEMMs: MKL (ATen's own, which Inductor prepacks for a
   fixed batch size) or oneDNN (which it prepacks when the batch dimension is dynamic, and which
-  `Linear` calls in eager no-grad fp32). Timed once at GEMM_SHAPE and cached beside the attention
-  choice: on an AMD EPYC (AVX512), MKL took its generic path at 198 GFLOP/s against oneDNN's 436
-  (Ti/16's fc1, 2 threads).
+  layers.Linear calls in eager no-grad fp32). Timed once at GEMM_SHAPE and cached beside the
+  attention choice: which is faster depends on the CPU (MKL takes a generic path on some AMD ones).
 
 What CPU this is (name, family and model, capability, L2 cache): cpu.py. Every choice is logged
-once. Dynamo treats the choices as constants (assume_constant_result): they are made while tracing,
-not traced.
+once. The choices are made by layers.prepare (which accelerate calls) and only read during a forward
+(`chosen_attention_path`, `chosen_fp32_gemm`), so that a forward pass never times, writes or builds
+anything; a choice not made is the plain path. Dynamo treats the choices read as constants
+(assume_constant_result).
 """
 
 from __future__ import annotations
@@ -37,7 +36,6 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 from filelock import FileLock
-from torch import nn
 
 from . import cpu
 from .cpu import cpu_capability, cpu_model, cpu_name
@@ -49,7 +47,7 @@ GemmLibrary = Literal["mkl", "onednn"]
 MatmulAttention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, float], torch.Tensor]  # q, k, v, scale
 HALF = (torch.bfloat16, torch.float16)
 CACHE_ENV = "VITLAB_CACHE"  # the same cache folder as downloaded weights (weights/fetch.py)
-MEASURE_SHAPE = (16, 3, 197, 64)  # (B, heads, T, head_dim): Ti/16 at 224 px, as docs/benchmarks.md timed it
+MEASURE_SHAPE = (16, 3, 197, 64)  # (B, heads, T, head_dim): Ti/16 at 224 px
 GEMM_SHAPE = (3152, 384, 1536)  # (rows, in, out): S/16's fc1 at 224 px, batch 16
 
 _native: dict[torch.dtype, bool] = {}
@@ -93,7 +91,6 @@ def dtype_name(dtype: torch.dtype) -> str:
     return {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}.get(dtype, str(dtype))
 
 
-@torch.compiler.assume_constant_result
 def attention_path(dtype: torch.dtype, device: torch.device, matmul: MatmulAttention) -> AttentionPath:
     """ "fused" (F.scaled_dot_product_attention) or "matmul" (`matmul`, timed against it where in doubt)."""
     if device.type != "cpu" or dtype not in HALF or not native(dtype):
@@ -101,6 +98,14 @@ def attention_path(dtype: torch.dtype, device: torch.device, matmul: MatmulAtten
     if dtype not in _attention:
         _attention[dtype] = measured_attention_path(dtype, matmul)
     return _attention[dtype]
+
+
+@torch.compiler.assume_constant_result
+def chosen_attention_path(dtype: torch.dtype, device: torch.device) -> AttentionPath:
+    """The path `attention_path` chose for `dtype` on `device`; "fused" where it was not asked."""
+    if device.type != "cpu" or dtype not in HALF or not native(dtype):
+        return "fused"
+    return _attention.get(dtype, "fused")
 
 
 def cache_file() -> Path:
@@ -195,6 +200,12 @@ def fp32_gemm() -> GemmLibrary:
     return _gemm["fp32"]
 
 
+@torch.compiler.assume_constant_result
+def chosen_fp32_gemm() -> GemmLibrary:
+    """The library `fp32_gemm` chose; "mkl" (ATen's own GEMM) where it was not asked."""
+    return _gemm.get("fp32", "mkl")
+
+
 def time_fp32_gemms(repeats: int = 5) -> dict:
     """Best of `repeats` interleaved fp32 GEMMs at GEMM_SHAPE through MKL (F.linear) and oneDNN."""
     rows, fan_in, fan_out = GEMM_SHAPE
@@ -287,14 +298,13 @@ def eager_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
     oneDNN's linear, bias (and GELU, Linear.gelu) in its epilogue: fp32 where fp32_gemm chose oneDNN,
     bf16 / fp16 where this CPU runs them natively. ATen's addmm first copies the bias into the
     output and GELU then makes one more pass over it. The weight is reordered into oneDNN's layout
-    on every call: a copy kept in that layout ran each GEMM 4-11% faster (S/16, bf16), but a weight
-    changed through `.data` (`p.data -= lr * p.grad`) moves no version counter, so the copy would
-    go stale without a word."""
+    on every call: a copy kept in that layout would be faster, but a weight changed through `.data`
+    (`p.data -= lr * p.grad`) moves no version counter, so the copy would go stale without a word."""
     if not (x.dtype == weight.dtype and eager_cpu_inference(x)):
         return False
     if x.dtype in HALF:
         return native(x.dtype)
-    return x.dtype == torch.float32 and fp32_gemm() == "onednn"
+    return x.dtype == torch.float32 and chosen_fp32_gemm() == "onednn"
 
 
 def onednn_linear(
@@ -303,27 +313,3 @@ def onednn_linear(
     """F.linear(x, weight, bias) by oneDNN, `activation` ("none" or "gelu", `approximate` its variant)
     in the GEMM's epilogue; where eager_onednn."""
     return torch.ops.mkldnn._linear_pointwise(x, weight, bias, activation, [], approximate)
-
-
-class Linear(nn.Linear):
-    """nn.Linear (same parameters and state dict) through `widened`, or oneDNN (see eager_onednn)."""
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if eager_onednn(x, self.weight):
-            return onednn_linear(x, self.weight, self.bias)
-        return widened(F.linear, x, self.weight, self.bias)
-
-    def gelu(self, x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
-        """F.gelu(self(x), approximate); in bf16 / fp16 where eager_onednn, GELU in oneDNN's epilogue
-        (on the fp32 accumulator, before the output is rounded to x's dtype). In fp32 ATen's GELU: the
-        epilogue's erf differs from it by more than the 1e-5 to which vitlab matches its peers."""
-        if x.dtype in HALF and eager_onednn(x, self.weight):
-            return onednn_linear(x, self.weight, self.bias, "gelu", approximate)
-        return F.gelu(self(x), approximate=approximate)
-
-
-class Conv2d(nn.Conv2d):
-    """nn.Conv2d (same parameters and state dict) through `widened`."""
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return widened(self._conv_forward, x, self.weight, self.bias)
