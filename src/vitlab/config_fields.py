@@ -11,6 +11,9 @@ by key: `set_value(config, "optim.lr", "1e-3", origin)` and `apply_mapping(confi
 variables, `EXCLUSIVE` (setting one key clears another), `ZERO_MEANS_UNSET` (keys whose 0 clears
 nothing), `SET_ELSEWHERE` (top-level keys and how they are set instead) and `RENAMED` (old keys a
 file may still hold, and their new names).
+
+An option is declared once, as its field (vitlab.config_options); `Range` is the interval a number
+must lie in, here because the preprocessing rules below use it too.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import numbers
 import types
 import typing
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Literal, Union
 
 from vitlab.errors import ConfigError
@@ -176,6 +180,45 @@ def show(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
+# -- the range a number must lie in ---------------------------------------------------------------
+@dataclass(frozen=True)
+class Range:
+    """The interval a number (each number of a tuple) must lie in; a bound of None is no bound. None
+    as the value passes (an optional field's null); `or_null` says so in the rule."""
+
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False  # the low bound itself is outside
+    high_open: bool = False
+    unit: str = ""  # said after the bounds ("GiB", "degrees")
+    or_null: bool = False
+
+    def holds(self, value: Any) -> bool:
+        if value is None:
+            return True
+        values = value if isinstance(value, (list, tuple)) else (value,)
+        return all(self._holds(v) for v in values)
+
+    def _holds(self, v: Any) -> bool:
+        low_ok = self.low is None or (v > self.low if self.low_open else v >= self.low)
+        return low_ok and (self.high is None or (v < self.high if self.high_open else v <= self.high))
+
+    def rule(self) -> str:
+        unit = f" {self.unit}" if self.unit else ""
+        if self.low is not None and self.high is not None:
+            interval = f"{'(' if self.low_open else '['}{_bound(self.low)}, {_bound(self.high)}{')' if self.high_open else ']'}"
+            text = f"must be in {interval}{unit}"
+        elif self.low is not None:
+            text = f"must be {'>' if self.low_open else '>='} {_bound(self.low)}{unit}"
+        else:
+            text = f"must be {'<' if self.high_open else '<='} {_bound(self.high)}{unit}"
+        return text + (" or null" if self.or_null else "")
+
+
+def _bound(value: float | None) -> str:
+    return f"{value:g}"
+
+
 # -- preprocessing values: one rule each for the layers that take them (a model's Preprocessing, a run's
 # data section, data/transforms.py), here because data may not import the model ------------------------
 Interpolation = Literal["bilinear", "bicubic", "nearest"]
@@ -194,12 +237,13 @@ def crop_mode_for(image_size: tuple[int, int], crop_mode: str | None) -> str:
     return "center" if image_size[0] == image_size[1] else "squash"
 
 
-CROP_PCT_RULE = "must be in (0, 1]"  # evaluation resizes to size / crop_pct, then crops size
+CROP_PCT_RANGE = Range(0, 1, low_open=True)  # evaluation resizes to size / crop_pct, then crops size
+CROP_PCT_RULE = CROP_PCT_RANGE.rule()
 STD_RULE = "must be positive"  # normalisation divides by it
 
 
 def crop_pct_ok(crop_pct: float) -> bool:
-    return 0.0 < crop_pct <= 1.0
+    return CROP_PCT_RANGE.holds(crop_pct)
 
 
 def std_ok(std: Any) -> bool:

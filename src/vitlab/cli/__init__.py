@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from vitlab.config_options import Declared
     from vitlab.model import BiTConfig, ViTConfig
     from vitlab.train.config import TrainConfig
 
@@ -46,11 +47,10 @@ class UserError(Exception):
     """A problem with what the user gave us; printed as one line, no traceback."""
 
 
-CKPT_HELP = "anything vitlab.load reads: model folder, file (.npz, .pth, .safetensors), MODEL:TAG, hf://ORG/NAME"
-
-
 def add_checkpoint_argument(parser: argparse.ArgumentParser) -> None:
     """--ckpt, as every command that reads a model spells it, and the memory the model may take."""
+    from vitlab.train.config import CKPT_HELP
+
     parser.add_argument("--ckpt", required=True, metavar="CKPT", help=CKPT_HELP)
     add_memory_argument(parser)
 
@@ -112,12 +112,45 @@ def check_classes(config: ViTConfig | BiTConfig, data_names: list[str], ckpt: st
 
 
 def add_memory_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--memory-limit",
-        type=float,
-        metavar="GIB",
-        help="largest model + batch accepted, in GiB (default: half the memory available)",
-    )
+    from vitlab.train.config import MEMORY_LIMIT_HELP
+
+    parser.add_argument("--memory-limit", type=float, metavar="GIB", help=MEMORY_LIMIT_HELP)
+
+
+def add_declared_flag(
+    parser: argparse.ArgumentParser | argparse._MutuallyExclusiveGroup, declared: Declared, required: bool = False
+) -> None:
+    """The flag a config field declares (vitlab.config_options.option): a switch for a bool, the
+    choices of a Literal, else a number or a string of the field's type; default None, so that a flag
+    left out changes nothing."""
+    from vitlab.config_fields import literal_values
+
+    declaration = declared.option
+    kind = flag_type(declared.annotation)
+    options: dict[str, Any] = {"dest": declared.dest, "default": None, "help": declaration.help or None}
+    choices = literal_values(declared.annotation)
+    if declaration.const is not None and kind is str:
+        options.update(action="store_const", const=declaration.const)
+    elif kind is bool:
+        options.update(action="store_true")
+    elif choices is not None:
+        options.update(choices=choices)
+    else:
+        options.update(type=kind, metavar=declaration.metavar, required=required)
+        if declaration.const is not None:
+            options.update(nargs="?", const=declaration.const)
+    parser.add_argument(*declaration.flags, **options)
+
+
+def flag_type(annotation: Any) -> type:
+    """What a flag of a field of this type parses: bool, int, float or str (the first that is one of
+    them, in an optional or a union such as `int | tuple[int, int] | None`)."""
+    import typing
+
+    for candidate in typing.get_args(annotation) or (annotation,):
+        if candidate in (bool, int, float, str):
+            return candidate
+    return str
 
 
 def memory_limit(args: argparse.Namespace) -> int | None:

@@ -9,58 +9,17 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-import typing
 
-from vitlab.train.config import BestMetric, DataParallel, MppTarget, ObjectiveName
+from vitlab.config_options import declared_options
+from vitlab.train.config import TrainConfig
 
-from . import CKPT_HELP, add_memory_argument, add_runtime_arguments, with_examples
+from . import add_declared_flag, with_examples
 
 log = logging.getLogger("vitlab")
 
-# Flag (argparse dest) -> TrainConfig key. Flags left out of a command line change nothing.
-FLAG_KEYS = {
-    "data": "data.source",
-    "model": "model.variant",
-    "ckpt": "model.init",
-    "out": "run.out",
-    "image_size": "model.image_size",
-    "epochs": "schedule.epochs",
-    "steps": "schedule.steps",
-    "batch_size": "data.batch_size",
-    "lr": "optim.lr",
-    "seed": "run.seed",
-    "resume": "run.resume",
-    "device": "run.device",
-    "precision": "run.precision",
-    "workers": "data.workers",
-    "threads": "run.threads",
-    "grad_accum": "optim.grad_accum",
-    "eval_every": "run.eval_every",
-    "ckpt_every_steps": "run.ckpt_every_steps",
-    "ckpt_every_minutes": "run.ckpt_every_minutes",
-    "keep_ckpts": "run.keep_ckpts",
-    "max_bad_steps": "run.max_bad_steps",
-    "ema": "optim.ema_decay",
-    "compile": "run.compile",
-    "grad_checkpointing": "run.grad_checkpointing",
-    "memory_limit": "run.memory_limit",
-    "data_parallel": "run.data_parallel",
-    "download": "data.download",
-    "layer_decay": "optim.layer_decay",
-    "trainable_blocks": "model.trainable_blocks",
-    "reprob": "augment.reprob",
-    "repeats": "augment.repeats",
-    "decode_device": "data.decode_device",
-}
-# What a run keeps and logs besides the last model (vitlab.train.best, vitlab.train.run_logs).
-FLAG_KEYS.update(
-    {
-        "keep_best_by": "run.keep_best_by",
-        "early_stop_patience": "run.early_stop_patience",
-        "tensorboard": "run.tensorboard",
-    }
-)
-FLAG_KEYS.update({"objective": "objective.name", "mpp_target": "objective.mpp_target"})  # objectives.py
+# Flag (argparse dest) -> TrainConfig key, from the fields' declarations. Flags left out of a command
+# line change nothing.
+FLAG_KEYS = {declared.dest: declared.key for declared in declared_options(TrainConfig) if declared.option.flags}
 SIGNAL_EXIT = {"SIGINT": 130, "SIGTERM": 143}
 TRAIN_EXAMPLES = (  # the end of --help
     "vitlab train --data digits --out runs/digits --steps 500",
@@ -102,8 +61,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=f"Train a ViT from scratch and write a loadable model folder to --out. Recipes: {recipes} "
         "(default small-data).",
     )
-    train.add_argument("--model", metavar="VARIANT", help="variant such as Ti/16 or B/16 (default: the recipe's)")
-    _add_training_flags(train)
+    _add_training_flags(train, "train")
     train.set_defaults(func=run_train, default_recipe="small-data")
 
     finetune = subparsers.add_parser(
@@ -114,17 +72,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         f"position embeddings if --image-size differs, and train. Recipes: {recipes} "
         "(default paper-finetune).",
     )
-    # --ckpt as every command that reads a model spells it; --init, its earlier name, still works.
-    finetune.add_argument("--ckpt", "--init", dest="ckpt", metavar="CKPT", required=True, help=CKPT_HELP)
-    _add_training_flags(finetune)
+    _add_training_flags(finetune, "finetune", required=("ckpt",))
     finetune.set_defaults(func=run_train, default_recipe="paper-finetune")
 
 
-def _add_training_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--data", metavar="SRC", help="digits | [imagefolder:]DIR | cifar10:DIR | cifar100:DIR | [wds:]SHARDS"
-    )
-    parser.add_argument("--out", metavar="DIR", help="output folder: model, metrics, plot, checkpoints")
+def _add_training_flags(parser: argparse.ArgumentParser, command: str, required: tuple[str, ...] = ()) -> None:
+    """--recipe, --config and --set, then a flag for every TrainConfig field that declares one for
+    `command` (a pair that TrainConfig.EXCLUSIVE makes exclusive, such as --epochs and --steps,
+    in a mutually exclusive group), then --print-config."""
     parser.add_argument("--recipe", metavar="NAME", help="recipe, optionally NAME:DATASET (paper-finetune:pets)")
     parser.add_argument("--config", metavar="FILE", help="YAML file of config sections (e.g. a run.yaml)")
     parser.add_argument(
@@ -135,114 +90,19 @@ def _add_training_flags(parser: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="change one field, e.g. --set optim.weight_decay=0.05 (repeatable)",
     )
-    parser.add_argument("--image-size", type=int, metavar="N")
-    length = parser.add_mutually_exclusive_group()
-    length.add_argument("--epochs", type=int, metavar="N")
-    length.add_argument("--steps", type=int, metavar="N", help="optimiser steps")
-    parser.add_argument("--batch-size", type=int, metavar="N", help="images per optimiser step")
-    parser.add_argument("--grad-accum", type=int, metavar="N", help="micro-batches per optimiser step")
-    parser.add_argument("--lr", type=float, metavar="X", help="peak learning rate")
-    parser.add_argument("--seed", type=int, metavar="N")
-    parser.add_argument("--resume", action="store_true", default=None, help="continue from DIR/checkpoints/latest")
-    add_runtime_arguments(
-        parser, default=None, precision_help="auto: bf16 on GPUs with bf16, fp16 on other GPUs, fp32 on CPU"
-    )
-    parser.add_argument("--workers", type=int, metavar="N", help="data-loader worker processes")
-    parser.add_argument("--threads", type=int, metavar="N", help="CPU threads for torch")
-    parser.add_argument("--eval-every", type=int, metavar="STEPS", help="default: every epoch")
-    parser.add_argument("--ckpt-every-steps", type=int, metavar="N")
-    parser.add_argument("--ckpt-every-minutes", type=float, metavar="M")
-    parser.add_argument("--keep-ckpts", type=int, metavar="K", help="checkpoints kept (newest)")
-    parser.add_argument(
-        "--max-bad-steps",
-        type=int,
-        metavar="N",
-        help="stop after N steps in a row with a non-finite loss or gradient (each is skipped)",
-    )
-    parser.add_argument(
-        "--ema",
-        type=float,
-        nargs="?",
-        const=0.9999,
-        metavar="DECAY",
-        help="average the weights (Polyak/EMA; default decay 0.9999)",
-    )
-    parser.add_argument("--compile", action="store_true", default=None, help="torch.compile the model")
-    parser.add_argument(
-        "--grad-checkpointing",
-        "--grad-ckpt",
-        dest="grad_checkpointing",
-        action="store_true",
-        default=None,
-        help="gradient checkpointing (recompute activations in the backward pass)",
-    )
-    add_memory_argument(parser)
-    parser.add_argument(
-        "--data-parallel",
-        choices=typing.get_args(DataParallel),
-        help="under torchrun: ddp copies the model to every process, fsdp shards it (default ddp)",
-    )
-    parser.add_argument("--download", action="store_true", default=None, help="fetch CIFAR-10/100 if missing")
-    parser.add_argument(
-        "--layer-decay",
-        type=float,
-        metavar="X",
-        help="layer-wise learning-rate decay (BEiT/MAE fine-tuning): of n layers, layer l trains at lr * X^(n-1-l)",
-    )
-    parser.add_argument(
-        "--trainable-blocks",
-        type=int,
-        metavar="K",
-        help="train only the last K blocks and the head, freeze the rest; 0: the head alone (for "
-        "a logistic-regression probe on fixed features see vitlab fewshot)",
-    )
-    parser.add_argument("--reprob", type=float, metavar="P", help="random erasing probability (timm's, pixel mode)")
-    parser.add_argument(
-        "--repeats",
-        type=int,
-        metavar="N",
-        help="repeated augmentation (DeiT): each image N times in a row, differently augmented",
-    )
-    parser.add_argument(
-        "--objective",
-        choices=typing.get_args(ObjectiveName),
-        help="classify: the labels (default); mpp: masked patch prediction, self-supervised (paper Sec. 4.6)",
-    )
-    parser.add_argument(
-        "--mpp-target",
-        choices=typing.get_args(MppTarget),
-        help="mpp's target: the 3-bit mean colour (default, the paper's), a 4x4 patch of 3-bit colours, L2 on pixels",
-    )
-    parser.add_argument(
-        "--gpu-decode",
-        dest="decode_device",
-        action="store_const",
-        const="cuda",
-        help="decode JPEGs, crop, flip, RandAugment, normalise and erase on the training GPU (data.decode_device=cuda); "
-        "a run on the CPU falls back to the CPU pipeline and logs it",
-    )
-    _add_outputs_flags(parser)
-
-
-def _add_outputs_flags(parser: argparse.ArgumentParser) -> None:
-    """What a run keeps and logs besides the last model, and --print-config."""
-    parser.add_argument(
-        "--keep-best-by",
-        choices=typing.get_args(BestMetric),
-        help="also keep the best model by this metric in DIR/best/ (val_loss: lowest)",
-    )
-    parser.add_argument(
-        "--early-stop-patience",
-        type=int,
-        metavar="N",
-        help="stop after N evaluations without a better --keep-best-by metric (default val_top1)",
-    )
-    parser.add_argument(
-        "--tensorboard",
-        action="store_true",
-        default=None,
-        help="write TensorBoard event files to DIR/tensorboard (metrics.csv is always written)",
-    )
+    flagged = {d.key: d for d in declared_options(TrainConfig) if d.option.flags}
+    groups: dict[frozenset[str], argparse._MutuallyExclusiveGroup] = {}
+    for key, declared in flagged.items():
+        if declared.option.commands and command not in declared.option.commands:
+            continue
+        partner = TrainConfig.EXCLUSIVE.get(key)
+        target: argparse.ArgumentParser | argparse._MutuallyExclusiveGroup = parser
+        if partner in flagged:
+            pair = frozenset({key, partner})
+            if pair not in groups:
+                groups[pair] = parser.add_mutually_exclusive_group()
+            target = groups[pair]
+        add_declared_flag(target, declared, required=declared.dest in required)
     parser.add_argument(
         "--print-config",
         action="store_true",

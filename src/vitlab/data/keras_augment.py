@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import math
 import typing
-from typing import Literal
 
 import torch
 import torch.nn.functional as F
 
-FillMode = Literal["reflect", "constant"]
+from .augmentation import FillMode
 
 
 def affine_warp(

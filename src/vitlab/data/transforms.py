@@ -24,7 +24,8 @@ from torchvision.transforms import InterpolationMode, v2
 from vitlab.config_fields import CROP_MODES, CROP_PCT_RULE, crop_mode_for, crop_pct_ok, std_ok
 from vitlab.config_fields import INTERPOLATIONS as INTERPOLATION_NAMES
 
-from .keras_augment import FillMode, RandomRotation, RandomZoom
+from .augmentation import AugmentSpec
+from .keras_augment import RandomRotation, RandomZoom
 from .randaugment import RandAugment
 
 INTERPOLATIONS = {name: InterpolationMode(name) for name in INTERPOLATION_NAMES}
@@ -178,19 +179,6 @@ class PreprocessingFields(Protocol):
     def crop_mode(self) -> str | None: ...
 
 
-class Augmentation(Protocol):
-    """The random augmentation of a training run (vitlab.train.config.AugmentSpec)."""
-
-    crop_scale: tuple[float, float]
-    crop_ratio: tuple[float, float]
-    hflip: bool
-    randaugment: tuple[int, int] | None
-    rotation: float
-    zoom: float
-    fill_mode: FillMode
-    reprob: float
-
-
 def random_erasing(probability: float) -> v2.RandomErasing:
     """timm's RandomErasing with `--reprob probability` and train.py's default `--remode pixel`: with
     that chance one rectangle of 2-33% of the area, aspect ratio log-uniform in [0.3, 1/0.3], becomes
@@ -219,7 +207,7 @@ def resolve_preprocessing(
 
 
 def train_transform(
-    image_size: int | tuple[int, int], preprocessing: PreprocessingFields, augment: Augmentation
+    image_size: int | tuple[int, int], preprocessing: PreprocessingFields, augment: AugmentSpec
 ) -> v2.Compose:
     """Random crop + flip (+ RandAugment), then the Keras example's rotation and zoom and random
     erasing when asked."""

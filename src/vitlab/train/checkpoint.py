@@ -36,6 +36,7 @@ from typing import IO, Any, Protocol
 
 import torch
 
+from vitlab.config_options import resumable_keys
 from vitlab.model import ConfigError
 from vitlab.weights import CheckpointError
 from vitlab.weights.files import load_pickle
@@ -48,6 +49,7 @@ from .atomic_files import (
     remove_partial_writes,
     verify_checkpoint,
 )
+from .config import TrainConfig
 from .outputs import RUN_FILE
 from .rng import restore_process_rng
 
@@ -297,27 +299,9 @@ def restore_run_state(run: ResumableRun, state: Mapping[str, Any], rank: int = 0
 
 
 # -- resuming --------------------------------------------------------------------------------------
-# Settings a resumed run may change: they decide how the run executes, not what it learns.
-RESUMABLE_CHANGES = {
-    "run.out",
-    "run.device",
-    "run.precision",
-    "run.eval_every",
-    "run.log_every",
-    "run.ckpt_every_steps",
-    "run.ckpt_every_minutes",
-    "run.keep_ckpts",
-    "run.resume",
-    "run.compile",
-    "run.grad_checkpointing",
-    "run.threads",
-    "run.max_bad_steps",
-    "run.memory_limit",
-    "data.workers",
-    "data.eval_batch_size",
-    "data.download",
-    "run.tensorboard",
-}
+# Settings a resumed run may change: they decide how the run executes, not what it learns (each
+# field declares it: `option(..., resumable=True)` in config.py).
+RESUMABLE_CHANGES = resumable_keys(TrainConfig)
 # The run's length may grow: a finished (or unfinished) run continues to the longer total, its schedule
 # recomputed over that total from the step reached. A shorter total is refused as any other change.
 LONGER_ALLOWED = ("schedule.steps", "schedule.epochs")
