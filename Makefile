@@ -5,8 +5,10 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.vitlab-installed
 TORCH_PINS ?= torch==2.14.1 torchvision==0.29.1
+# The oldest torch pyproject.toml accepts: `make test-torch-floor` runs the fast tier on it.
+TORCH_FLOOR_PINS ?= torch==2.9.1 torchvision==0.24.1
 
-.PHONY: install demo test test-fast lint hooks commits clean browser bench bench-avx2 bench-384 bench-int8 bench-pipelines bench-doc experiments-doc
+.PHONY: install demo test test-fast test-torch-floor wheel-demo lint hooks commits clean browser bench bench-avx2 bench-384 bench-int8 bench-pipelines bench-doc experiments-doc
 
 install: $(STAMP)
 
@@ -48,6 +50,22 @@ test: $(STAMP)
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "$(FAST)" $(PYTEST_ARGS) $(TESTS)
+
+# The fast tier on the oldest torch and torchvision that pyproject.toml accepts, in a venv of their own.
+test-torch-floor:
+	$(MAKE) test-fast VENV=.venv-torch-floor TORCH_PINS="$(TORCH_FLOOR_PINS)"
+
+# The package as users get it: sdist and wheel built by `python -m build`, the wheel installed into a fresh
+# venv, and `vitlab demo` run from it in an empty folder outside the source tree.
+WHEEL_VENV ?= build/wheel-venv
+
+wheel-demo: $(STAMP)
+	rm -rf build/dist $(WHEEL_VENV)
+	$(PY) -m build --outdir build/dist
+	$(PYTHON) -m venv $(WHEEL_VENV)
+	$(WHEEL_VENV)/bin/python -m pip install -q $(TORCH_PINS) build/dist/vitlab-*.whl
+	cd "$$(mktemp -d)" && $(abspath $(WHEEL_VENV))/bin/python -c "import vitlab; print(vitlab.__file__)" \
+		| grep -q "$(abspath $(WHEEL_VENV))/lib/.*/site-packages/vitlab" && $(abspath $(WHEEL_VENV))/bin/vitlab demo --out demo
 
 # Static checks, configured in pyproject.toml ([tool.ruff], [tool.mypy]); the `test` extra installs
 # the `lint` one (ruff, mypy and the stub packages).
@@ -110,4 +128,4 @@ experiments-doc: $(STAMP)
 	$(PY) -m vitlab experiment report --runs $(EXP_DIR) --out docs/experiments.md
 
 clean:
-	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache
+	rm -rf $(VENV) .venv-torch-floor build *.egg-info src/*.egg-info .pytest_cache
