@@ -119,7 +119,7 @@ def utilisation(
 ) -> float | None:
     """Model FLOPs utilisation: model FLOP/s over the fastest GEMM this machine runs on `dtype`'s
     numbers. bf16 / fp16 operands widen to fp32 exactly, so where the CPU emulates them (their own GEMM
-    a fallback at about 1 GFLOP/s, against which every row would read thousands of percent) that is
+    a slow fallback, against which every row would read thousands of percent) that is
     the fp32 GEMM's peak. None for int8 rows (`other_numerics`): their GEMMs are int8, whose peak is
     not measured."""
     if other_numerics:

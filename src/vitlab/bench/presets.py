@@ -30,8 +30,7 @@ INT8 = ("vitlab", "vitlab-int8", "onnxruntime", "onnxruntime-int8")
 
 
 # Every implementation computing the case's own numbers: the int8 ones (OTHER_NUMERICS) have their preset,
-# `int8`. With them standard took 14.6 minutes on a cold Inductor cache, without them 11.2 (AMD EPYC,
-# family 26 model 2; the Makefile's bench wall times).
+# `int8`, which keeps this one shorter.
 SAME_NUMERICS = tuple(name for name in IMPLEMENTATIONS if name not in OTHER_NUMERICS)
 
 

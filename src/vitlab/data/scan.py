@@ -24,7 +24,7 @@ from .splits import DataSplits, SplitPlan, split_indices
 logger = logging.getLogger("vitlab")
 
 EXAMPLES = 3  # unreadable files quoted in the error that stops a split
-# check="auto" decodes every image of splits up to this size (~1-2 ms a photo, so about a minute)
+# check="auto" decodes every image of splits up to this size (cheap next to training on them)
 # and reads only headers of larger ones, leaving the rare truncated JPEG to the dataset's fallback.
 AUTO_DECODE_LIMIT = 50_000
 CHECKS = ("auto", "decode", "header", "none")

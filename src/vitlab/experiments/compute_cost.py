@@ -42,8 +42,8 @@ from .wording import compare
 
 log = logging.getLogger("vitlab")
 
-# Default: Fig. 12's ViTs and ResNets that run here in about 6-7 minutes on one CPU core (5m50s of CPU
-# at load average 2.5); larger ones (L/16, BiT-R101x1, ...) by --models.
+# Default: Fig. 12's ViTs and ResNets that run in minutes on one CPU core; larger ones (L/16, BiT-R101x1,
+# ...) by --models.
 MODELS = ("Ti/16", "S/16", "B/16", "BiT-R26x1", "BiT-R50x1")
 SIZES = (224, 320, 448)
 THROUGHPUT_BATCH = 4  # images per timed inference call

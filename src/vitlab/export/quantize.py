@@ -14,9 +14,8 @@ recorded by `make bench-int8` in docs/benchmarks.md) these settings and onnxrunt
 (per tensor, full range, head quantized) differ by two of 360 images, in either direction
 depending on the thread count the model was trained with: too small a model to rank them.
 
-Tried and not adopted, Ti/16 at batch 32 on 2 AVX512 cores, one interleaved run: onnxruntime's
-transformer optimizer (onnxruntime.transformers, model_type "vit") fused LayerNorm and GELU but no
-attention, and ran slower, fp32 41.2 -> 33.0 images/s and int8 64.0 -> 44.9. The session already
+Tried and not adopted: onnxruntime's transformer optimizer (onnxruntime.transformers, model_type
+"vit") fused LayerNorm and GELU but no attention, and ran slower in fp32 and int8. The session already
 optimises the graph fully (ORT_ENABLE_ALL) and the benchmark gives it torch's thread count. Static
 (calibrated, QDQ) quantization was not tried: dynamic needs no data and met the accuracy bound.
 

@@ -2,9 +2,8 @@
 
 "auto" precision: bf16 autocast on GPUs that support it, fp16 autocast with a gradient scaler on
 GPUs that do not, and fp32 on CPU and MPS. On CPU bf16 autocast is available (`--precision bf16`)
-but was measured slower for the small models one trains on a CPU: the `demo` model (width 96, 16 px)
-ran about 10x slower than in fp32 and a Ti/4 at 32 px 0.6x as fast; only at ImageNet sizes (Ti/16 at
-224 px) did bf16 win (about 1.3x), on a CPU with avx512_bf16. On a CPU without native bf16
+but was measured slower for the small models one trains on a CPU (the `demo` model, a Ti/4 at 32 px);
+only at ImageNet sizes did bf16 win, on a CPU with avx512_bf16. On a CPU without native bf16
 (kernels.native: an AVX2-only one) bf16 is emulated and never faster than fp32; there bf16 matmuls
 run as fp32 GEMMs (accel/kernels.py) rather than through ATen's slow bf16 fallback.
 """

@@ -237,10 +237,10 @@ def demo() -> TrainConfig:
     lr 2e-3, weight decay 0.05, batch 64, 100 warm-up steps then cosine decay over 1200 steps,
     label smoothing 0.1, a mild random crop (area 80-100%, aspect 0.9-1.1; wider ranges cost about a
     point) and no flip (a mirrored digit is another glyph). fp32 on one thread: on CPU, bf16
-    autocast runs this small model about 10x slower, and one thread is as fast as two for it while
+    autocast runs this small model slower, and one thread is as fast as two for it while
     not collapsing when other processes share the cores (and gives the same numbers on any machine).
     Reaches: 98.9-99.4% val top-1 on the fixed 360-image split (seeds 0-2); seed 0 gives 99.44% after
-    1200 steps, trained in 70 s on 2 CPU cores shared with other work (load about 6).
+    1200 steps.
     """
     return TrainConfig(
         recipe="demo",

@@ -34,7 +34,7 @@ def process_seed(seed: int, rank: int) -> int:
 
 def reseed(seed: int) -> None:
     """Seed the generators a transform may draw from. Only the CPU generator: torch.manual_seed
-    would also seed every GPU's and costs ~70 us, more than decoding a small image."""
+    would also seed every GPU's and costs more than decoding a small image."""
     torch.default_generator.manual_seed(seed)
     random.seed(seed)
     np.random.seed(seed % 2**32)
