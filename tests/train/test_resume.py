@@ -125,3 +125,34 @@ def test_a_signal_after_the_steps_stop_decision_is_taken_at_the_next_step(tmp_pa
         Trainer(config).fit()
     assert interrupted.value.step == 6 and interrupted.value.signal_name == "SIGTERM"
     assert latest_checkpoint(tmp_path).name == "step-00000006.pt" == interrupted.value.checkpoint.name
+
+
+def test_a_gap_run_from_before_the_default_changed_resumes_in_its_order(tmp_path):
+    """A checkpoint written while GAP normalised after pooling by default has no model.gap_norm in its
+    run config; its model_config records the order, and the same command resumes in it: the weights
+    equal those of a resume that names the old order."""
+    import shutil
+
+    from vitlab.train.checkpoint import load_checkpoint, save_checkpoint
+
+    old = {"model": {"pool": "gap", "gap_norm": "after_pool"}}  # what the default built then
+    out = tmp_path / "unset"
+    with pytest.raises(Interrupted):
+        Trainer(tiny_config(out, **old), callbacks=[SignalAt(7)]).fit()
+    state = load_checkpoint(latest_checkpoint(out))
+    del state["config"]["model"]["gap_norm"]  # the field did not exist
+    assert state["model_config"]["gap_norm"] == "after_pool"
+    save_checkpoint(out, state["step"], state, keep=3)
+    shutil.copytree(out, tmp_path / "named")
+
+    resumed = {}
+    for folder, model in (("named", old["model"]), ("unset", {"pool": "gap"})):  # unset: the same command as then
+        config = tiny_config(tmp_path / folder, model=model)
+        config.run.resume = True
+        resumed[folder] = Trainer(config)
+        assert resumed[folder].step == 7 and resumed[folder].model.config.gap_norm == "after_pool"
+        resumed[folder].fit()
+    assert_bitwise_equal(state_of(resumed["named"].model), state_of(resumed["unset"].model))
+    fresh = Trainer(tiny_config(tmp_path / "new", model={"pool": "gap"}))
+    assert fresh.model.config.gap_norm == "before_pool"  # a new run takes today's default
+    fresh.close()

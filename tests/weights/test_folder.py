@@ -69,7 +69,7 @@ def test_config_json_is_versioned_and_grouped(tmp_path):
     assert document["numerics"] == {
         "act": "gelu_tanh",
         "norm_eps": 1e-6,
-        "gap_norm": "after_pool",
+        "gap_norm": "before_pool",
         "pos_resample": "bicubic",
         "pos_resample_antialias": True,
     }
@@ -78,6 +78,42 @@ def test_config_json_is_versioned_and_grouped(tmp_path):
     assert document["extra"] == {"epoch": 3}
     assert set(load_file(str(tmp_path / "model.safetensors"))) == set(model.state_dict())
     assert read_config(tmp_path)[1] == {"epoch": 3}
+
+
+# config.json of a GAP model as vitlab wrote it while timm's order was the default (format_version 3).
+BEFORE_GAP_DEFAULT_CHANGED = {
+    "format": "vitlab",
+    "format_version": 3,
+    "architecture": {
+        **dict(image_size=[32, 32], patch_size=8, in_channels=3, num_classes=5, dim=32, depth=2, num_heads=4),
+        **dict(mlp_dim=64, head_dim=None, pool="gap", representation_size=None, head_hidden=[], pos_embed="learned"),
+        **dict(qkv_bias=True, backbone=None, pos_embed_at="input", embed_dropout=True, proj_dropout=True),
+        "mlp_out_act": False,
+    },
+    "numerics": {
+        "act": "gelu",
+        "norm_eps": 1e-06,
+        "gap_norm": "after_pool",
+        "pos_resample": "bicubic",
+        "pos_resample_antialias": True,
+    },
+    "regularisation": {"dropout": 0.0, "attn_dropout": 0.0, "drop_path": 0.0, "head_dropout": 0.0},
+    "preprocessing": {"mean": [0.5] * 3, "std": [0.5] * 3, "crop_pct": 0.875, "interpolation": "bicubic"},
+    "class_names": None,
+    "name": None,
+    "extra": {},
+}
+
+
+def test_a_gap_folder_from_before_the_default_changed_keeps_its_order_and_numbers(tmp_path):
+    """Its config.json records gap_norm, so it loads with timm's order whatever today's default."""
+    reference = randomise(create_untrained(ViTConfig(**TINY, pool="gap", gap_norm="after_pool")))
+    save_file({k: v.contiguous() for k, v in reference.state_dict().items()}, str(tmp_path / "model.safetensors"))
+    (tmp_path / "config.json").write_text(json.dumps(BEFORE_GAP_DEFAULT_CHANGED))
+    loaded = vitlab.load(tmp_path)
+    assert loaded.config.gap_norm == "after_pool" and ViTConfig(**TINY, pool="gap").gap_norm == "before_pool"
+    x = images()
+    assert torch.equal(loaded(x), reference(x))
 
 
 def version_1_document(config: ViTConfig) -> dict:

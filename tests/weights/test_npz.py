@@ -21,13 +21,45 @@ TINY = dict(image_size=32, patch_size=8, dim=32, depth=2, num_heads=4, mlp_dim=6
 
 def test_official_fixture_is_in_the_repository():
     """The parity tests below must run on every clone: a missing fixture fails here instead of skipping."""
-    for name in ("vit_ti16_token.params.npz", "vit_ti16_token.io.npz"):
-        assert (VIT_JAX_FIXTURE / name).is_file(), f"official-code fixture {name} missing from {VIT_JAX_FIXTURE}"
+    for fixture in ("vit_ti16_token", "vit_p8_gap"):
+        for name in (f"{fixture}.params.npz", f"{fixture}.io.npz"):
+            assert (VIT_JAX_FIXTURE / name).is_file(), f"official-code fixture {name} missing from {VIT_JAX_FIXTURE}"
 
 
-def fixture_io() -> tuple[torch.Tensor, torch.Tensor]:
-    io = np.load(VIT_JAX_FIXTURE / "vit_ti16_token.io.npz")
+def fixture_io(fixture: str = "vit_ti16_token") -> tuple[torch.Tensor, torch.Tensor]:
+    io = np.load(VIT_JAX_FIXTURE / f"{fixture}.io.npz")
     return torch.from_numpy(io["x_nhwc"].transpose(0, 3, 1, 2).copy()), torch.from_numpy(io["logits"])
+
+
+# The GAP fixture's model (its README) in vitlab's names, with Flax's tanh-GELU; nothing names GAP's order.
+GAP_FIXTURE_MODEL = dict(image_size=32, dim=64, depth=2, num_heads=2, mlp_dim=128, num_classes=5, act="gelu_tanh")
+
+
+def test_a_gap_model_built_from_vitlab_names_pools_as_vit_jax():
+    """vit_jax models_vit.py: `encoded = nn.LayerNorm(name='encoder_norm')(x)` on every token, then
+    `x = jnp.mean(x, axis=...)` for classifier 'gap'. A model built by name must compute that by default."""
+    official = vitlab.load(VIT_JAX_FIXTURE / "vit_p8_gap.params.npz")
+    assert (official.config.pool, official.config.gap_norm) == ("gap", "before_pool")
+    named = vitlab.create_model("B/8", pool="gap", **GAP_FIXTURE_MODEL).eval()
+    assert named.config.gap_norm == "before_pool"
+    named.load_state_dict(official.state_dict())  # the same modules: the encoder norm, no fc_norm
+    x, logits = fixture_io("vit_p8_gap")
+    with torch.no_grad():
+        torch.testing.assert_close(named(x), logits, **TOLERANCE)
+
+
+def test_the_gap_fixture_tells_the_two_orders_apart():
+    """timm's order on the same weights misses the official logits by far more than the tolerance."""
+    official = vitlab.load(VIT_JAX_FIXTURE / "vit_p8_gap.params.npz")
+    timm_order = vitlab.create_model("B/8", pool="gap", gap_norm="after_pool", **GAP_FIXTURE_MODEL).eval()
+    state = {
+        key.replace("norm.", "fc_norm.") if key.startswith("norm.") else key: value
+        for key, value in official.state_dict().items()
+    }
+    timm_order.load_state_dict(state)
+    x, logits = fixture_io("vit_p8_gap")
+    with torch.no_grad():
+        assert (timm_order(x) - logits).abs().max() > 1e-3
 
 
 def test_official_fixture_loads_with_inferred_architecture_and_gives_its_logits():

@@ -41,6 +41,7 @@ def test_timm_logits(tmp_path, pool, size, patch):
     path = save_state_dict(peer, tmp_path / "timm.safetensors")
     model = vitlab.load(path, num_heads=4, image_size=image_size)
     assert model.config.pool == ("token" if pool == "token" else "gap")
+    assert pool == "token" or model.config.gap_norm == ("after_pool" if pool == "gap_fc_norm" else "before_pool")
     assert model.config.grid_size == (image_size[0] // patch, image_size[1] // patch)
     x = images(*image_size)
     with torch.no_grad():

@@ -137,7 +137,9 @@ class ViTConfig:
     act: Activation = "gelu"
     mlp_out_act: bool = False  # GELU after the MLP's second dense too (the Keras example's MLP)
     norm_eps: float = 1e-6
-    gap_norm: GapNorm = "after_pool"
+    # GAP: the encoder norm on every token, then the mean, as vit_jax and big_vision (the paper's Fig. 9
+    # and Axial-ViT); "after_pool" is timm's fc_norm order, which timm's GAP weights load with.
+    gap_norm: GapNorm = "before_pool"
     # What goes with the weights.
     preprocessing: Preprocessing = field(default_factory=Preprocessing)
     class_names: list[str] | None = None

@@ -220,6 +220,25 @@ def _load_init(config: TrainConfig) -> VisionTransformer | BiTResNet:
     return load(spec.init, memory_limit=None if limit is None else int(limit * 2**30), **overrides)
 
 
+def resumed_architecture(config: TrainConfig, state: dict) -> ViTConfig | None:
+    """The architecture a run from scratch resumes with: its variant's, in the GAP order its checkpoint
+    records (model_config.gap_norm) where model.gap_norm is unset, so that a run begun when timm's
+    "after_pool" was the default continues with the model it trained. None: nothing to keep."""
+    spec = config.model
+    saved = (state.get("model_config") or {}).get("gap_norm")
+    if spec.init or spec.gap_norm is not None or saved is None:
+        return None
+    architecture = scratch_config(spec)
+    if not isinstance(architecture, ViTConfig) or architecture.pool != "gap" or architecture.gap_norm == saved:
+        return None
+    log.info(
+        "--resume: the checkpoint's model pools by GAP with gap_norm=%r; keeping it (the default is now %r)",
+        saved,
+        architecture.gap_norm,
+    )
+    return architecture.replace(gap_norm=saved)
+
+
 def scratch_config(spec: ModelSpec) -> ViTConfig | BiTConfig:
     """The ViTConfig of a new model: the variant with the spec's fields (num_classes comes later)."""
     options = spec.options()

@@ -13,7 +13,7 @@ from typing import Any, Literal
 from vitlab.config_fields import CROP_PCT_RANGE, Interpolation, Range
 from vitlab.config_options import option
 from vitlab.data.splits import HoldOut
-from vitlab.model.config import Pooling, PositionEmbeddingKind
+from vitlab.model.config import GapNorm, Pooling, PositionEmbeddingKind
 from vitlab.model.runtime import Device, PrecisionName
 
 DataParallel = Literal["ddp", "fsdp"]  # under torchrun: replicate the model, or shard it (distributed.py)
@@ -61,6 +61,9 @@ class ModelSpec:
     mlp_dim: int | None = option(None, help="the MLP's hidden width (Table 1)")
     head_dim: int | None = option(None, help="one head's width (default: dim // num_heads)")
     pool: Pooling | None = option(None, help="the class token, GAP or flatten (Sec. 3.1, Appendix D.3)")
+    gap_norm: GapNorm | None = option(
+        None, help="GAP's LayerNorm: on every token before the mean (vit_jax's, the default) or on the mean (timm's)"
+    )
     pos_embed: PositionEmbeddingKind | None = option(None, help="the kind of position embedding (Table 8)")
     representation_size: int | None = option(None, help="the pre-training head's tanh hidden layer")
     head_hidden: tuple[int, ...] | None = option(None, help="extra GELU layers of an MLP head (the Keras example's)")

@@ -29,7 +29,7 @@ from vitlab.weights import CheckpointError
 
 from . import checkpoint as ckpt
 from . import default_callbacks, distributed, outputs, processes
-from .build import build_loaders, build_model_and_data, check_run, run_folder, steps_per_epoch
+from .build import build_loaders, build_model_and_data, check_run, resumed_architecture, run_folder, steps_per_epoch
 from .cadence import checkpoint_due, evaluation_due
 from .callbacks import Callback
 from .config import TrainConfig
@@ -81,7 +81,8 @@ class Trainer:
         seed_everything(config.run.seed)
         self.precision = resolve_precision(config.run.precision, self.device)
 
-        self.model, splits, self.test_set = build_model_and_data(config, self.architecture)
+        resumed = resumed_architecture(config, resume_state) if resume_state and not self.architecture else None
+        self.model, splits, self.test_set = build_model_and_data(config, self.architecture or resumed)
         self.class_names, self.train_images, self.val_images = splits.class_names, len(splits.train), len(splits.val)
         self.data_fingerprint: Mapping[str, str | None] = {
             part: dataset.fingerprint() if isinstance(dataset, LabelledImages) else None
