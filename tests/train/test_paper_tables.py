@@ -156,7 +156,7 @@ def test_finetune_recipe_is_its_table_4_row(dataset, steps, grid):
     assert config.model.image_size == CAPTION_4["resolution"]
 
 
-@pytest.mark.parametrize("recipe", [f"paper-finetune:{name}" for name in TABLE_4] + ["small-data", "demo"])
+@pytest.mark.parametrize("recipe", [f"paper-finetune:{name}" for name in TABLE_4] + ["paper-mpp", "small-data", "demo"])
 def test_every_schedule_reaches_its_decay(recipe, caplog):
     """Warm-up well under the run (at most a fifth of it), and the rate at the last step far below the peak."""
     config = get_recipe(recipe)
@@ -185,3 +185,175 @@ def test_a_warmup_as_long_as_the_run_is_warned_with_both_numbers(caplog):
     with caplog.at_level(logging.WARNING, logger="vitlab"):
         build_schedule(optimizer, config.schedule, 10)
     assert "warm-up (50 steps)" in caplog.text and "run (50 steps)" in caplog.text
+
+
+# -- the pre-training head (Sec. 3.1, D.3) ---------------------------------------------------------
+# Sec. 3.1: "The classification head is implemented by a MLP with one hidden layer at pre-training time
+# and by a single linear layer at fine-tuning time." D.3: "a small multi-layer perceptron (MLP) with tanh
+# as non-linearity in the single hidden layer". B.1.1: "When transferring ViT models to another dataset,
+# we remove the whole head (two linear layers) and replace it by a single, zero-initialized linear layer".
+# vit_jax models_vit.py: `x = nn.Dense(features=self.representation_size, name='pre_logits')(x); x = nn.tanh(x)`;
+# the 2020 ImageNet-21k checkpoints (ViT-B_16.npz and its siblings) hold that `pre_logits` layer, D wide
+# (timm's port of them: vit_base_patch16_224_in21k, representation_size=768); vit_jax README: the
+# fine-tuning configs "have `representation_size=None`, i.e. the last layer before the classification
+# layer is dropped for fine-tuning".
+WIDTH = {"Ti": 192, "S": 384, "B": 768, "L": 1024, "H": 1280}  # Table 1's D (Ti, S: the reference code's)
+
+
+@pytest.mark.parametrize("model, dataset", [(case[0], case[1]) for case in PRETRAIN_CASES])
+def test_pretraining_has_the_papers_head_and_finetuning_drops_it(model, dataset):
+    config = get_recipe(f"paper-pretrain:{DATASETS[dataset]}:{model}")
+    if model.startswith("BiT-"):  # a ResNet's head is one linear layer
+        assert config.model.representation_size is None
+        return
+    size = model.split("+")[-1].split("/")[0]
+    assert config.model.representation_size == WIDTH[size]
+    assert get_recipe(f"paper-finetune:{DATASETS['ImageNet']}").model.representation_size is None
+
+
+def test_the_pretraining_head_is_one_tanh_layer_that_finetuning_replaces():
+    spec = get_recipe("paper-pretrain:imagenet:Ti/16").model
+    model = create_untrained("Ti/16", image_size=32, num_classes=5, representation_size=spec.representation_size)
+    assert [type(layer) for layer in model.pre_logits] == [torch.nn.Linear, torch.nn.Tanh]
+    assert model.config.feature_dim == 192  # few-shot evaluation reads the tanh layer's output
+    model.reset_classifier(3)
+    assert isinstance(model.pre_logits, torch.nn.Identity) and model.config.representation_size is None
+    assert not model.head.weight.any()
+
+
+# -- Table 2's ImageNet fine-tuning (Sec. 4.1) and Table 5's -----------------------------------------
+# Sec. 4.1: "For ImageNet results in Table 2, we fine-tuned at higher resolution: 512 for ViT-L/16 and
+# 518 for ViT-H/14, and also used Polyak & Juditsky (1992) averaging with a factor of 0.9999".
+# Table 5's caption: "Models are fine-tuned at 384 resolution. Note that the ImageNet results are computed
+# without additional techniques (Polyak averaging and 512 resolution images) used to achieve results in
+# Table 2."
+TABLE_2_IMAGENET = {"L/16": 512, "H/14": 518}
+POLYAK = 0.9999
+
+
+def test_imagenet_finetuning_averages_only_in_table_2s_setting():
+    table_5 = get_recipe("paper-finetune:imagenet")
+    assert (table_5.model.image_size, table_5.optim.ema_decay) == (384, None)
+    for model, size in TABLE_2_IMAGENET.items():
+        config = get_recipe(f"paper-finetune:imagenet:{model}")
+        assert (config.model.image_size, config.optim.ema_decay) == (size, POLYAK)
+        assert config.schedule.steps == 20_000 and config.recipe == f"paper-finetune:imagenet:{model}"
+        config.validate()
+
+
+@pytest.mark.fault("bad-config", kinds=3)
+@pytest.mark.parametrize("name", ["paper-finetune:imagenet:B/16", "paper-finetune:pets:L/16", "paper-mpp:BiT-R50x1"])
+def test_a_model_no_source_gives_settings_of_its_own_is_refused(name):
+    """Table 2's ImageNet models are L/16 and H/14; B is not among them."""
+    with pytest.raises(ConfigError) as error:
+        get_recipe(name)
+    message = str(error.value)
+    assert "\n" not in message and name.rsplit(":", 1)[1] in message, message
+
+
+# -- Appendix B.1.2: masked patch pre-training ----------------------------------------------------
+# B.1.2: "We trained our self-supervised model for 1M steps (ca. 14 epochs) with batch size 4096 on JFT.
+# We use Adam, with a base learning rate of 2·10^-4, warmup of 10k steps and cosine learning rate decay."
+# "... we predict the 3-bit, mean color (i.e., 512 colors in total) of every corrupted patch". Sec. 4.6:
+# "our smaller ViT-B/16 model achieves 79.9% accuracy on ImageNet". Sec. 4.1: "We train all models ...
+# using Adam ... with beta1 = 0.9, beta2 = 0.999 ... and apply a high weight decay of 0.1"; B.1: "all
+# training is done on resolution 224".
+B_1_2 = dict(steps=1_000_000, batch_size=4096, lr=2e-4, warmup_steps=10_000, decay="cosine")
+
+
+def test_masked_patch_pretraining_recipe_is_appendix_b_1_2():
+    config = get_recipe("paper-mpp")
+    assert config.recipe == "paper-mpp:B/16" and config.model.variant == "B/16"
+    assert (config.objective.name, config.objective.mpp_target) == ("mpp", "mean-color")
+    assert config.schedule.steps == B_1_2["steps"] and config.schedule.epochs is None
+    assert config.data.batch_size == B_1_2["batch_size"] == config.micro_batch_size * config.optim.grad_accum
+    assert (config.optim.name, config.optim.lr, config.optim.betas) == ("adamw", B_1_2["lr"], (0.9, 0.999))
+    assert (config.schedule.warmup_steps, config.schedule.decay) == (B_1_2["warmup_steps"], B_1_2["decay"])
+    assert (config.optim.weight_decay, config.model.image_size) == (0.1, 224)
+    assert get_recipe("paper-mpp:S/16").model.variant == "S/16"
+    config.validate()
+
+
+# -- quoted results and their settings (vit_jax) -----------------------------------------------------
+# vit_jax/configs/common.py: `config.base_lr = 0.03`, `config.warmup_steps = 500`, and for 'cifar10' and
+# 'cifar100' `'total_steps': 10_000`. vit_jax/configs/vit.py: `if model == 'b16' and dataset == 'cifar10':
+# config.base_lr = 0.01`. README (models from gs://vit_models/imagenet21k), column dropout=0.0:
+# "ViT-B_16 | cifar10 | 99.02%", "ViT-B_16 | cifar100 | 92.06%". README, shorter schedules,
+# "total_steps / warmup_steps": "ViT-B_16 | cifar10 | 500 / 50 | 98.59%", "1000 / 100 | 98.86%",
+# "cifar100 | 500 / 50 | 89.17%", "1000 / 100 | 91.15%"; those ran in 2020 with vit_jax/flags.py's
+# `--base_lr ... default=0.03` and configs.py's B/16 `dropout_rate = 0.1`.
+VIT_JAX_README = [  # (dataset, steps, warm-up, lr, dropout, top-1)
+    ("cifar10", 10_000, 500, 0.01, 0.0, 99.02),
+    ("cifar100", 10_000, 500, 0.03, 0.0, 92.06),
+    ("cifar10", 500, 50, 0.03, 0.1, 98.59),
+    ("cifar10", 1_000, 100, 0.03, 0.1, 98.86),
+    ("cifar100", 500, 50, 0.03, 0.1, 89.17),
+    ("cifar100", 1_000, 100, 0.03, 0.1, 91.15),
+]
+
+
+def test_every_quoted_run_is_vit_jaxs_and_the_recipe_gives_its_settings():
+    from vitlab.train.quoted_runs import QUOTED_RUNS
+
+    assert sorted((r.row, r.steps, r.warmup_steps, r.lr, r.dropout, r.top1) for r in QUOTED_RUNS) == sorted(
+        VIT_JAX_README
+    )
+    for run in QUOTED_RUNS:
+        assert run.model == "B/16"
+        name = f"paper-finetune:{run.row}" + (":B/16" if run.lr != 0.03 else "")
+        config = get_recipe(name, steps=run.steps)
+        assert (config.optim.lr, config.schedule.steps, config.schedule.warmup_steps) == (
+            run.lr,
+            run.steps,
+            run.warmup_steps,
+        ), name
+        assert config.model.image_size == 384 and config.data.batch_size == 512 and config.optim.momentum == 0.9
+
+
+def test_recipe_docstrings_quote_only_quoted_runs():
+    """Every percentage paper_finetune's docstring gives is a run of QUOTED_RUNS (with its settings)."""
+    from vitlab.train.paper_recipes import paper_finetune
+    from vitlab.train.quoted_runs import QUOTED_RUNS
+
+    quoted = {float(number) for number in re.findall(r"(\d+\.\d+)%", paper_finetune.__doc__ or "")}
+    assert quoted and quoted <= {run.top1 for run in QUOTED_RUNS}, quoted
+
+
+# -- warm-up of a run of another length ------------------------------------------------------------
+@pytest.mark.parametrize(
+    "argv, warmup",
+    [
+        (["--recipe", "paper-finetune:cifar10", "--steps", "500"], 50),  # vit_jax's 500 / 50
+        (["--recipe", "paper-finetune:cifar100", "--steps", "1000"], 100),  # vit_jax's 1000 / 100
+        (["--recipe", "paper-finetune:cifar10", "--steps", "2000"], 100),  # the row's 500 of 10k
+        (["--recipe", "paper-finetune:pets", "--steps", "100"], 20),  # the row's 100 of 500
+        (["--recipe", "paper-finetune:cifar10", "--steps", "500", "--set", "schedule.warmup_steps=300"], 300),
+        (["--recipe", "paper-finetune:cifar10"], 500),
+    ],
+)
+def test_a_finetune_of_another_length_scales_its_warmup(argv, warmup, caplog):
+    from vitlab.cli import build_parser
+    from vitlab.cli.train import build_config
+
+    args = build_parser().parse_args(["finetune", "--ckpt", "B/16:x", "--out", "x", *argv])
+    with caplog.at_level(logging.INFO, logger="vitlab"):
+        config = build_config(args)
+    assert config.schedule.warmup_steps == warmup
+    steps = config.schedule.steps
+    if steps != 10_000 and "schedule.warmup_steps=300" not in argv:
+        assert f"warm-up {warmup} of {steps} steps" in caplog.text  # both numbers, the recipe's too
+        assert f"of {TABLE_4[config.recipe.split(':')[1]].steps}" in caplog.text
+
+
+def test_other_recipes_scale_their_warmup_alike():
+    from vitlab.cli import build_parser
+    from vitlab.cli.train import build_config
+
+    demo = build_config(build_parser().parse_args(["train", "--recipe", "demo", "--steps", "600", "--out", "x"]))
+    assert demo.schedule.warmup_steps == 50  # 100 of 1200
+    small = build_config(build_parser().parse_args(["train", "--epochs", "20", "--out", "x"]))
+    assert small.schedule.warmup_epochs == 0.5  # 5 of 200
+    pretrain = build_parser().parse_args(
+        ["train", "--recipe", "paper-pretrain:jft:L/16", "--epochs", "14", "--out", "x"]
+    )
+    assert build_config(pretrain).schedule.warmup_steps == 10_000  # Table 3: 10k steps, whatever the epochs

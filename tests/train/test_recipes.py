@@ -120,7 +120,7 @@ def test_schedule_drives_the_optimiser():
 
 def test_recipe_fixed_values():
     finetune, pretrain = get_recipe("paper-finetune:imagenet"), get_recipe("paper-pretrain:imagenet21k")
-    assert (finetune.schedule.steps, finetune.optim.ema_decay, finetune.optim.grad_clip) == (20_000, 0.9999, 1.0)
+    assert (finetune.schedule.steps, finetune.optim.ema_decay, finetune.optim.grad_clip) == (20_000, None, 1.0)
     assert (finetune.data.batch_size, finetune.model.image_size) == (512, 384)
     assert (pretrain.data.batch_size, pretrain.optim.grad_accum, pretrain.micro_batch_size) == (4096, 32, 128)
     assert (pretrain.model.dropout, pretrain.optim.weight_decay, pretrain.schedule.decay) == (0.1, 0.03, "linear")
@@ -218,7 +218,8 @@ def test_every_recipe_builds_and_takes_two_steps(name, tmp_path):
         losses = [trainer.train_step([next(batches)]) for _ in range(2)]
         assert all(math.isfinite(loss) and loss > 0 for loss in losses), losses
         after = state_of(trainer.model)
-        for layer in ("patch_embed.proj.weight", "blocks.0.attn.qkv.weight", "head.weight"):
+        classifier = ("head.weight",) if recipe.objective.name == "classify" else ()  # mpp: the model has none
+        for layer in ("patch_embed.proj.weight", "blocks.0.attn.qkv.weight", *classifier):
             assert not torch.equal(before[layer], after[layer]), layer  # the gradient reached every layer
         assert trainer.lr == pytest.approx(recipe.optim.lr * reference(2), rel=1e-9)  # the recipe's schedule
     finally:

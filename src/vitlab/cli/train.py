@@ -45,7 +45,9 @@ def recipe_defaults() -> str:
             f"  {name}: {c.model.variant}, {c.optim.name} lr {c.optim.lr:g}, batch {c.data.batch_size}, "
             f"{length}, {c.schedule.decay} decay, weight decay {c.optim.weight_decay:g}"
         )
-    heading = "recipe defaults (of paper-pretrain and paper-finetune, the default row; NAME:DATASET picks another):"
+    heading = (
+        "recipe defaults (of paper-pretrain and paper-finetune, the default row; NAME:DATASET[:MODEL] picks another):"
+    )
     return "\n".join([heading, *lines])
 
 
@@ -80,7 +82,9 @@ def _add_training_flags(parser: argparse.ArgumentParser, command: str, required:
     """--recipe, --config and --set, then a flag for every TrainConfig field that declares one for
     `command` (a pair that TrainConfig.EXCLUSIVE makes exclusive, such as --epochs and --steps,
     in a mutually exclusive group), then --print-config."""
-    parser.add_argument("--recipe", metavar="NAME", help="recipe, optionally NAME:DATASET (paper-finetune:pets)")
+    parser.add_argument(
+        "--recipe", metavar="NAME", help="recipe, optionally NAME:DATASET[:MODEL] (paper-finetune:pets)"
+    )
     parser.add_argument("--config", metavar="FILE", help="YAML file of config sections (e.g. a run.yaml)")
     parser.add_argument(
         "--set",
@@ -114,14 +118,15 @@ def _add_training_flags(parser: argparse.ArgumentParser, command: str, required:
 def build_config(args: argparse.Namespace):
     """The TrainConfig these arguments describe: recipe < --config < flags < --set."""
     from vitlab.train.config import apply_mapping, parse_assignment, read_yaml, set_value
-    from vitlab.train.recipes import get_recipe
+    from vitlab.train.recipes import get_recipe, warmup_for_length
 
     document = read_yaml(args.config) if args.config else {}
     recipe = args.recipe or document.get("recipe") or args.default_recipe
     recipe = str(recipe)
     # Table 3's learning rate depends on the model: paper-pretrain takes --model as its row.
     pick_model = getattr(args, "model", None) and recipe.partition(":")[0] == "paper-pretrain"
-    config = get_recipe(recipe, **({"model": args.model} if pick_model else {}))
+    choices = {"model": args.model} if pick_model else {}
+    config = get_recipe(recipe, **choices)
     apply_mapping(config, document, str(args.config))
     # Where each key was last set, so that an out-of-range value names its file or flag.
     origins = {
@@ -141,6 +146,8 @@ def build_config(args: argparse.Namespace):
         set_value(config, key, value, origins[key])
     if args.command == "finetune" and not config.model.init:
         raise ValueError("finetune needs --ckpt CKPT")
+    if not {"schedule.warmup_steps", "schedule.warmup_epochs"} & set(origins):  # a warm-up given stays
+        warmup_for_length(config, get_recipe(recipe, **choices))
     return config.validate(origins)
 
 

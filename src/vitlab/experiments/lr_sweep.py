@@ -47,12 +47,9 @@ def finetune_run(
     settings: Settings, tag: str, *, seed: int, lr: float, steps: int, batch_size: int, dev_fraction: float | None
 ) -> TrainResult:
     """One `paper-finetune:ROW` run at `lr` for `steps` in DIR/runs/TAG, on the training set less a dev split."""
-    row = TABLE_4[settings.row]
-    config = get_recipe(f"paper-finetune:{settings.row}")
+    config = get_recipe(f"paper-finetune:{settings.row}", steps=steps)  # its warm-up scaled to the steps
     config.recipe = f"experiment:{tag}"
     config.optim.lr = lr  # any value: --lrs may leave the grid
-    config.schedule.steps = steps
-    config.schedule.warmup_steps = max(1, round(config.schedule.warmup_steps * steps / row.steps))
     config.data.source, config.data.dev_fraction = settings.data, dev_fraction
     config.data.batch_size = batch_size
     architecture = None

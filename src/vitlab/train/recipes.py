@@ -1,8 +1,10 @@
-"""Recipes: the paper's training settings, and two widely used others, as typed code.
+"""Recipes: the paper's training settings (paper_recipes.py), and three widely used others, as typed code.
 
 Each recipe is a function returning a TrainConfig; its docstring says what it reproduces and what it
-should reach. A name may carry a dataset after a colon to pick that dataset's row of the paper's
-tables (vitlab.train.paper_tables): `paper-pretrain:imagenet21k:L/16`, `paper-finetune:pets`.
+should reach. A name may carry parts after a colon: a dataset's row of the paper's tables
+(vitlab.train.paper_tables) and a model, `paper-pretrain:imagenet21k:L/16`, `paper-finetune:pets`,
+`paper-finetune:imagenet:H/14`, `paper-mpp:B/16`. A run of another length than its recipe's scales
+the recipe's warm-up to it (`warmup_for_length`).
 
     vitlab train --recipe small-data --data cifar10:DATA --model Ti/4 --image-size 32 --out runs/c10
     vitlab finetune --recipe paper-finetune:cifar10 --ckpt B16.npz --data cifar10:DATA --out runs/ft
@@ -15,133 +17,51 @@ from collections.abc import Callable
 
 from vitlab.model.config import ConfigError
 
-from . import paper_tables as tables
 from .config import AugmentSpec, DataSpec, ModelSpec, OptimSpec, RunSpec, ScheduleSpec, TrainConfig
+from .paper_recipes import (  # noqa: F401  (VIT_JAX_BASE_LR, finetune_lr_grid: importable from here as before)
+    VIT_JAX_BASE_LR,
+    finetune_lr_grid,
+    paper_finetune,
+    paper_mpp,
+    paper_pretrain,
+    warmup_at_length,
+)
+from .quoted_runs import quoted_warmup
 
 log = logging.getLogger("vitlab")
 
 
-def paper_pretrain(dataset: str = "jft", model: str = "B/16", epochs: int | None = None) -> TrainConfig:
-    """Pre-training as in Sec. 4.1 and Table 3 of the paper: the row of `model` on `dataset`.
-
-    Names: `paper-pretrain[:DATASET[:MODEL]]`, DATASET one of jft (default), imagenet21k, imagenet;
-    MODEL any model with a Table 3 row on it (default B/16; on imagenet any ViT). Per row: epochs, base
-    learning rate, linear or cosine decay, weight decay and dropout as Table 3 lists them; for all,
-    batch 4096 (reached by gradient accumulation) and 10k linear warm-up steps, and gradient clipping
-    at global norm 1 on ImageNet only (the caption). Adam (0.9, 0.999) with weight decay decoupled
-    from the gradient and scaled by the learning rate, as the reference code's (torch's AdamW). Where
-    the table gives two epoch counts (L/16 on JFT 7/14, L/{16,32} on ImageNet-21k 30/90) the first
-    is the default and `epochs` picks the other. Reaches: ViT-B/16 pre-trained on ImageNet-21k and
-    fine-tuned gives 84.0% on ImageNet (Table 5, 384 px); on ImageNet alone ViT-B/16 gets about 77.9%.
-    """
-    row = tables.pretrain_row(model, dataset)
-    if row is None:
-        known = ", ".join(tables.pretrain_datasets())
-        raise ConfigError(
-            f"recipe 'paper-pretrain': Table 3 has no row for {model!r} on {dataset!r} "
-            f"(datasets {known}; see vitlab.train.paper_tables.TABLE_3)"
-        )
-    if tables.ANY_VIT in row.models:
-        _check_vit_name(model)
-    if epochs is None:
-        epochs = row.epochs[0]
-    elif epochs not in row.epochs:
-        raise ConfigError(
-            f"recipe 'paper-pretrain': Table 3 gives {model} on {dataset} "
-            f"{'/'.join(map(str, row.epochs))} epochs, not {epochs}"
-        )
-    if len(row.epochs) > 1:
+def warmup_for_length(config: TrainConfig, recipe: TrainConfig) -> TrainConfig:
+    """`config`, built from `recipe` with another run length and no warm-up of its own, given the warm-up
+    of that length (both numbers logged): on a paper-finetune row a quoted run's at that length, else
+    the recipe's share of its own length, as vit_jax's shorter runs do. A warm-up stated in steps over
+    a length in epochs (Table 3's 10k steps for 7 or 14 epochs alike) stays as stated."""
+    now, then = config.schedule, recipe.schedule
+    if now.steps and then.steps and then.warmup_steps and now.steps != then.steps:
+        base, _, rest = config.recipe.partition(":")
+        row = rest.partition(":")[0] if base == "paper-finetune" else ""
+        now.warmup_steps = warmup_at_length(row, now.steps, then.steps, then.warmup_steps)
+        how = "as the quoted run of that length" if quoted_warmup(row, now.steps) is not None else "scaled"
         log.info(
-            "Table 3 lists %s epochs for %s on %s; using %d", "/".join(map(str, row.epochs)), model, dataset, epochs
+            "%s: warm-up %d of %d steps (the recipe's: %d of %d; %s)",
+            config.recipe,
+            now.warmup_steps,
+            now.steps,
+            then.warmup_steps,
+            then.steps,
+            how,
         )
-    is_bit = model.startswith("BiT-")
-    return TrainConfig(
-        recipe=f"paper-pretrain:{dataset}:{model}",
-        # Dropout (Appendix B.1) is a ViT's; the BiT ResNets have none (Table 3 gives them 0.0).
-        model=ModelSpec(variant=model, image_size=tables.TABLE_3_IMAGE_SIZE, dropout=None if is_bit else row.dropout),
-        data=DataSpec(batch_size=tables.TABLE_3_BATCH_SIZE),
-        augment=AugmentSpec(crop_scale=(0.05, 1.0), hflip=True),
-        optim=OptimSpec(
-            name="adamw",
-            lr=row.lr,
-            weight_decay=row.weight_decay,
-            betas=(0.9, 0.999),
-            grad_clip=tables.TABLE_3_GRAD_CLIP.get(dataset),
-            grad_accum=32,
-        ),
-        schedule=ScheduleSpec(epochs=epochs, warmup_steps=tables.TABLE_3_WARMUP_STEPS, decay=row.decay),
-    )
-
-
-# Warm-up before the cosine decay: Table 4 gives none. Runs of 2,500 steps and more take vit_jax's
-# 500 (vit_jax/configs/common.py, warmup_steps); the 500-step runs (Pets, Flowers) take BiT-HyperRule's
-# 100 for its 500-step schedule (Kolesnikov et al. 2020, big_transfer/bit_hyperrule.py), so that the
-# schedule reaches its decay.
-FINETUNE_WARMUP_STEPS = {500: 100}
-VIT_JAX_WARMUP_STEPS = 500
-VIT_JAX_BASE_LR = 0.03  # vit_jax/configs/common.py, base_lr; in every Table 4 grid but VTAB's
-
-
-def paper_finetune(dataset: str = "cifar10", lr: float | None = None) -> TrainConfig:
-    """Fine-tuning as in Sec. 3.2, Appendix B.1.1 and Table 4 of the paper (default row: CIFAR-10).
-
-    Per row, Table 4's step count and base-LR grid: imagenet 20k steps {0.003, 0.01, 0.03, 0.06};
-    cifar10, cifar100 10k, pets, flowers 500, each {0.001, 0.003, 0.01, 0.03}; vtab 2.5k at 0.01.
-    `lr` picks a grid value (default 0.03, vit_jax's base_lr; VTAB's 0.01); `vitlab experiment
-    lr-sweep` picks it on a development split as Appendix B.1.1 does. For all (the caption): SGD with
-    momentum 0.9, cosine decay, batch 512, no weight decay, gradient clipping at global norm 1, 384 px
-    (E_pos resampled), the pre-training head replaced by a zero-initialised one; Polyak averaging
-    (0.9999) on ImageNet. Warm-up (not in the table): 500 steps as vit_jax, 100 for the 500-step
-    Pets and Flowers runs as BiT-HyperRule, so that every schedule decays. Reaches: ViT-B/16
-    (ImageNet-21k) on CIFAR-10 98.59% after 500 steps and 99.02% after 10k (vit_jax README); ViT-L/16
-    (JFT) 99.42% (Table 2).
-    """
-    if dataset not in tables.TABLE_4:
-        raise ConfigError(f"recipe 'paper-finetune' has no row {dataset!r}; rows: {', '.join(tables.TABLE_4)}")
-    row = tables.TABLE_4[dataset]
-    if lr is None:
-        lr = VIT_JAX_BASE_LR if VIT_JAX_BASE_LR in row.lrs else row.lrs[0]
-    elif lr not in row.lrs:
-        raise ConfigError(
-            f"recipe 'paper-finetune:{dataset}': lr {lr:g} is not in Table 4's grid "
-            f"{{{', '.join(f'{v:g}' for v in row.lrs)}}}"
+    elif now.epochs and then.epochs and then.warmup_epochs and now.epochs != then.epochs:
+        now.warmup_epochs = then.warmup_epochs * now.epochs / then.epochs
+        log.info(
+            "%s: warm-up %g of %d epochs (the recipe's: %g of %d; scaled)",
+            config.recipe,
+            now.warmup_epochs,
+            now.epochs,
+            then.warmup_epochs,
+            then.epochs,
         )
-    return TrainConfig(
-        recipe=f"paper-finetune:{dataset}",
-        model=ModelSpec(image_size=tables.TABLE_4_IMAGE_SIZE, dropout=0.0, attn_dropout=0.0, drop_path=0.0),
-        data=DataSpec(batch_size=tables.TABLE_4_BATCH_SIZE),
-        augment=AugmentSpec(crop_scale=(0.05, 1.0), hflip=True),  # vit_jax: inception crop + flip
-        optim=OptimSpec(
-            name="sgd",
-            lr=lr,
-            momentum=0.9,
-            weight_decay=tables.TABLE_4_WEIGHT_DECAY,
-            grad_clip=tables.TABLE_4_GRAD_CLIP,
-            ema_decay=0.9999 if dataset == "imagenet" else None,
-        ),
-        schedule=ScheduleSpec(
-            steps=row.steps,
-            warmup_steps=FINETUNE_WARMUP_STEPS.get(row.steps, VIT_JAX_WARMUP_STEPS),
-            decay=tables.TABLE_4_DECAY,
-        ),
-    )
-
-
-def finetune_lr_grid(dataset: str) -> tuple[float, ...]:
-    """Table 4's base-LR grid for `dataset`."""
-    paper_finetune(dataset)  # refuses an unknown row
-    return tables.TABLE_4[dataset].lrs
-
-
-def _check_vit_name(model: str) -> None:
-    from vitlab.model.variants import parse_variant
-
-    try:
-        parse_variant(model)
-    except (ConfigError, ValueError):
-        raise ConfigError(
-            f"recipe 'paper-pretrain': Table 3's ImageNet row is for ViTs (ViT-*), not {model!r}"
-        ) from None
+    return config
 
 
 def small_data() -> TrainConfig:
@@ -256,29 +176,34 @@ def demo() -> TrainConfig:
 RECIPES: dict[str, Callable[..., TrainConfig]] = {
     "paper-pretrain": paper_pretrain,
     "paper-finetune": paper_finetune,
+    "paper-mpp": paper_mpp,
     "small-data": small_data,
     "keras-example": keras_example,
     "demo": demo,
 }
-# Recipes whose name carries parts after a colon: paper-pretrain:DATASET[:MODEL], paper-finetune:DATASET.
-NAME_PARTS = {"paper-pretrain": 2, "paper-finetune": 1}
+# Recipes whose name carries parts after a colon, each a choice of the recipe function:
+# paper-pretrain:DATASET[:MODEL], paper-finetune:DATASET[:MODEL], paper-mpp:MODEL.
+NAME_PARTS: dict[str, tuple[str, ...]] = {
+    "paper-pretrain": ("dataset", "model"),
+    "paper-finetune": ("dataset", "model"),
+    "paper-mpp": ("model",),
+}
 
 
 def get_recipe(name: str, **choices) -> TrainConfig:
     """The TrainConfig of a recipe name with its optional parts (`paper-finetune:pets`,
-    `paper-pretrain:jft:L/16`); `choices` go to the recipe function (model=, epochs=, lr=)."""
+    `paper-pretrain:jft:L/16`); `choices` go to the recipe function (model=, epochs=, lr=, steps=)."""
     base, sep, rest = name.partition(":")
     if base not in RECIPES:
         raise ConfigError(f"unknown recipe {name!r}; recipes: {', '.join(RECIPES)}")
-    parts = rest.split(":", NAME_PARTS.get(base, 0) - 1) if sep else []
-    if sep and base not in NAME_PARTS:
+    names = NAME_PARTS.get(base, ())
+    if sep and not names:
         raise ConfigError(f"recipe {base!r} has no dataset rows; use it without ':{rest}'")
-    if len(parts) > NAME_PARTS.get(base, 0) or not all(parts):
-        raise ConfigError(
-            f"recipe name {name!r}: expected {base}:DATASET" + (":MODEL" if base == "paper-pretrain" else "")
-        )
-    if base == "paper-pretrain" and len(parts) == 2:
-        if choices.get("model", parts[1]) != parts[1]:
-            raise ConfigError(f"recipe {name!r} names model {parts[1]!r}, but model {choices['model']!r} was asked for")
-        choices["model"] = parts[1]
-    return RECIPES[base](*parts[:1], **choices)
+    parts = rest.split(":", len(names) - 1) if sep else []
+    if not all(parts):
+        raise ConfigError(f"recipe name {name!r}: expected {base}:" + ":".join(n.upper() for n in names))
+    for part, value in zip(names, parts):
+        if choices.get(part, value) != value:
+            raise ConfigError(f"recipe {name!r} names {part} {value!r}, but {part} {choices[part]!r} was asked for")
+        choices[part] = value
+    return RECIPES[base](**choices)
