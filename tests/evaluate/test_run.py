@@ -227,3 +227,48 @@ def test_eval_says_when_the_data_changed_since_the_run(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="vitlab"):
         assert main(["eval", "--ckpt", str(run)]) == 0
     assert f"{data} {changed} (16 images, sha256 " in caplog.text
+
+
+def same_bytes_as(files: list[Path], others: list[Path]) -> int:
+    """How many of `files` hold the bytes of one of `others`: the test's own count."""
+    known = {path.read_bytes() for path in others}
+    return sum(path.read_bytes() in known for path in files)
+
+
+@pytest.mark.integration
+def test_training_images_are_found_by_their_bytes_under_any_path(tmp_path, caplog):
+    """A copy of the run's folder with images added, and the folder changed in place: eval warns and
+    records how many scored images the run trained on, as the test counts them byte by byte."""
+    import shutil
+
+    from vitlab.data import load_datasets
+
+    data, run = tmp_path / "data", tmp_path / "run"
+    write_noisy_classes(data, classes=3, per_class=12)
+    train(str(data), run, "--batch-size", "8", "--steps", "2", "--eval-every", "2")
+    assert (run / "train_digests.npy").is_file()  # written as the run started
+    split = {"seed": 0, "val_fraction": 0.2, "check_splits": ()}  # the run's (run.yaml)
+    trained = [Path(key) for key in load_datasets(str(data), None, None, **split).train.sample_keys()]
+
+    copy = tmp_path / "copy"
+    shutil.copytree(data, copy)
+    write_noisy_classes(copy / "added", classes=3, per_class=4, seed=7)  # 12 new files, moved into the classes
+    for path in sorted((copy / "added").rglob("*.png"))[:10]:
+        path.rename(copy / path.parent.name / f"new-{path.name}")
+    shutil.rmtree(copy / "added")
+    scored = [Path(key) for key in load_datasets(str(copy), None, None, **split).val.sample_keys()]
+    expected = same_bytes_as(scored, trained)
+    assert expected > 0  # the copy's other split: some of its validation images are training images
+    with caplog.at_level(logging.WARNING, logger="vitlab"):
+        report = eval_report(run, "--data", str(copy))
+    assert (report["trained_images_scored"], report["trained_images_found_by"]) == (expected, "content")
+    assert scored_training_warnings(caplog)[0].startswith(f"{expected} of the {len(scored)} scored images")
+
+    validation = [Path(key) for key in load_datasets(str(data), None, None, **split).val.sample_keys()]
+    for target, source in zip(validation[:3], trained[:3]):  # changed in place: 3 validation files now trained ones
+        target.write_bytes(source.read_bytes())
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="vitlab"):
+        report = eval_report(run)
+    assert report["trained_images_scored"] == same_bytes_as(validation, trained) == 3
+    assert scored_training_warnings(caplog)

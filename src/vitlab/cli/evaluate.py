@@ -5,7 +5,9 @@ dev_split, data.train_fraction), the bad-image limit, the device, precision and 
 `vitlab eval --ckpt RUN` on the run's data scores exactly the run's validation images and reports
 the accuracy in its summary.json (a run with a dev split: --split dev gives its val_top1, --split val
 its test_top1). A flag that differs from the run says so in the log, and a scored image the run
-trained on is a warning.
+trained on is a warning: found by its bytes where the run recorded its training images' digests as it
+started (RUN/train_digests.npy), so under any path, else by path; the report says how many
+(trained_images_scored) and how they were found (trained_images_found_by).
 Only the scored split's images are checked, as the evaluation reads them (an unreadable one is
 skipped, named in the log and in the report's "skipped"; more than the bad-image limit stops it). The report goes to RUN/eval_summary.json (or --out) as
 JSON, named as the run's own summary.json (RUN/eval.json, its earlier name, is written with it for
@@ -197,6 +199,8 @@ def run_eval(args: argparse.Namespace) -> int:
     from vitlab.model.runtime import resolve_device, resolve_precision
     from vitlab.progress import progress
     from vitlab.train.loader import eval_loader
+    from vitlab.train.outputs import DIGESTS_FILE
+    from vitlab.train.trained_images import trained_images_scored
 
     run, run_file = read_run(args.ckpt)
     settings = resolve_settings(args, run, run_file)
@@ -263,10 +267,20 @@ def run_eval(args: argparse.Namespace) -> int:
         if args.split == "all"
         else [getattr(splits, args.split)]
     )
-    trained = trained_in_run(run, run_file, settings, splits)
     scored_keys = [key for part in parts for key in part.sample_keys()]
-    overlap = None if trained is None else sum(key in trained for key in scored_keys)
-    if overlap:
+    overlap, found_by = None, None
+    if run is not None and run_file is not None:
+        train = run_training_split(run, settings, splits)
+        overlap, found_by = trained_images_scored(run_file.parent, run.data.source, parts, train)
+    if overlap and found_by == "content":
+        log.warning(
+            "%d of the %d scored images were in the run's training set (the same bytes as images it trained "
+            "on, %s); this is not a validation accuracy",
+            overlap,
+            len(scored_keys),
+            Path(run_file).parent / DIGESTS_FILE,
+        )
+    elif overlap:
         log.warning(
             "%d of the %d scored images were in the run's training set (%s: seed %d, val_fraction %g, "
             "train_fraction %g); this is not a validation accuracy",
@@ -311,6 +325,7 @@ def run_eval(args: argparse.Namespace) -> int:
         "metrics": {**result.to_dict(), "ece": details.pop("ece")},
         **details,
         "trained_images_scored": overlap,  # null: no run.yaml to tell
+        "trained_images_found_by": found_by,  # "content" (the run's train_digests.npy), "path", or null
         "skipped": [{"file": name, "reason": reason} for _, name, reason in checked.skipped],
         "settings": {
             **dataclasses.asdict(settings),
@@ -343,12 +358,11 @@ def output_names(config, data_names: list[str]) -> list[str]:
     return names + [str(k) for k in range(len(names), config.num_classes)]
 
 
-def trained_in_run(run, run_file: Path | None, settings: EvalSettings, splits) -> set[str] | None:
-    """Keys of the images the run trained on (None without a run.yaml, or if its data cannot be listed)."""
+def run_training_split(run, settings: EvalSettings, splits):
+    """The run's training split as its data lists it now: the evaluation's own where it split the data as
+    the run did, else listed again (nothing decoded); None where it cannot be listed."""
     from vitlab.data import load_datasets
 
-    if run is None:
-        return None
     same = (settings.data, settings.seed, settings.val_fraction, settings.train_fraction) == (
         run.data.source,
         run.run.seed,
@@ -356,43 +370,9 @@ def trained_in_run(run, run_file: Path | None, settings: EvalSettings, splits) -
         run.data.train_fraction,
     )  # dev: always the run's
     if same:
-        train = splits.train
-    else:
-        try:  # listed only, nothing decoded
-            train = load_datasets(
-                run.data.source,
-                None,
-                None,
-                **run_split(run),
-                check_splits=(),
-            ).train
-        except (OSError, ValueError) as error:
-            log.warning(
-                "cannot list the run's training data %s (%s); the scored images are not checked against it",
-                run.data.source,
-                error,
-            )
-            return None
-    recorded = read_summary(run_file).get("train_split") if run_file is not None else None
-    now = train.fingerprint() if recorded and hasattr(train, "fingerprint") else None
-    if recorded and now and recorded != now:
-        log.warning(
-            "%s has changed since the run trained on it (%s then, %s now): the images it trained on cannot be "
-            "told apart, and scored images may be among them",
-            run.data.source,
-            recorded,
-            now,
-        )
-    return set(train.sample_keys())
-
-
-def read_summary(run_file: Path) -> dict:
-    """The run's summary.json beside its run.yaml ({} where there is none, or it cannot be read)."""
-    from vitlab.textfiles import read_json
-    from vitlab.train.outputs import SUMMARY_FILE
-
+        return splits.train
     try:
-        summary = read_json(run_file.parent / SUMMARY_FILE)
-    except (OSError, ValueError):
-        return {}
-    return summary if isinstance(summary, dict) else {}
+        return load_datasets(run.data.source, None, None, **run_split(run), check_splits=()).train
+    except (OSError, ValueError) as error:
+        log.warning("cannot list the run's training data %s (%s)", run.data.source, error)
+        return None

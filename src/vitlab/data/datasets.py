@@ -46,6 +46,10 @@ class LabelledImages(torch.utils.data.Dataset):
     def subset(self, indices: Indices, transform: Transform) -> LabelledImages:
         raise NotImplementedError
 
+    def content(self, index: int) -> bytes:
+        """The bytes image `index` is made of, whatever its key: what tells one image from another."""
+        raise NotImplementedError
+
     def fingerprint(self) -> str:
         """The images and labels in a few words: their count and the sha256 of their keys and labels, in order."""
         digest = hashlib.sha256()
@@ -79,6 +83,11 @@ class ArrayImages(LabelledImages):
 
     def sample_keys(self) -> list[str]:
         return self.keys
+
+    def content(self, index: int) -> bytes:
+        """The pixels, after their shape (the same bytes in another shape are another image)."""
+        image = self.images[index]
+        return f"{image.shape}".encode() + image.tobytes()
 
     def __len__(self) -> int:
         return len(self.images)
@@ -136,6 +145,10 @@ class EncodedImages(LabelledImages):
 
     def sample_keys(self) -> list[str]:
         return [self.key(source) for source in self.sources]
+
+    def content(self, index: int) -> bytes:
+        """The file's (or shard member's) bytes as stored; BadImageError if they cannot be read."""
+        return self.encoded(self.sources[index])
 
     def __len__(self) -> int:
         return len(self.sources)

@@ -1,5 +1,5 @@
-"""What a run leaves in DIR: run.yaml, metrics.jsonl, metrics.csv (a row per step: run_logs.py), and at
-the end the model folder and summary.json.
+"""What a run leaves in DIR: run.yaml and train_digests.npy when it starts, metrics.jsonl, metrics.csv (a
+row per step: run_logs.py), and at the end the model folder and summary.json.
 
 The evaluation rows live in memory for the whole run (`Trainer.metrics`); a resumed run reads the
 earlier sessions' rows once, from metrics.jsonl, and the MetricsFile callback appends each new one.
@@ -15,8 +15,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, Dataset
 
+from vitlab.data.content import write_digests
+from vitlab.data.datasets import LabelledImages
 from vitlab.model import BiTResNet, VisionTransformer
 from vitlab.model.runtime import Precision
 from vitlab.weights import save_pretrained
@@ -33,6 +35,20 @@ SUMMARY_FILE = "summary.json"
 METRICS_FILE = "metrics.jsonl"
 STEPS_FILE = "metrics.csv"
 STEPS_COLUMNS = ("step", "epoch", "loss", "lr", "images_per_s", "val_top1", "val_top5", "val_loss")
+DIGESTS_FILE = "train_digests.npy"  # a digest of each training image's bytes (vitlab.data.content)
+
+
+def record_training_images(out: Path, train: Dataset) -> None:
+    """DIR/train_digests.npy, written as the run starts (a resumed run keeps its first session's), so
+    that `vitlab eval` finds a training image it scores under any path, even for an unfinished run."""
+    path = out / DIGESTS_FILE
+    if path.is_file():
+        return
+    if not isinstance(train, LabelledImages):
+        log.info("%s: not written: the training images are not a dataset of vitlab's to digest", path.name)
+        return
+    count = write_digests(path, train)
+    log.info("%s: digests of the %d training images' bytes, for eval to tell them anywhere", path, count)
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:

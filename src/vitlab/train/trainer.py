@@ -84,6 +84,7 @@ class Trainer:
         resumed = resumed_architecture(config, resume_state) if resume_state and not self.architecture else None
         self.model, splits, self.test_set = build_model_and_data(config, self.architecture or resumed)
         self.class_names, self.train_images, self.val_images = splits.class_names, len(splits.train), len(splits.val)
+        self.train_split = splits.train  # its images' digests go to DIR as the run starts (fit)
         self.data_fingerprint: Mapping[str, str | None] = {
             part: dataset.fingerprint() if isinstance(dataset, LabelledImages) else None
             for part, dataset in (("train", splits.train), ("val", splits.val))
@@ -229,9 +230,11 @@ class Trainer:
     def fit(self) -> TrainResult:
         self.out.mkdir(parents=True, exist_ok=True)
         (self.out / RUN_FILE).write_text(self.config.to_yaml())
-        self.session_start = self.last_checkpoint_time = time.perf_counter()
         self.summary = None
         try:
+            if self.processes.is_main:
+                outputs.record_training_images(self.out, self.train_split)
+            self.session_start = self.last_checkpoint_time = time.perf_counter()
             with stop_requests(self._request_stop), torch_threads(self.config.run.threads):
                 self._call("on_train_start")
                 while self.step < self.total_steps:
