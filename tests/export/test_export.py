@@ -288,7 +288,7 @@ def test_export_command_onnx_at_another_image_size(tmp_path, capsys):
     ],
 )
 def test_export_command_errors_are_one_line(tmp_path, capsys, arguments, message):
-    vitlab.save_pretrained(small_model(pool="gap"), tmp_path / "ckpt")
+    vitlab.save_pretrained(small_model(pool="gap", gap_norm="after_pool"), tmp_path / "ckpt")
     arguments = [a.replace("{tmp}", str(tmp_path)) for a in arguments]
     assert main(["export", "--out", str(tmp_path / "out"), *arguments]) == 2
     err = capsys.readouterr().err
