@@ -206,10 +206,16 @@ def chosen_fp32_gemm() -> GemmLibrary:
     return _gemm.get("fp32", "mkl")
 
 
+def measuring_data(*shape: int) -> torch.Tensor:
+    """Normal samples for a timing, from their own generator: a timing must not move the global RNG
+    a training run draws its initialisation, masks and augmentations from."""
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(0))
+
+
 def time_fp32_gemms(repeats: int = 5) -> dict:
     """Best of `repeats` interleaved fp32 GEMMs at GEMM_SHAPE through MKL (F.linear) and oneDNN."""
     rows, fan_in, fan_out = GEMM_SHAPE
-    x, weight, bias = torch.randn(rows, fan_in), torch.randn(fan_out, fan_in), torch.randn(fan_out)
+    x, weight, bias = measuring_data(rows, fan_in), measuring_data(fan_out, fan_in), measuring_data(fan_out)
     runs: dict[str, Callable[[], object]] = {
         "mkl": lambda: F.linear(x, weight, bias),
         "onednn": lambda: onednn_linear(x, weight, bias),
@@ -241,7 +247,7 @@ def fastest(runs: dict[str, Callable[[], object]], repeats: int) -> dict[str, fl
 
 def time_attention_paths(dtype: torch.dtype, matmul: MatmulAttention, repeats: int = 7) -> dict:
     """Best of `repeats` interleaved forward passes of each path at MEASURE_SHAPE, in ms."""
-    q, k, v = torch.randn(3, *MEASURE_SHAPE).to(dtype).unbind(0)
+    q, k, v = measuring_data(3, *MEASURE_SHAPE).to(dtype).unbind(0)
     scale = MEASURE_SHAPE[-1] ** -0.5
     paths: dict[str, Callable[[], object]] = {
         "fused": lambda: F.scaled_dot_product_attention(q, k, v),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from . import native
+from . import kernels, native
 
 MEASURE_SHAPE = (4 * 6 * 197, 197)  # S/16's block at 224 px: 4 images x 6 heads x 197 queries, 197 keys
 CHECK_COLS = (1, 15, 16, 17, 31, 197, 577)  # every tail length class, S/16's and 384 px rows
@@ -78,5 +78,5 @@ def disagreement(mine=kernel) -> str | None:
 
 def timing() -> dict:
     """ATen's kernel and vitlab's at MEASURE_SHAPE (native.timed_against_aten)."""
-    aten, mine = (torch.randn(MEASURE_SHAPE).bfloat16() for _ in range(2))
+    aten, mine = (kernels.measuring_data(*MEASURE_SHAPE).bfloat16() for _ in range(2))
     return native.timed_against_aten(lambda: torch._softmax(aten, -1, False, out=aten), lambda: kernel(mine))
