@@ -5,6 +5,7 @@ runs natively, and a clear error where int8 cannot run."""
 from __future__ import annotations
 
 import logging
+import os
 
 import pytest
 import torch
@@ -12,7 +13,7 @@ from torch import nn
 
 import vitlab
 from helpers import randomise_
-from vitlab.accel import kernels
+from vitlab.accel import cpu, int8, kernels
 from vitlab.accel.int8 import Int8Linear, quantize_linears
 from vitlab.errors import ConfigError
 
@@ -104,3 +105,35 @@ def test_int8_asks_for_a_vit_on_the_cpu():
         vitlab.optimize_for_inference(tiny_model().to("meta"), dtype=torch.int8, compile=False)
     with pytest.raises(ConfigError, match="int8: BiTResNet has no encoder blocks"):
         vitlab.optimize_for_inference(vitlab.create_model("BiT-R50x1", num_classes=3), dtype=torch.int8)
+
+
+def cpu_flags() -> set[str]:
+    return set(cpu.cpuinfo_fields().get("flags", "").split())
+
+
+@pytest.mark.unit
+def test_the_saturation_probe_answers_as_this_cpus_int8_instructions_say():
+    """oneDNN sums u8 x s8 products in pairs into int16 (saturating) without VNNI or AMX-INT8."""
+    flags = cpu_flags()
+    if not flags or "ONEDNN_MAX_CPU_ISA" in os.environ:
+        pytest.skip("the CPU's flags are not reported, or oneDNN's ISA is capped")
+    int32_sums = bool(flags & {"avx512_vnni", "avx_vnni", "amx_int8"})
+    assert int8.pairs_saturate() is not int32_sums
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("saturates", [True, False])
+def test_activations_take_7_bits_where_the_int8_gemm_saturates(monkeypatch, caplog, saturates):
+    monkeypatch.setattr(int8, "_levels", [])
+    monkeypatch.setattr(int8, "pairs_saturate", lambda: saturates)
+    linear = nn.Linear(8, 4)
+    with caplog.at_level(logging.INFO, logger="vitlab"):
+        layers = [Int8Linear(linear), Int8Linear(linear)]
+    levels = 127 if saturates else 255
+    assert [layer.levels for layer in layers] == [levels, levels]
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 1 and f"activations in {levels} levels" in said[0], said  # asked once
+    x = torch.randn(3, 8)
+    quantized, scale, zero_point = layers[0].quantize(x)
+    assert quantized.max() == levels and quantized.min() == 0  # the range spans the levels, no more
+    torch.testing.assert_close((quantized.float() - zero_point) * scale, x, rtol=0, atol=scale.item() / 2 + 1e-6)

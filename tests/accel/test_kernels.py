@@ -161,7 +161,7 @@ def test_without_native_bf16_a_linear_layer_runs_as_fp32_gemm_on_bf16_operands(m
     native = layer(x.bfloat16())  # the bf16 kernel: the same numbers up to the order of summation
     assert gemm_dtypes[2:] == [torch.bfloat16]
     torch.testing.assert_close(native.float(), rounded, rtol=2e-2, atol=2e-2)
-    if kernels.onednn_supports(torch.bfloat16):  # this CPU's own: oneDNN's bf16 linear, without F.linear
+    if kernels.onednn_linear_runs(torch.bfloat16):  # this CPU's own (not faked): oneDNN's bf16 linear, no F.linear
         with torch.no_grad():
             inference = layer(x.bfloat16())
         assert gemm_dtypes[3:] == []
@@ -238,3 +238,25 @@ def test_eager_fp32_inference_linears_run_in_the_chosen_library(monkeypatch, lib
     torch.testing.assert_close(transposed, expected.detach().transpose(0, 1), rtol=0, atol=1e-5)
     layer(x).sum().backward()  # with autograd: ATen's linear, whatever the library
     assert len(calls) == (1 if library == "onednn" else 3) and layer.weight.grad is not None
+
+
+@pytest.mark.unit
+def test_a_linear_onednn_refuses_runs_in_aten_and_the_log_says_so_once(monkeypatch, caplog):
+    """Where oneDNN has no kernel for the operands (bf16 on AVX2) the eager inference linear is ATen's."""
+    fake_cpu(monkeypatch, "AVX512", native_bf16=True)
+    monkeypatch.setattr(kernels, "_onednn_runs", {})
+
+    def refuses(*args):
+        raise RuntimeError("could not create a primitive descriptor for the inner product. Run with ...")
+
+    monkeypatch.setattr(kernels, "onednn_linear", refuses)
+    layer = Linear(48, 40).bfloat16()
+    x = torch.randn(6, 48).bfloat16()
+    with torch.no_grad(), caplog.at_level(logging.INFO, logger="vitlab"):
+        assert not kernels.eager_onednn(x, layer.weight)
+        out = layer(x)
+        layer(x)
+    torch.testing.assert_close(out, F.linear(x, layer.weight, layer.bias), rtol=0, atol=0)
+    said = [r.getMessage() for r in caplog.records if "oneDNN" in r.getMessage()]
+    assert said == ["oneDNN's bf16 linear does not run here (could not create a primitive descriptor for the "
+                    "inner product): ATen's linear instead"], said  # fmt: skip

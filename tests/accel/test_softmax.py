@@ -217,3 +217,16 @@ def test_a_model_with_vitlabs_kernel_gives_the_logits_it_gives_with_atens(monkey
             logits[name] = model(images).float()
     assert logits["aten"].abs().max() > 0.5
     torch.testing.assert_close(logits["vitlab"], logits["aten"], rtol=2**-6, atol=2**-6 * logits["aten"].abs().max())
+
+
+@pytest.mark.unit
+def test_every_missing_condition_is_named_in_one_line(monkeypatch):
+    monkeypatch.setattr(native.platform, "machine", lambda: "x86_64")
+    monkeypatch.setattr(kernels, "cpu_capability", lambda: "AVX2")
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
+    monkeypatch.setattr(native, "openmp_library", lambda: None)
+    monkeypatch.setattr(native, "compiler", lambda: None)
+    assert native.unavailable_reason() == (
+        "ATen's kernels here are AVX2; no AVX512_BF16 on this CPU; torch's threads are not libgomp's; "
+        "no C compiler: set CC"
+    )

@@ -51,6 +51,7 @@ MEASURE_SHAPE = (16, 3, 197, 64)  # (B, heads, T, head_dim): Ti/16 at 224 px
 GEMM_SHAPE = (3152, 384, 1536)  # (rows, in, out): S/16's fc1 at 224 px, batch 16
 
 _native: dict[torch.dtype, bool] = {}
+_onednn_runs: dict[torch.dtype, bool] = {}
 _attention: dict[torch.dtype, AttentionPath] = {}
 _gemm: dict[str, GemmLibrary] = {}
 
@@ -67,6 +68,7 @@ def onednn_supports(dtype: torch.dtype) -> bool:
 def reset() -> None:
     """Forget the choices made (tests fake the CPU, then ask again)."""
     _native.clear()
+    _onednn_runs.clear()
     _attention.clear()
     _gemm.clear()
     cpu.reset()
@@ -309,8 +311,28 @@ def eager_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
     if not (x.dtype == weight.dtype and eager_cpu_inference(x)):
         return False
     if x.dtype in HALF:
-        return native(x.dtype)
+        return native(x.dtype) and onednn_linear_runs(x.dtype)
     return x.dtype == torch.float32 and chosen_fp32_gemm() == "onednn"
+
+
+def onednn_linear_runs(dtype: torch.dtype) -> bool:
+    """Whether oneDNN's linear takes `dtype` operands here, asked once with a 1 x 1 GEMM: where it
+    has no kernel for them (bf16 below AVX-512, or under a lower ONEDNN_MAX_CPU_ISA) it refuses to
+    create the primitive, and the plain path runs instead; the log says so."""
+    if dtype not in _onednn_runs:
+        one = torch.ones(1, 1, dtype=dtype)
+        try:
+            with torch.inference_mode():
+                onednn_linear(one, one, None)
+            _onednn_runs[dtype] = True
+        except RuntimeError as error:
+            _onednn_runs[dtype] = False
+            log.info(
+                "oneDNN's %s linear does not run here (%s): ATen's linear instead",
+                dtype_name(dtype),
+                str(error).splitlines()[0].split(". ")[0],
+            )
+    return _onednn_runs[dtype]
 
 
 def onednn_linear(

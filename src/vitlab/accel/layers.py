@@ -149,6 +149,7 @@ def prepare(dtype: torch.dtype, device: torch.device) -> None:
     if dtype == torch.float32:
         kernels.fp32_gemm()
     elif dtype in HALF and native(dtype):
+        kernels.onednn_linear_runs(dtype)
         if dtype == torch.bfloat16:
             choose_softmax()  # the matmul path's softmax, before that path is timed
         kernels.attention_path(dtype, device, blocked_attention)

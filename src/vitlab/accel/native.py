@@ -82,18 +82,20 @@ def threads(x: torch.Tensor) -> int:
 
 
 def unavailable_reason() -> str | None:
-    """Why vitlab's kernels cannot run here, or None."""
+    """Why vitlab's kernels cannot run here, every unmet condition named (a CPU below AVX-512 lacks
+    more than one), or None."""
     if platform.machine().lower() not in ("x86_64", "amd64"):
         return f"a {platform.machine()} CPU, not x86-64"
+    reasons = []
     if not kernels.cpu_capability().startswith("AVX512"):
-        return f"ATen's kernels here are {kernels.cpu_capability()}"
+        reasons.append(f"ATen's kernels here are {kernels.cpu_capability()}")
     if not torch.cpu._is_avx512_bf16_supported():
-        return "no AVX512_BF16 on this CPU"
+        reasons.append("no AVX512_BF16 on this CPU")
     if openmp_library() is None:
-        return "torch's threads are not libgomp's"
+        reasons.append("torch's threads are not libgomp's")
     if compiler() is None:
-        return "no C compiler: set CC"
-    return None
+        reasons.append("no C compiler: set CC")
+    return "; ".join(reasons) or None
 
 
 def compiler() -> str | None:
