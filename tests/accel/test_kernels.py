@@ -260,3 +260,12 @@ def test_a_linear_onednn_refuses_runs_in_aten_and_the_log_says_so_once(monkeypat
     said = [r.getMessage() for r in caplog.records if "oneDNN" in r.getMessage()]
     assert said == ["oneDNN's bf16 linear does not run here (could not create a primitive descriptor for the "
                     "inner product): ATen's linear instead"], said  # fmt: skip
+
+
+@pytest.mark.unit
+def test_timing_the_kernels_leaves_the_global_rng_where_it_was():
+    """A run that times its kernels draws the same initialisation and masks as one that does not."""
+    before = torch.get_rng_state()
+    kernels.time_fp32_gemms(repeats=1)
+    kernels.time_attention_paths(torch.float32, lambda q, k, v, scale: q @ k.transpose(-2, -1) @ v, repeats=1)
+    assert torch.equal(torch.get_rng_state(), before)
