@@ -37,11 +37,20 @@ def read_text(path: str | Path, limit: int = MAX_TEXT_BYTES) -> str:
         raise TextFileError(f"{path}: not UTF-8 text (byte {error.start})") from None
 
 
+def _refuse_repeated_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """json's object hook: a key given twice is an error (json keeps the last one without a word)."""
+    document = dict(pairs)
+    if len(document) < len(pairs):
+        repeated = next(key for index, (key, _) in enumerate(pairs) if key in dict(pairs[:index]))
+        raise json.JSONDecodeError(f"key {repeated!r} appears twice", "", 0)
+    return document
+
+
 def read_json(path: str | Path, limit: int = MAX_TEXT_BYTES) -> Any:
-    """A JSON document, bounded in size and nesting (json's recursion limit is caught)."""
+    """A JSON document, bounded in size and nesting (json's recursion limit is caught), each key once."""
     text = read_text(path, limit)
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=_refuse_repeated_keys)
     except json.JSONDecodeError as error:
         raise TextFileError(f"{path}: not valid JSON ({error})") from None
     except RecursionError:
@@ -49,14 +58,26 @@ def read_json(path: str | Path, limit: int = MAX_TEXT_BYTES) -> Any:
 
 
 class NoAliasLoader(yaml.SafeLoader):
-    """yaml.SafeLoader without aliases: `*name` repeats a node without copying it in the file, so a few
-    nested aliases expand to billions of nodes. vitlab's own run.yaml never holds one."""
+    """yaml.SafeLoader without aliases, each key once. An alias (`*name`) repeats a node without copying
+    it in the file, so a few nested aliases expand to billions of nodes; vitlab's own run.yaml never
+    holds one. A key given twice would keep its last value without a word."""
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         if self.check_event(yaml.AliasEvent):
             event = self.peek_event()
             raise yaml.YAMLError(f"line {event.start_mark.line + 1}: YAML aliases (*{event.anchor}) are not allowed")
         return super().compose_node(parent, index)
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        if isinstance(node, yaml.MappingNode):
+            self.flatten_mapping(node)
+            seen: list[Any] = []
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)
+                if key in seen:
+                    raise yaml.YAMLError(f"line {key_node.start_mark.line + 1}: key {key!r} appears twice")
+                seen.append(key)
+        return super().construct_mapping(node, deep)
 
 
 def load_yaml(text: str, source: str) -> Any:

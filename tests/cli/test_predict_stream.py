@@ -379,3 +379,58 @@ def test_the_fast_path_gives_the_eager_numbers_and_says_so(model_folder, picture
     np.testing.assert_allclose(
         [float(row["prob_1"]) for row in fast], [float(row["prob_1"]) for row in eager], rtol=1e-4
     )
+
+
+@pytest.mark.integration
+@pytest.mark.fault("hostile-input", kinds=2)
+def test_csv_cells_a_spreadsheet_would_run_are_escaped_and_read_back_on_resume(tmp_path, monkeypatch):
+    folder, out = tmp_path / "odd", tmp_path / "top.csv"
+    folder.mkdir()
+    names = ["=cmd|'-C calc'!A0.png", "+1.png", "-2.png", "@sum.png", "'quoted.png", "plain.png"]
+    for index, name in enumerate(names):
+        Image.new("RGB", (20, 20), (40 * index, 40, 90)).save(folder / name, format="PNG")
+    classes = ['=HYPERLINK("http://x")', "-minus", "+plus"]
+    model = tmp_path / "model"
+    options = dict(image_size=16, depth=1, dim=16, num_heads=2, mlp_dim=32, num_classes=3, class_names=classes)
+    randomise_(create_model("Ti/4", **options)).save_pretrained(model)
+    monkeypatch.chdir(folder)  # relative names: the path cells start with those characters
+    assert predict(model, "--out", str(out), "--", *names) == 0
+    with open(out, newline="") as handle:
+        rows = list(csv.reader(handle))[1:]
+    cells = [cell for row in rows for cell in row if cell not in ("ok", "")]
+    assert sorted(row[0] for row in rows) == sorted("'" + name if name != "plain.png" else name for name in names)
+    assert {"'" + name for name in classes} <= set(cells)
+    assert not [cell for cell in cells if cell[:1] in ("=", "+", "-", "@")]  # each such cell is text
+    whole = out.read_bytes()
+    out.write_bytes(b"".join(whole.splitlines(keepends=True)[:3]))  # interrupted after two rows
+    assert predict(model, "--out", str(out), "--", *names) == 0
+    assert sorted(out.read_bytes().splitlines()) == sorted(whole.splitlines())  # resumed: each file once
+    assert predict(model, "--out", str(tmp_path / "raw.csv"), "--raw-csv", "--", *names) == 0
+    assert "\n+1.png,ok," in (tmp_path / "raw.csv").read_text()
+
+
+@pytest.mark.integration
+@pytest.mark.fault("hostile-input", kinds=1)  # one per parameter
+@pytest.mark.parametrize("suffix", [".csv", ".jsonl"])
+def test_a_garbage_line_amid_the_rows_is_refused_by_line_and_nothing_is_dropped(
+    model_folder, pictures, tmp_path, capsys, suffix
+):
+    out = tmp_path / f"top{suffix}"
+    assert predict(model_folder, str(pictures), "--out", str(out)) == 0
+    lines = out.read_text().splitlines(keepends=True)
+    damaged = "".join(lines[:3] + ['garbage, "not a row\n'] + lines[3:])
+    out.write_text(damaged)
+    argv = ["predict", "--ckpt", str(model_folder), str(pictures), "--out", str(out), "--workers", "0"]
+    line = one_line_error(capsys, argv)
+    assert f"{out}: line 4 is not a row vitlab writes, yet {len(lines) - 3} rows follow it" in line, line
+    assert out.read_text() == damaged
+
+
+@pytest.mark.integration
+@pytest.mark.fault("hostile-input", kinds=1)
+def test_an_out_that_is_a_link_is_refused_and_its_target_kept(model_folder, pictures, tmp_path, capsys):
+    target, link = tmp_path / "precious.csv", tmp_path / "top.csv"
+    target.write_text("keep me\n")
+    os.symlink(target, link)
+    line = one_line_error(capsys, ["predict", "--ckpt", str(model_folder), str(pictures), "--out", str(link)])
+    assert f"--out {link}: is a symbolic link (to {target})" in line and target.read_text() == "keep me\n"

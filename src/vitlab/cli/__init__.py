@@ -196,7 +196,10 @@ def writable_folder(path: str | os.PathLike, flag: str = "--out") -> Path:
 
 def writable_file(path: str | os.PathLike, flag: str = "--out") -> Path:
     """As writable_folder, for an output file: its folder is created and must take a file."""
+    from vitlab.output_files import refuse_link
+
     path = Path(path)
+    refuse_link(path, flag)
     if path.is_dir():
         raise UserError(f"{flag} {path}: is a folder, not a file")
     writable_folder(path.parent, flag=f"{flag} {path}: its folder")

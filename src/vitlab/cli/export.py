@@ -32,7 +32,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="onnx, export (torch.export .pt2), npz, timm (a folder for timm.create_model('local-dir:DIR')) "
         "or hf (a folder for transformers' from_pretrained and pipeline)",
     )
-    parser.add_argument("--out", required=True, help="file to write (a folder for timm and hf)")
+    parser.add_argument(
+        "--out", required=True, help="file to write (a folder for timm and hf); never through a symbolic link"
+    )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an existing --out (and --quantize's file); without it an existing one is refused",
+    )
     parser.add_argument(
         "--dynamic-batch",
         action=argparse.BooleanOptionalAction,
@@ -59,7 +66,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from vitlab.cli import UserError, load_checkpoint
-    from vitlab.export import TracePlan, export_model
+    from vitlab.export import TracePlan, export_model, quantized_path
+    from vitlab.output_files import refuse_existing, staged
 
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be at least 1, got {args.batch_size}")
@@ -69,11 +77,14 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--speed BATCH needs --format onnx and a batch of at least 1")
     if args.quantize is not None and args.format != "onnx":
         raise ValueError(f"--quantize {args.quantize} needs --format onnx, got --format {args.format}")
+    refuse_existing(args.out, "--out", args.overwrite)  # one line before the model loads
+    if args.quantize is not None:
+        refuse_existing(quantized_path(args.out, args.quantize), "--quantize's output", args.overwrite)
     overrides = {"image_size": args.image_size} if args.image_size else {}
     model = load_checkpoint(args, **overrides)
     try:
         plan = TracePlan(args.dynamic_batch, args.batch_size)
-        path, check = export_model(model, args.format, args.out, plan, args.tolerance)
+        path, check = export_model(model, args.format, args.out, plan, args.tolerance, overwrite=args.overwrite)
     except ModuleNotFoundError as error:  # onnx, onnxscript, onnxruntime are an optional extra
         raise UserError(
             f"--format {args.format} needs the {error.name} package: pip install 'vitlab[export]'"
@@ -84,9 +95,11 @@ def run(args: argparse.Namespace) -> int:
         from vitlab.export import export_quantized
 
         try:
-            quantized, int8_check = export_quantized(model, path, args.quantize, plan)
+            with staged(quantized_path(path, args.quantize), "--quantize's output", args.overwrite) as staging:
+                _, int8_check = export_quantized(model, path, args.quantize, plan, out=staging)
         except ModuleNotFoundError as error:
             raise UserError(f"--quantize needs the {error.name} package: pip install 'vitlab[export]'") from None
+        quantized = quantized_path(path, args.quantize)
         print(f"wrote {quantized} (onnx {args.quantize}, input {height}x{width}); {int8_check}")
     if args.speed is not None:
         import torch

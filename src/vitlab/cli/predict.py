@@ -51,6 +51,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "rerun with the same --out to resume",
     )
     predict.add_argument(
+        "--raw-csv",
+        action="store_true",
+        help="write --out CSV cells as they are; by default a cell starting with = + - @ (or a quote) gets a "
+        "leading quote, so that a spreadsheet shows it as text instead of running it as a formula",
+    )
+    predict.add_argument(
         "--features",
         metavar="FILE.npy",
         help="also the pre-logits features, a row per file (needs --out); a feature extractor (num_classes=0) "
@@ -136,7 +142,13 @@ def run_predict(args: argparse.Namespace) -> int:
     from vitlab.data.images import image_files
     from vitlab.data.stream import ImageFiles, PathTable, default_workers, file_loader
     from vitlab.data.transforms import eval_resize, eval_transform
-    from vitlab.evaluate.prediction_files import FeatureFile, PredictionWriter, file_fingerprint, model_fingerprint
+    from vitlab.evaluate.prediction_files import (
+        CSV_CELLS,
+        FeatureFile,
+        PredictionWriter,
+        file_fingerprint,
+        model_fingerprint,
+    )
     from vitlab.evaluate.stream import StreamPredictor, choose_path
     from vitlab.progress import progress
 
@@ -169,6 +181,7 @@ def run_predict(args: argparse.Namespace) -> int:
             config.preprocessing.interpolation,
         ],
         "draft": args.draft,
+        CSV_CELLS: ("raw" if args.raw_csv else "escaped") if Path(args.out or "").suffix == ".csv" else None,
         "features": args.features,
         # --features rows follow the file list's order: a resume must list the same files, in order
         "file_list": paths.fingerprint() if args.features else None,

@@ -5,7 +5,11 @@
 FILE.options.json records what produced the rows (model fingerprint, top-k, preprocessing, with
 --features the file list, ...): a rerun with the same --out skips the files already written when its
 options are the same and says what differs otherwise. A last line cut short by the interruption is
-dropped and redone. One run at a time writes an --out (and a --features): a second is refused.
+dropped and redone (and said); a line that is no row with whole rows after it is damage, refused by
+line number. One run at a time writes an --out (and a --features): a second is refused.
+
+A CSV's cells that a spreadsheet would run as formulas (starting with = + - @, OWASP's rule) are
+written with a leading quote, unless --raw-csv; the options record which, and resuming reads them back.
 
 `--features FILE.npy` holds one float32 row of pre-logits features per listed file, row i for file i
 (the CSV's order); rows of skipped files are NaN. It is written in place, row by row, so memory does
@@ -18,21 +22,27 @@ import csv
 import hashlib
 import io
 import json
+import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
 import torch
 
+from vitlab.bounded_read import open_regular
 from vitlab.errors import RefusedFileError
 from vitlab.npy_files import npy_header
+from vitlab.output_files import no_follow
 from vitlab.runlock import RunLock
 
 from .stream import FileResult
 
+log = logging.getLogger("vitlab")
+
 SUFFIXES = (".csv", ".jsonl")
+CSV_CELLS = "csv_cells"  # the option that records whether a CSV's cells are escaped ("escaped") or "raw"
 
 
 def options_file(out: Path) -> Path:
@@ -61,9 +71,24 @@ def file_fingerprint(path: str | os.PathLike) -> str:
 NAME_ERRORS = "surrogateescape"
 
 
+# A cell a spreadsheet would evaluate as a formula starts with one of these (OWASP's CSV injection
+# list). An escaped CSV prefixes such a cell with the quote that marks text, and a cell that starts
+# with that quote too, so that reading back drops exactly one quote.
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r", "'")
+
+
+def spreadsheet_text(cell: str) -> str:
+    return "'" + cell if cell.startswith(FORMULA_STARTS) else cell
+
+
+def from_spreadsheet_text(cell: str) -> str:
+    return cell[1:] if cell.startswith("'") else cell
+
+
 def _complete_text(path: Path) -> str:
     """The file's text up to its last newline; a last line without one is cut off the file itself."""
-    data = path.read_bytes()
+    with open_regular(path, what="a prediction file") as handle:
+        data = handle.read()
     end = data.rfind(b"\n") + 1
     if end < len(data):
         _cut(path, end)
@@ -71,31 +96,80 @@ def _complete_text(path: Path) -> str:
 
 
 def _cut(path: Path, size: int) -> None:
-    with open(path, "r+b") as handle:
+    with open(path, "r+b", opener=no_follow) as handle:
         handle.truncate(size)
 
 
-def _csv_records(path: Path) -> list[list[str]]:
-    """The complete records of a CSV file, header first. A name may hold a newline (quoted): a record
-    cut inside such a name ends at a newline yet is not whole, and is cut off the file too."""
+def _whole_rows(path: Path, rows: list[Any], bad_line: int, rest: str, is_row: Callable[[str], bool]) -> list[Any]:
+    """`rows` when what follows them (`rest`, from line `bad_line`) is the last row cut short by an
+    interruption: cut off the file, to be predicted again. Should any whole row follow, the file was
+    damaged, not interrupted: refused by line, so that no row is lost."""
+    if not rest:
+        return rows
+    following = sum(is_row(line) for line in rest.splitlines()[1:])
+    if following:
+        raise ValueError(
+            f"{path}: line {bad_line} is not a row vitlab writes, yet {following} rows follow it: mend or delete "
+            "that line to resume, or pass another --out to start anew"
+        )
+    log.info("%s: line %d was cut short by the interruption; its file is predicted again", path, bad_line)
+    _cut(path, path.stat().st_size - len(rest.encode("utf-8", NAME_ERRORS)))
+    return rows
+
+
+def _csv_rows(path: Path, escaped: bool) -> list[list[str]]:
+    """The complete rows of a CSV file, header first, their cells unescaped. A name may hold a newline
+    (quoted): a row cut inside such a name ends at a newline yet is not whole; it is cut off too."""
     text = _complete_text(path)
-    whole = 0  # characters of `text` in whole records
-    read = 0
+    width, whole, line_number = 0, 0, 1  # characters of `text` in whole rows; the line the next row starts on
+    read, lines_read = 0, 0
 
     def lines():
-        nonlocal read
+        nonlocal read, lines_read
         for line in io.StringIO(text, newline=""):
             read += len(line)
+            lines_read += 1
             yield line
 
-    records = []
+    rows: list[list[str]] = []
     try:
-        for record in csv.reader(lines(), strict=True):  # strict: a quote left open at the end is an error
-            records.append(record)
-            whole = read
+        for row in csv.reader(lines(), strict=True):  # strict: a quote left open at the end is an error
+            if rows and (len(row) != width or row[1] not in ("ok", "skipped")):
+                break
+            rows.append([from_spreadsheet_text(cell) for cell in row] if escaped and rows else row)
+            width, whole, line_number = len(rows[0]), read, lines_read + 1
     except csv.Error:
-        _cut(path, len(text[:whole].encode("utf-8", NAME_ERRORS)))
-    return records
+        pass
+
+    def is_row(line: str) -> bool:
+        try:
+            row = next(csv.reader([line], strict=True), [])
+        except csv.Error:
+            return False
+        return len(row) == width and row[1] in ("ok", "skipped")
+
+    return _whole_rows(path, rows, line_number, text[whole:], is_row)
+
+
+def _jsonl_rows(path: Path) -> list[dict]:
+    """The complete rows of a JSON-lines file (json.dumps escapes every control character: a row is a line)."""
+    rows: list[dict] = []
+    lines = _complete_text(path).split("\n")
+    for number, line in enumerate(lines, 1):
+        row = _json_row(line)
+        if row is None and line.strip():
+            return _whole_rows(path, rows, number, "\n".join(lines[number - 1 :]), lambda x: _json_row(x) is not None)
+        if row is not None:
+            rows.append(row)
+    return rows
+
+
+def _json_row(line: str) -> dict | None:
+    try:
+        row = json.loads(line)
+    except ValueError:
+        return None
+    return row if isinstance(row, dict) and isinstance(row.get("path"), str) else None
 
 
 class PredictionWriter:
@@ -105,6 +179,7 @@ class PredictionWriter:
         if out.suffix not in SUFFIXES:
             raise ValueError(f"--out {out}: the file name must end in {' or '.join(SUFFIXES)}")
         self.out, self.topk, self.csv = out, topk, out.suffix == ".csv"
+        self.escaped = self.csv and options.get(CSV_CELLS) == "escaped"
         self.done: set[str] = set()
         self.skipped_before = 0
         self.lock = RunLock.beside(out, "--out")  # a second run appending here would predict every file again
@@ -118,21 +193,25 @@ class PredictionWriter:
             if not meta.is_file():
                 raise ValueError(f"{out} exists without its {meta.name}: not a vitlab prediction file to resume")
             before = json.loads(meta.read_text())
+            if self.csv:
+                before.setdefault(CSV_CELLS, "raw")  # written before cells were escaped
             differs = [
                 f"{key} {before.get(key)!r} then, {options.get(key)!r} now"
                 for key in sorted(set(before) | set(options))
                 if before.get(key) != options.get(key)
             ]
             if differs:
+                hint = "; --raw-csv writes raw cells" if before.get(CSV_CELLS) != options.get(CSV_CELLS) else ""
                 raise ValueError(
                     f"{out} was written with other options ({'; '.join(differs)}): pass another --out to start anew"
+                    + hint
                 )
             self._read_done()
         else:
             out.parent.mkdir(parents=True, exist_ok=True)
             meta.write_text(json.dumps(options, indent=1) + "\n")
             out.write_text("")
-        self.handle: IO[str] = open(out, "a", newline="", encoding="utf-8", errors=NAME_ERRORS)
+        self.handle: IO[str] = open(out, "a", newline="", encoding="utf-8", errors=NAME_ERRORS, opener=no_follow)
         if self.csv and out.stat().st_size == 0:
             header = ["path", "status", "error"]
             header += [f"{field}_{k}" for k in range(1, self.topk + 1) for field in ("label", "prob")]
@@ -141,17 +220,16 @@ class PredictionWriter:
 
     def _read_done(self) -> None:
         if self.csv:
-            records = _csv_records(self.out)
-            if not records:  # cut before its header was whole: written anew
+            rows = _csv_rows(self.out, self.escaped)
+            if not rows:  # cut before its header was whole: written anew
                 return
-            header, *records = records
+            header, *rows = rows
             path, status = header.index("path"), header.index("status")
-            for record in records:
-                self._seen(record[path], record[status] == "skipped")
-        else:  # json.dumps escapes every control and non-ASCII character: a row is a line
-            for line in filter(str.strip, _complete_text(self.out).split("\n")):
-                row = json.loads(line)
-                self._seen(row["path"], "skipped" in row)
+            for row in rows:
+                self._seen(row[path], row[status] == "skipped")
+        else:
+            for record in _jsonl_rows(self.out):
+                self._seen(record["path"], "skipped" in record)
 
     def _seen(self, path: str, skipped: bool) -> None:
         self.done.add(path)
@@ -161,10 +239,11 @@ class PredictionWriter:
         """(path, result) pairs, in order; flushed so that an interruption loses no finished batch."""
         if self.csv:
             writer = csv.writer(self.handle)
+            text = spreadsheet_text if self.escaped else str
             for path, result in rows:
-                cells = [path, "skipped" if result.skipped else "ok", result.skipped or ""]
+                cells = [text(path), "skipped" if result.skipped else "ok", text(result.skipped or "")]
                 for label, prob in result.top or []:
-                    cells += [label, repr(prob)]
+                    cells += [text(label), repr(prob)]
                 writer.writerow(cells)
         else:
             for path, result in rows:
@@ -219,7 +298,7 @@ class FeatureFile:
             del created
         self.dim = shape[1]
         self.row_bytes = self.dim * 4
-        self.handle = open(path, "r+b")
+        self.handle = open(path, "r+b", opener=no_follow)
 
     def write(self, results: Sequence[FileResult]) -> None:
         for result in results:

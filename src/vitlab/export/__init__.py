@@ -5,14 +5,12 @@ ViTs and hybrids (vit_jax has no BiT classifier)."""
 
 from __future__ import annotations
 
-import contextlib
-import shutil
 import tempfile
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
 from vitlab.model import BiTResNet, VisionTransformer
+from vitlab.output_files import staged
 from vitlab.weights import export_npz, load, save_pretrained
 from vitlab.weights.hybrid import export_hybrid_npz
 
@@ -41,35 +39,19 @@ def export_model(
     path: str | Path,
     plan: TracePlan = TracePlan(),
     tolerance: float = FP32_TOLERANCE,
+    overwrite: bool = False,
 ) -> tuple[Path, Validation | Unchecked]:
     """Write `model` in `format` and check the written file against the model; returns (file, check).
 
     A zero head gives all-zero logits on both sides, so the check of that file proves nothing: a copy
     with a random head (the same graph) is then exported as well, and its check is the one returned.
-    A file or folder that fails its check is removed, unless it was there before the call.
+    The file (or folder) is written beside `path` and put in place once checked, never through a link
+    at `path` (vitlab.output_files): one that fails its check is not placed, and an existing `path` is
+    refused unless `overwrite`.
     """
-    with removed_on_mismatch(Path(path)):
-        return _export_with_probe(model, format, path, plan, tolerance)
-
-
-@contextlib.contextmanager
-def removed_on_mismatch(path: Path) -> Iterator[None]:
-    """Remove what an export wrote at `path` (an npz may add .npz; ONNX's weights go beside it as
-    PATH.data) when its check fails; a path that existed before is left to the caller."""
-    before = {candidate for candidate in written_paths(path) if candidate.exists()}
-    try:
-        yield
-    except ExportMismatchError:
-        for candidate in written_paths(path):
-            if candidate not in before and candidate.is_dir():
-                shutil.rmtree(candidate)
-            elif candidate not in before and candidate.exists():
-                candidate.unlink()
-        raise
-
-
-def written_paths(path: Path) -> list[Path]:
-    return [path, path.with_name(path.name + ".npz"), path.with_name(path.name + ".data")]
+    with staged(path, "--out", overwrite) as staging:
+        written, check = _export_with_probe(model, format, staging, plan, tolerance)
+    return Path(path).parent / written.name, check  # where staged() put it (an npz adds its suffix)
 
 
 def _export_with_probe(

@@ -80,12 +80,14 @@ def export_quantized(
     quantization: str = "int8",
     plan: TracePlan = TracePlan(),
     tolerance: float = INT8_TOLERANCE,
+    out: str | Path | None = None,
 ) -> tuple[Path, Validation]:
-    """`quantize_onnx`, with a zero head checked as export_model checks it: the logits of a zero head
-    are 0 for every input, so a copy with a random head is exported, quantized and checked instead."""
+    """`quantize_onnx` (to `out`, by default quantized_path(source)), with a zero head checked as
+    export_model checks it: the logits of a zero head are 0 for every input, so a copy with a random
+    head is exported, quantized and checked instead."""
     if not has_zero_head(model):
-        return quantize_onnx(model, source, quantization, plan=plan, tolerance=tolerance)
-    written, _ = quantize_onnx(model, source, quantization, plan=plan, tolerance=tolerance)
+        return quantize_onnx(model, source, quantization, out, plan=plan, tolerance=tolerance)
+    written, _ = quantize_onnx(model, source, quantization, out, plan=plan, tolerance=tolerance)
     probe = with_random_head(model)
     with tempfile.TemporaryDirectory() as folder:
         export_onnx(probe, Path(folder) / "probe.onnx", plan)

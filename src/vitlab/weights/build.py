@@ -61,9 +61,24 @@ def _size(size: tuple[int, int]) -> str:
 
 
 def check_state_dict(model: torch.nn.Module, state_dict: Mapping[str, torch.Tensor], source: str) -> None:
-    """Raise one CheckpointError naming every missing, unexpected and mis-shaped key."""
-    expected = {key: value.shape for key, value in model.state_dict().items()}
-    check_shapes(expected, {key: tuple(value.shape) for key, value in state_dict.items()}, source)
+    """Raise one CheckpointError naming every missing, unexpected and mis-shaped key, then one naming
+    the tensors stored as integers where the model's are floating point: load_state_dict would cast
+    them without a word, and a model of whole-number weights is no trained model."""
+    expected = model.state_dict()
+    check_shapes(
+        {key: value.shape for key, value in expected.items()},
+        {k: tuple(v.shape) for k, v in state_dict.items()},
+        source,
+    )
+    integral = sorted(
+        f"{key} ({str(value.dtype).removeprefix('torch.')})"
+        for key, value in state_dict.items()
+        if expected[key].is_floating_point() and not value.is_floating_point()
+    )
+    if integral:
+        raise CheckpointError(
+            f"{source}: weights must be floating point; " + _listing(f"{len(integral)} tensors are not", integral)
+        )
 
 
 def check_finite(state_dict: Mapping[str, torch.Tensor], source: str) -> None:
