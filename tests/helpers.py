@@ -398,10 +398,14 @@ def bare_machine(monkeypatch, tmp_path: Path) -> Path:
 
 
 def one_line_error(capsys, argv: list[str]) -> str:
-    """Run `vitlab ARGV`; it must fail with status 2 and a single line on stderr, which is returned."""
+    """Run `vitlab ARGV`; it must fail with status 2 and a single line on stderr, which is returned
+    (argparse's refusal of a flag's value exits with that status instead of returning it)."""
     from vitlab.cli import main
 
-    status = main(argv)
+    try:
+        status = main(argv)
+    except SystemExit as exit:
+        status = exit.code
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if line.startswith("vitlab ")]
     assert status == 2 and len(lines) == 1 and "Traceback" not in err, err

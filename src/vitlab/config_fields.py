@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
+import os
 import types
 import typing
 from collections.abc import Mapping
@@ -216,7 +217,18 @@ class Range:
 
 
 def _bound(value: float | None) -> str:
-    return f"{value:g}"
+    return str(value) if isinstance(value, int) else f"{value:g}"  # an integer bound exactly, however large
+
+
+# A seed is any integer torch's generator takes (a signed 64-bit integer) and NumPy's (not negative).
+SEED_RANGE = Range(0, 2**63 - 1)
+
+
+def workers_range() -> Range:
+    """How many data-loading worker processes a command accepts: 4 per CPU this process may run on,
+    at least 8. More only compete for the CPUs; 10,000 forked workers never reached a first step."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return Range(0, max(8, 4 * cpus), unit=f"worker processes (4 per CPU of the {cpus} this process may use)")
 
 
 # -- preprocessing values: one rule each for the layers that take them (a model's Preprocessing, a run's

@@ -137,12 +137,24 @@ def test_only_loopback_addresses_count_as_local():
     "arguments, message",
     [
         (["--ckpt", "{tmp}/nowhere"], "nowhere: no such file or folder"),
-        (["--ckpt", "{tmp}/ckpt", "--port", "70000"], "--port must be in 1..65535"),
-        (["--ckpt", "{tmp}/ckpt", "--max-upload-mb", "0"], "--max-upload-mb and --max-megapixels must be positive"),
+        (["--ckpt", "{tmp}/ckpt", "--port", "70000"], "argument --port: must be in [1, 65535], got 70000"),
+        (["--ckpt", "{tmp}/ckpt", "--max-upload-mb", "0"], "argument --max-upload-mb: must be > 0 and finite, got 0"),
+        (
+            ["--ckpt", "{tmp}/ckpt", "--max-upload-mb", "nan"],
+            "argument --max-upload-mb: must be > 0 and finite, got nan",
+        ),
+        (
+            ["--ckpt", "{tmp}/ckpt", "--max-megapixels", "inf"],
+            "argument --max-megapixels: must be > 0 and finite, got inf",
+        ),
+        (["--ckpt", "{tmp}/ckpt", "--max-upload-mb", "1e-9"], "--max-upload-mb and --max-megapixels must be positive"),
     ],
 )
 def test_serve_command_refuses_bad_arguments_in_one_line(tmp_path, capsys, arguments, message):
     vitlab.save_pretrained(tiny_model(), tmp_path / "ckpt")
-    assert main(["serve", *[a.replace("{tmp}", str(tmp_path)) for a in arguments]]) == 2
+    try:
+        status = main(["serve", *[a.replace("{tmp}", str(tmp_path)) for a in arguments]])
+    except SystemExit as exit:  # argparse's own refusal of the flag's value
+        status = exit.code
     err = capsys.readouterr().err
-    assert message in err and err.count("\n") == 1
+    assert status == 2 and message in err and err.count("\n") == 1, err

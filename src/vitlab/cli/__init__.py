@@ -7,16 +7,22 @@ Each command group lives in a module of this package with `register(subparsers)`
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import logging
+import math
 import os
 import re
 import signal
 import sys
 import tempfile
 import traceback
+import typing
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from vitlab.config_fields import Range, workers_range
 
 if TYPE_CHECKING:
     from vitlab.config_options import Declared
@@ -24,6 +30,8 @@ if TYPE_CHECKING:
     from vitlab.train.config import TrainConfig
 
 log = logging.getLogger("vitlab")
+
+POSITIVE = Range(0, low_open=True)
 
 # Modules of vitlab.cli, each registering one or more subcommands.
 COMMAND_MODULES = [
@@ -45,6 +53,31 @@ COMMAND_MODULES = [
 
 class UserError(Exception):
     """A problem with what the user gave us; printed as one line, no traceback."""
+
+
+def number(kind: type[int] | type[float], rule: Range) -> Callable[[str], Any]:
+    """An argparse type: the flag's text as an int or a float, finite and within `rule`; anything else
+    is argparse's error naming the flag, before any work."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected {'an integer' if kind is int else 'a number'}, got {text!r}"
+            ) from None
+        if not math.isfinite(value) or not rule.holds(value):
+            raise argparse.ArgumentTypeError(f"{rule.rule()}{' and finite' if kind is float else ''}, got {text}")
+        return value
+
+    parse.__name__ = kind.__name__  # what argparse calls the type
+    return parse
+
+
+def worker_count(low: int = 0) -> Callable[[str], Any]:
+    """The argparse type of every --workers flag: at least `low`, at most vitlab's bound from the CPU count."""
+    bound = workers_range()
+    return number(int, dataclasses.replace(bound, low=low))
 
 
 def add_checkpoint_argument(parser: argparse.ArgumentParser) -> None:
@@ -114,7 +147,7 @@ def check_classes(config: ViTConfig | BiTConfig, data_names: list[str], ckpt: st
 def add_memory_argument(parser: argparse.ArgumentParser) -> None:
     from vitlab.train.config import MEMORY_LIMIT_HELP
 
-    parser.add_argument("--memory-limit", type=float, metavar="GIB", help=MEMORY_LIMIT_HELP)
+    parser.add_argument("--memory-limit", type=number(float, POSITIVE), metavar="GIB", help=MEMORY_LIMIT_HELP)
 
 
 def add_declared_flag(
@@ -223,10 +256,18 @@ def with_examples(*commands: str, before: str = "") -> dict[str, Any]:
     return {"epilog": f"{before}\n\n{examples}" if before else examples, "formatter_class": ExamplesFormatter}
 
 
+class CommandParser(argparse.ArgumentParser):
+    """argparse's parser, whose usage errors are one line, as vitlab's other errors: the message names
+    the flag and the rule, and `--help` gives the usage."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from vitlab import __version__
 
-    parser = argparse.ArgumentParser(prog="vitlab", description="The Vision Transformer, end to end.")
+    parser = CommandParser(prog="vitlab", description="The Vision Transformer, end to end.")
     parser.add_argument("--version", action="version", version=f"vitlab {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging and full tracebacks")
     parser.add_argument(

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from . import DEVICE_HELP, add_checkpoint_argument, add_runtime_arguments, run_split, with_examples
+from . import DEVICE_HELP, add_checkpoint_argument, add_runtime_arguments, run_split, with_examples, worker_count
 
 if TYPE_CHECKING:
     from vitlab.model import BiTConfig, ViTConfig
@@ -55,7 +55,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "data, else the first 128 validation images of digits)",
     )
     parser.add_argument("--batch-size", type=int, default=32, metavar="N", help="images per batch (default: 32)")
-    parser.add_argument("--workers", type=int, default=0, help="data-loader worker processes (default: 0)")
+    parser.add_argument("--workers", type=worker_count(), default=0, help="data-loader worker processes (default: 0)")
     parser.add_argument("--out", required=True, help="output folder")
     parser.add_argument(
         "--what",

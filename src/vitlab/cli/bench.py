@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 
-from . import with_examples
+from . import with_examples, worker_count
 
 REPORT = "report"  # not a case: assembles docs/benchmarks.md from result JSON files
 EXAMPLES = (  # the end of --help
@@ -59,7 +59,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--pipeline-files", type=int, default=512, metavar="N", help="JPEGs for --pipeline (default 512)"
     )
-    parser.add_argument("--workers", type=int, default=1, help="DataLoader workers of each --pipeline (default 1)")
+    parser.add_argument(
+        "--workers", type=worker_count(), default=1, help="DataLoader workers of each --pipeline (default 1)"
+    )
     parser.set_defaults(func=run)
 
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import os
 
-from . import with_examples
+from vitlab.config_fields import SEED_RANGE
+
+from . import number, with_examples, worker_count
 
 EXAMPLES = (  # the end of --help
     "vitlab data fractaldb --classes 10 --per-class 20 --size 32 --out data/fdb10",
@@ -26,7 +28,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     fractaldb.add_argument("--per-class", type=int, required=True, help="images per category")
     fractaldb.add_argument("--size", type=int, required=True, help="image side in pixels")
     fractaldb.add_argument("--out", required=True, help="output folder (created; must be empty)")
-    fractaldb.add_argument("--seed", type=int, default=0, help="the same seed gives the same images (default 0)")
+    fractaldb.add_argument(
+        "--seed", type=number(int, SEED_RANGE), default=0, help="the same seed gives the same images (default 0)"
+    )
     fractaldb.add_argument(
         "--format",
         choices=("folder", "wds"),
@@ -35,7 +39,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     fractaldb.add_argument(
         "--workers",
-        type=int,
+        type=worker_count(1),
         default=min(os.cpu_count() or 1, 8),
         help="processes; the output does not depend on it (default: the CPU count, at most 8)",
     )
@@ -46,8 +50,6 @@ def run_fractaldb(args: argparse.Namespace) -> int:
     from vitlab.data.fractaldb import FractalDBSpec, generate_fractaldb
     from vitlab.memory.budget import DEFAULT_FRACTION, available_memory
 
-    if args.workers < 1:
-        raise ValueError(f"--workers must be at least 1, got {args.workers}")
     spec = FractalDBSpec(classes=args.classes, per_class=args.per_class, size=args.size, seed=args.seed)
     limit = int(DEFAULT_FRACTION * available_memory())
     generate_fractaldb(spec, args.out, format=args.format, workers=args.workers, memory_limit=limit)

@@ -24,6 +24,8 @@ import json
 import logging
 from pathlib import Path
 
+from vitlab.config_fields import SEED_RANGE
+
 from . import (
     UserError,
     add_checkpoint_argument,
@@ -31,8 +33,10 @@ from . import (
     check_classes,
     load_checkpoint,
     memory_limit,
+    number,
     run_split,
     with_examples,
+    worker_count,
     writable_file,
 )
 
@@ -117,8 +121,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         device_help="default: the run's, else auto",
         precision_help="default: the run's, else auto",
     )
-    parser.add_argument("--workers", type=int, default=0, help="data-loader worker processes")
-    parser.add_argument("--seed", type=int, help="seed of the held-out split (default: the run's)")
+    parser.add_argument("--workers", type=worker_count(), default=0, help="data-loader worker processes")
+    parser.add_argument("--seed", type=number(int, SEED_RANGE), help="seed of the held-out split (default: the run's)")
     parser.add_argument(
         "--val-fraction",
         type=float,

@@ -6,7 +6,9 @@ import argparse
 import json
 from pathlib import Path
 
-from . import DEVICE_HELP, add_checkpoint_argument, add_runtime_arguments, with_examples
+from vitlab.config_fields import Range
+
+from . import DEVICE_HELP, add_checkpoint_argument, add_runtime_arguments, number, with_examples, worker_count
 
 
 def parse_shots(text: str) -> list[int]:
@@ -43,13 +45,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=list(SHOTS),
         help=f"examples per class (default: {','.join(map(str, SHOTS))})",
     )
-    parser.add_argument("--l2", type=float, default=L2_REG, help=f"ridge penalty (default: 2^10 = {L2_REG:g})")
+    parser.add_argument(
+        "--l2", type=number(float, Range(0)), default=L2_REG, help=f"ridge penalty (default: 2^10 = {L2_REG:g})"
+    )
     parser.add_argument(
         "--seeds", type=int, default=NUM_SEEDS, help=f"random draws averaged per shot count (default: {NUM_SEEDS})"
     )
     parser.add_argument("--no-probe", action="store_true", help="skip the linear probe on all training features")
     parser.add_argument("--batch-size", type=int, default=128)
-    parser.add_argument("--workers", type=int, default=0, help="data-loading processes (default: 0)")
+    parser.add_argument("--workers", type=worker_count(), default=0, help="data-loading processes (default: 0)")
     parser.add_argument("--out", help="also write the results to this JSON file")
     add_runtime_arguments(parser, device_help=DEVICE_HELP, precision=False)
     parser.set_defaults(func=run)
@@ -66,8 +70,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.seeds < 1:
         raise ValueError(f"--seeds must be at least 1, got {args.seeds}")
-    if args.batch_size < 1 or args.workers < 0:
-        raise ValueError(f"--batch-size must be >= 1 and --workers >= 0, got {args.batch_size} and {args.workers}")
+    if args.batch_size < 1:
+        raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")
     model = load_checkpoint(args)
     in_flight = batches_in_flight(args.batch_size, model.config.image_size, args.workers)
     check_memory(model.config, args.batch_size, limit=memory_limit(args), source=str(args.ckpt), in_flight=in_flight)

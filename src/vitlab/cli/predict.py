@@ -13,7 +13,7 @@ import logging
 import sys
 from pathlib import Path
 
-from . import add_checkpoint_argument, add_runtime_arguments, with_examples
+from . import add_checkpoint_argument, add_runtime_arguments, with_examples, worker_count
 
 log = logging.getLogger("vitlab")
 
@@ -42,7 +42,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     predict.add_argument("--batch-size", type=int, default=64, metavar="N")
     predict.add_argument(
-        "--workers", type=int, metavar="N", help="decoding worker processes (default: the CPUs less one, at most 8)"
+        "--workers",
+        type=worker_count(),
+        metavar="N",
+        help="decoding worker processes (default: the CPUs less one, at most 8)",
     )
     predict.add_argument(
         "--out",
@@ -100,8 +103,6 @@ def _check_arguments(args: argparse.Namespace) -> None:
         raise UserError(f"--topk must be >= 1, got {args.topk}")
     if args.batch_size < 1:
         raise UserError(f"--batch-size must be >= 1, got {args.batch_size}")
-    if args.workers is not None and args.workers < 0:
-        raise UserError(f"--workers must be >= 0, got {args.workers}")
     if args.out and Path(args.out).suffix not in SUFFIXES:
         raise UserError(f"--out {args.out}: the file name must end in {' or '.join(SUFFIXES)}")
     if args.features and not args.out:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from . import add_checkpoint_argument, with_examples
+from vitlab.config_fields import Range
+
+from . import POSITIVE, add_checkpoint_argument, number, with_examples
 
 EXAMPLES = (  # the end of --help
     "vitlab serve --ckpt runs/demo",
@@ -23,9 +25,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     add_checkpoint_argument(parser)
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, this machine only)")
-    parser.add_argument("--port", type=int, default=7860)
-    parser.add_argument("--max-upload-mb", type=float, help="largest upload accepted (default 10)")
-    parser.add_argument("--max-megapixels", type=float, help="largest image, width x height, decoded (default 40)")
+    parser.add_argument("--port", type=number(int, Range(1, 65535)), default=7860)
+    parser.add_argument("--max-upload-mb", type=number(float, POSITIVE), help="largest upload accepted (default 10)")
+    parser.add_argument(
+        "--max-megapixels", type=number(float, POSITIVE), help="largest image, width x height, decoded (default 40)"
+    )
     parser.add_argument("--title", help="page title (default: the model's name)")
     parser.set_defaults(func=run)
 
@@ -39,8 +43,6 @@ def run(args: argparse.Namespace) -> int:
     except ModuleNotFoundError as error:  # gradio, fastapi, uvicorn are an optional extra
         raise UserError(f"vitlab serve needs the {error.name} package: pip install 'vitlab[serve]'") from None
 
-    if not 0 < args.port < 65536:
-        raise ValueError(f"--port must be in 1..65535, got {args.port}")
     limits = Limits()
     if args.max_upload_mb is not None:
         limits = dataclasses.replace(limits, max_bytes=int(args.max_upload_mb * 2**20))

@@ -10,7 +10,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from vitlab.config_fields import CROP_PCT_RANGE, Interpolation, Range
+from vitlab.config_fields import CROP_PCT_RANGE, SEED_RANGE, Interpolation, Range, workers_range
 from vitlab.config_options import option
 from vitlab.data.splits import HoldOut
 from vitlab.model.config import GapNorm, Pooling, PositionEmbeddingKind
@@ -146,7 +146,7 @@ class DataSpec:
     # Keras' validation_split.
     dev_split: HoldOut = option("stratified", help="how the development split is chosen")
     workers: int = option(
-        0, flags=("--workers",), metavar="N", help="data-loader worker processes", range=Range(0), resumable=True
+        0, flags=("--workers",), metavar="N", help="data-loader worker processes", range=workers_range(), resumable=True
     )
     download: bool = option(False, flags=("--download",), help="fetch CIFAR-10/100 if missing", resumable=True)
     max_bad_fraction: float = option(
@@ -229,7 +229,11 @@ class RunSpec:
         None, flags=("--out",), metavar="DIR", help="output folder: model, metrics, plot, checkpoints", resumable=True
     )
     seed: int = option(
-        0, flags=("--seed",), metavar="N", help="the seed of the weights, the data order and the augmentation"
+        0,
+        flags=("--seed",),
+        metavar="N",
+        help="the seed of the weights, the data order and the augmentation",
+        range=SEED_RANGE,
     )
     device: Device = option("auto", flags=("--device",), help="where to train (default: auto)", resumable=True)
     precision: PrecisionName = option(
