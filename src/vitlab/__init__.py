@@ -1,11 +1,48 @@
-"""vitlab: the Vision Transformer (Dosovitskiy et al., ICLR 2021) end to end."""
+"""vitlab: the Vision Transformer (Dosovitskiy et al., ICLR 2021) end to end.
 
-from . import train  # a package that can be called: vitlab.train("demo", ...)
-from .accel import accelerate, optimize_for_inference
+Its names are imported when first used (a module `__getattr__`), so that `import vitlab` and
+`vitlab --help` load neither torch nor what the commands run.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from .errors import CheckpointError, ConfigError
-from .model import VisionTransformer, ViTConfig, config_for, list_models
 from .version import __version__ as __version__
-from .weights import create_model, export_npz, list_pretrained, load, save_pretrained
+
+if TYPE_CHECKING:
+    from . import train
+    from .accel import accelerate, optimize_for_inference
+    from .model import VisionTransformer, ViTConfig, config_for, list_models
+    from .weights import create_model, export_npz, list_pretrained, load, save_pretrained
+
+# Each public name and the module that defines it.
+LAZY = {
+    "accelerate": "vitlab.accel",
+    "optimize_for_inference": "vitlab.accel",
+    "VisionTransformer": "vitlab.model",
+    "ViTConfig": "vitlab.model",
+    "config_for": "vitlab.model",
+    "list_models": "vitlab.model",
+    "create_model": "vitlab.weights",
+    "export_npz": "vitlab.weights",
+    "list_pretrained": "vitlab.weights",
+    "load": "vitlab.weights",
+    "save_pretrained": "vitlab.weights",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name == "train":  # a package that can be called: vitlab.train("demo", ...)
+        return importlib.import_module("vitlab.train")
+    if name not in LAZY:
+        raise AttributeError(f"module 'vitlab' has no attribute {name!r}")
+    value = getattr(importlib.import_module(LAZY[name]), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "CheckpointError",

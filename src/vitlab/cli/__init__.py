@@ -20,7 +20,7 @@ import traceback
 import typing
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from vitlab.config_fields import Range, workers_range
 
@@ -33,22 +33,38 @@ log = logging.getLogger("vitlab")
 
 POSITIVE = Range(0, low_open=True)
 
-# Modules of vitlab.cli, each registering one or more subcommands.
-COMMAND_MODULES = [
-    "models",
-    "analyze",
-    "evaluate_fewshot",
-    "data",
-    "bench",
-    "export",
-    "serve",
-    "weights",
-    "train",
-    "predict",
-    "demo",
-    "evaluate",
-    "experiment",
-]
+
+class Command(NamedTuple):
+    """A `vitlab` command: the module of vitlab.cli whose `register(subparsers)` builds its parser, and
+    its line in `vitlab --help`."""
+
+    module: str
+    help: str
+
+
+# Every command, in the order `vitlab --help` lists them. Only the command a command line names has
+# its module imported and its parser built in full (build_parser), so that `vitlab --help` and a typo
+# import none of what the commands run.
+COMMANDS: dict[str, Command] = {
+    "models": Command("models", "list the registered models (ViT, hybrid, BiT, Axial-ViT)"),
+    "analyze": Command(
+        "analyze", "attention rollout, mean attention distance, position-embedding similarity, embedding filters"
+    ),
+    "fewshot": Command("evaluate_fewshot", "few-shot linear evaluation (closed-form least squares) and a linear probe"),
+    "data": Command("data", "make data sets"),
+    "bench": Command("bench", "throughput, memory and MFU of vitlab and its peers on the same cases"),
+    "export": Command(
+        "export", "export a checkpoint to ONNX, torch.export (.pt2), vit_jax .npz, or a timm / transformers folder"
+    ),
+    "serve": Command("serve", "web page (upload -> top-5 + attention rollout) and POST /predict JSON endpoint"),
+    "weights": Command("weights", "the pretrained-weights catalogue (MODEL:TAG names)"),
+    "train": Command("train", "train a ViT from scratch"),
+    "finetune": Command("train", "fine-tune a checkpoint on new data (paper Sec. 3.2)"),
+    "predict": Command("predict", "class probabilities for image files"),
+    "demo": Command("demo", "train a small ViT on the built-in digits, evaluate it, predict a few images"),
+    "eval": Command("evaluate", "top-1 / top-5 accuracy of a checkpoint on a dataset"),
+    "experiment": Command("experiment", "rerun one of the paper's comparisons on your data and budget"),
+}
 
 
 class UserError(Exception):
@@ -264,8 +280,10 @@ class CommandParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from vitlab import __version__
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The `vitlab` parser: every command's in full, or, given `command` ("" for none), that command's
+    (and those of its module) in full and the others as their line of help alone."""
+    from vitlab.version import __version__
 
     parser = CommandParser(prog="vitlab", description="The Vision Transformer, end to end.")
     parser.add_argument("--version", action="version", version=f"vitlab {__version__}")
@@ -276,9 +294,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="no progress bars for eval, predict, fewshot, analyze and export (shown only on a terminal anyway)",
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMAND_MODULES:
-        importlib.import_module(f"vitlab.cli.{name}").register(subparsers)
+    full = {row.module for name, row in COMMANDS.items() if command is None or name == command}
+    registered: set[str] = set()
+    for name, row in COMMANDS.items():
+        if row.module in full and row.module not in registered:
+            importlib.import_module(f"vitlab.cli.{row.module}").register(subparsers)
+            registered.add(row.module)
+        elif row.module not in full:
+            subparsers.add_parser(name, help=row.help)
     return parser
+
+
+def named_command(argv: list[str]) -> str:
+    """The command a command line names (its first word that is one), else ""."""
+    return next((word for word in argv if word in COMMANDS), "")
 
 
 def user_errors() -> tuple[type[BaseException], ...]:
@@ -326,7 +355,7 @@ def worker_death(error: BaseException) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    parser = build_parser(named_command(sys.argv[1:] if argv is None else argv))
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(message)s", stream=sys.stderr)
     from vitlab.progress import disable_progress

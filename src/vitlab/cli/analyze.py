@@ -18,7 +18,15 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from . import DEVICE_HELP, add_checkpoint_argument, add_runtime_arguments, run_split, with_examples, worker_count
+from . import (
+    COMMANDS,
+    DEVICE_HELP,
+    add_checkpoint_argument,
+    add_runtime_arguments,
+    run_split,
+    with_examples,
+    worker_count,
+)
 
 if TYPE_CHECKING:
     from vitlab.model import BiTConfig, ViTConfig
@@ -38,7 +46,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "analyze",
         **with_examples(*EXAMPLES),
-        help="attention rollout, mean attention distance, position-embedding similarity, embedding filters",
+        help=COMMANDS["analyze"].help,
         description="Write the paper's Fig. 6/7 analyses of a checkpoint: PNGs, analysis.json and report.html.",
     )
     add_checkpoint_argument(parser)

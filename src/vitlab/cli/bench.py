@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 
-from . import with_examples, worker_count
+from . import COMMANDS, with_examples, worker_count
 
 REPORT = "report"  # not a case: assembles docs/benchmarks.md from result JSON files
 EXAMPLES = (  # the end of --help
@@ -25,7 +25,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "bench",
         **with_examples(*EXAMPLES),
-        help="throughput, memory and MFU of vitlab and its peers on the same cases",
+        help=COMMANDS["bench"].help,
         description="Each case is VARIANT:TASK:DTYPE[:BATCH[:IMPL,IMPL...]], e.g. Ti/16:infer:bf16 or "
         "B/16:train:bf16:8:vitlab,timm; TASK is infer or train, DTYPE fp32 or bf16. A preset's run writes "
         "PRESET.json and PRESET.md, chosen cases bench.json and bench.md. `vitlab bench report --runs JSON... "

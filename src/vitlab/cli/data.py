@@ -7,7 +7,7 @@ import os
 
 from vitlab.config_fields import SEED_RANGE
 
-from . import number, with_examples, worker_count
+from . import COMMANDS, number, with_examples, worker_count
 
 EXAMPLES = (  # the end of --help
     "vitlab data fractaldb --classes 10 --per-class 20 --size 32 --out data/fdb10",
@@ -16,7 +16,7 @@ EXAMPLES = (  # the end of --help
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("data", help="make data sets", **with_examples(*EXAMPLES[:1]))
+    parser = subparsers.add_parser("data", help=COMMANDS["data"].help, **with_examples(*EXAMPLES[:1]))
     commands = parser.add_subparsers(dest="data_command", metavar="DATASET", required=True)
     fractaldb = commands.add_parser(
         "fractaldb",

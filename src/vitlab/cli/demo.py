@@ -7,7 +7,7 @@ import argparse
 import shlex
 from pathlib import Path
 
-from . import with_examples
+from . import COMMANDS, with_examples
 
 EXAMPLES = (  # the end of --help
     "vitlab demo",
@@ -19,7 +19,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     demo = subparsers.add_parser(
         "demo",
         **with_examples(*EXAMPLES),
-        help="train a small ViT on the built-in digits, evaluate it, predict a few images",
+        help=COMMANDS["demo"].help,
         description="Runs `vitlab train --recipe demo`, `vitlab eval` and `vitlab predict` on a few digits "
         "saved as PNG, printing each command first.",
     )

@@ -27,6 +27,7 @@ from pathlib import Path
 from vitlab.config_fields import SEED_RANGE
 
 from . import (
+    COMMANDS,
     UserError,
     add_checkpoint_argument,
     add_runtime_arguments,
@@ -88,7 +89,7 @@ SETTING_FLAGS = {
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "eval",
-        help="top-1 / top-5 accuracy of a checkpoint on a dataset",
+        help=COMMANDS["eval"].help,
         **with_examples(*EXAMPLES),
         description="Score a checkpoint on a split of a data source. For a run folder, the split, bad-image "
         "limit, device, precision and batch size are the run's (from its run.yaml) unless a flag changes "

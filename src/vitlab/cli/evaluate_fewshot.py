@@ -8,7 +8,7 @@ from pathlib import Path
 
 from vitlab.config_fields import Range
 
-from . import DEVICE_HELP, add_checkpoint_argument, add_runtime_arguments, number, with_examples, worker_count
+from . import COMMANDS, DEVICE_HELP, add_checkpoint_argument, add_runtime_arguments, number, with_examples, worker_count
 
 
 def parse_shots(text: str) -> list[int]:
@@ -33,7 +33,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "fewshot",
         **with_examples(*EXAMPLES),
-        help="few-shot linear evaluation (closed-form least squares) and a linear probe",
+        help=COMMANDS["fewshot"].help,
         description="Fit linear classifiers on the frozen pre-logits features of the training split with "
         "k examples per class (and on all of them), and report top-1 on the validation split.",
     )

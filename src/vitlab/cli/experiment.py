@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from . import with_examples
+from . import COMMANDS, with_examples
 
 NAMES = (
     "data-scaling",
@@ -32,7 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "experiment",
         **with_examples(*EXAMPLES),
-        help="rerun one of the paper's comparisons on your data and budget",
+        help=COMMANDS["experiment"].help,
         description="data-scaling: ViT vs BiT ResNet vs hybrid on growing data fractions (Fig. 3); posemb: "
         "position embeddings (Table 8); pooling: class token vs GAP over learning rates (Fig. 9); "
         "pretrain-transfer: FractalDB pre-training vs training from scratch; lr-sweep: the fine-tuning "

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from . import add_checkpoint_argument, with_examples
+from . import COMMANDS, add_checkpoint_argument, with_examples
 
 EXAMPLES = (  # the end of --help
     "vitlab export --ckpt runs/demo --format onnx --out demo.onnx",
@@ -20,7 +20,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "export",
         **with_examples(*EXAMPLES),
-        help="export a checkpoint to ONNX, torch.export (.pt2), vit_jax .npz, or a timm / transformers folder",
+        help=COMMANDS["export"].help,
         description="Export a checkpoint and check the written file against the PyTorch model on sample "
         "inputs (onnxruntime for ONNX); prints the largest logit difference and fails above the tolerance.",
     )

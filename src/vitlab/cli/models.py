@@ -7,7 +7,7 @@ import argparse
 from vitlab.model import list_models  # importing vitlab.model registers every family
 from vitlab.model.registry import FAMILIES
 
-from . import with_examples
+from . import COMMANDS, with_examples
 
 EXAMPLES = (  # the end of --help
     "vitlab models",
@@ -17,9 +17,7 @@ EXAMPLES = (  # the end of --help
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "models", help="list the registered models (ViT, hybrid, BiT, Axial-ViT)", **with_examples(*EXAMPLES)
-    )
+    parser = subparsers.add_parser("models", help=COMMANDS["models"].help, **with_examples(*EXAMPLES))
     parser.add_argument("--family", choices=(*FAMILIES, "all"), default="all", help="which family to list")
     parser.add_argument("--params", action="store_true", help="also count parameters (builds each model)")
     parser.set_defaults(func=run)

@@ -13,7 +13,7 @@ import logging
 import sys
 from pathlib import Path
 
-from . import add_checkpoint_argument, add_runtime_arguments, with_examples, worker_count
+from . import COMMANDS, add_checkpoint_argument, add_runtime_arguments, with_examples, worker_count
 
 log = logging.getLogger("vitlab")
 
@@ -27,7 +27,7 @@ EXAMPLES = (  # the end of --help
 def register(subparsers: argparse._SubParsersAction) -> None:
     from vitlab.evaluate.stream import FAST_CHOICES, FAST_MIN_IMAGES
 
-    predict = subparsers.add_parser("predict", help="class probabilities for image files", **with_examples(*EXAMPLES))
+    predict = subparsers.add_parser("predict", help=COMMANDS["predict"].help, **with_examples(*EXAMPLES))
     add_checkpoint_argument(predict)
     predict.add_argument("images", nargs="+", metavar="IMAGE_OR_DIR", help="image files or folders of them")
     predict.add_argument(

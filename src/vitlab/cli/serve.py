@@ -7,7 +7,7 @@ import dataclasses
 
 from vitlab.config_fields import Range
 
-from . import POSITIVE, add_checkpoint_argument, number, with_examples
+from . import COMMANDS, POSITIVE, add_checkpoint_argument, number, with_examples
 
 EXAMPLES = (  # the end of --help
     "vitlab serve --ckpt runs/demo",
@@ -19,7 +19,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "serve",
         **with_examples(*EXAMPLES),
-        help="web page (upload -> top-5 + attention rollout) and POST /predict JSON endpoint",
+        help=COMMANDS["serve"].help,
         description="Serve a checkpoint: a Gradio page at / and POST /predict (image bytes in, "
         '{"top": [{"label", "prob"}, ...]} out). Binds to 127.0.0.1 unless --host says otherwise.',
     )

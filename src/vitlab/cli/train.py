@@ -13,7 +13,7 @@ import sys
 from vitlab.config_options import declared_options
 from vitlab.train.config import TrainConfig
 
-from . import add_declared_flag, with_examples
+from . import COMMANDS, add_declared_flag, with_examples
 
 log = logging.getLogger("vitlab")
 
@@ -58,7 +58,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     defaults = recipe_defaults()
     train = subparsers.add_parser(
         "train",
-        help="train a ViT from scratch",
+        help=COMMANDS["train"].help,
         **with_examples(*TRAIN_EXAMPLES, before=defaults),
         description=f"Train a ViT from scratch and write a loadable model folder to --out. Recipes: {recipes} "
         "(default small-data).",
@@ -68,7 +68,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     finetune = subparsers.add_parser(
         "finetune",
-        help="fine-tune a checkpoint on new data (paper Sec. 3.2)",
+        help=COMMANDS["finetune"].help,
         **with_examples(*FINETUNE_EXAMPLES, before=defaults),
         description="Load CKPT, replace its head by a zero-initialised one for the new classes, resample the "
         f"position embeddings if --image-size differs, and train. Recipes: {recipes} "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from . import with_examples
+from . import COMMANDS, with_examples
 
 LIST_EXAMPLES = (  # the end of --help
     "vitlab weights list",
@@ -19,7 +19,7 @@ FETCH_EXAMPLES = (  # the end of --help
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "weights",
-        help="the pretrained-weights catalogue (MODEL:TAG names)",
+        help=COMMANDS["weights"].help,
         **with_examples(*LIST_EXAMPLES[:1], *FETCH_EXAMPLES[:1]),
     )
     commands = parser.add_subparsers(dest="weights_command", metavar="ACTION", required=True)
