@@ -134,7 +134,7 @@ def _csv_rows(path: Path, escaped: bool) -> list[list[str]]:
     rows: list[list[str]] = []
     try:
         for row in csv.reader(lines(), strict=True):  # strict: a quote left open at the end is an error
-            if rows and (len(row) != width or row[1] not in ("ok", "skipped")):
+            if rows and not _is_csv_row(row, width):
                 break
             rows.append([from_spreadsheet_text(cell) for cell in row] if escaped and rows else row)
             width, whole, line_number = len(rows[0]), read, lines_read + 1
@@ -146,9 +146,17 @@ def _csv_rows(path: Path, escaped: bool) -> list[list[str]]:
             row = next(csv.reader([line], strict=True), [])
         except csv.Error:
             return False
-        return len(row) == width and row[1] in ("ok", "skipped")
+        return _is_csv_row(row, width)
 
     return _whole_rows(path, rows, line_number, text[whole:], is_row)
+
+
+def _is_csv_row(row: list[str], width: int) -> bool:
+    """Whether `row` is one PredictionWriter writes under a header of `width` cells: a predicted file's
+    row fills them; a skipped file's row ends after its error."""
+    if len(row) < 3:
+        return False
+    return (row[1] == "ok" and len(row) == width) or (row[1] == "skipped" and len(row) in (3, width))
 
 
 def _jsonl_rows(path: Path) -> list[dict]:
