@@ -21,3 +21,7 @@ class RefusedFileError(ValueError):
 
     def __reduce__(self):  # both fields survive a DataLoader worker's pickling
         return (type(self), (self.path, self.reason))
+
+
+class InputError(ValueError):
+    """Input that vitlab cannot use: image files, data, or the arguments of a call."""

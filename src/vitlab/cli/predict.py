@@ -1,8 +1,8 @@
 """`vitlab predict`: class probabilities for image files, from a model vitlab loads or an ONNX file.
 
-Files stream through DataLoader workers in batches (vitlab.data.stream), so memory stays the same
-for ten files or a million; results are printed, or written as they come to --out (CSV or JSON
-lines), which a rerun resumes (vitlab.evaluate.prediction_files).
+Files stream through DataLoader workers in batches (vitlab.evaluate.predict_files,
+which this command calls), so memory stays the same for ten files or a million; results are printed,
+or written as they come to --out (CSV or JSON lines), which a rerun resumes.
 """
 
 from __future__ import annotations
@@ -135,135 +135,68 @@ def classes_shown(args: argparse.Namespace, config) -> int:
     return args.topk
 
 
-def run_predict(args: argparse.Namespace) -> int:
-    import numpy as np
+def _model_to_run(args: argparse.Namespace):
+    """(model, device, precision or None, fingerprint or None) of --ckpt: an ONNX file runs as a vitlab
+    model on the CPU, with the preprocessing and top-k of one, and is known by its bytes."""
     import torch
 
-    from vitlab.cli import UserError
-    from vitlab.data.images import image_files
-    from vitlab.data.stream import ImageFiles, PathTable, default_workers, file_loader
-    from vitlab.data.transforms import eval_resize, eval_transform
-    from vitlab.evaluate.prediction_files import (
-        CSV_CELLS,
-        FeatureFile,
-        PredictionWriter,
-        file_fingerprint,
-        model_fingerprint,
-    )
-    from vitlab.evaluate.stream import StreamPredictor, choose_path
-    from vitlab.progress import progress
+    from vitlab.data.stream import default_workers
+    from vitlab.evaluate.prediction_files import file_fingerprint
+
+    if args.runtime == "onnx":
+        from vitlab.export import OnnxModel
+
+        return OnnxModel(args.ckpt), torch.device("cpu"), None, file_fingerprint(args.ckpt)
+    workers = default_workers() if args.workers is None else args.workers
+    return (*_load_for_inference(args, workers), None)
+
+
+def run_predict(args: argparse.Namespace) -> int:
+    from vitlab.evaluate.file_prediction import predict_files
 
     _check_arguments(args)
-    workers = default_workers() if args.workers is None else args.workers
-    paths = PathTable(str(path) for path in image_files(args.images))
-    if args.runtime == "onnx":  # same preprocessing and top-k: the ONNX file runs as a vitlab model
-        from vitlab.export import OnnxModel
-        from vitlab.model.runtime import resolve_precision
-
-        model = OnnxModel(args.ckpt)
-        device, precision = torch.device("cpu"), resolve_precision("fp32", torch.device("cpu"))
-        fingerprint = file_fingerprint(args.ckpt)
-    else:
-        model, device, precision = _load_for_inference(args, workers)
-        fingerprint = model_fingerprint(model)
-    config = model.config
-    topk = classes_shown(args, config)
-    options = {
-        "images": list(args.images),
-        "model": fingerprint,
-        "runtime": args.runtime,
-        "precision": precision.name,
-        "topk": topk,
-        "image_size": list(config.image_size),
-        "preprocessing": [
-            list(config.preprocessing.mean),
-            list(config.preprocessing.std),
-            config.preprocessing.crop_pct,
-            config.preprocessing.interpolation,
-        ],
-        "draft": args.draft,
-        CSV_CELLS: ("raw" if args.raw_csv else "escaped") if Path(args.out or "").suffix == ".csv" else None,
-        "features": args.features,
-        # --features rows follow the file list's order: a resume must list the same files, in order
-        "file_list": paths.fingerprint() if args.features else None,
-    }
-    writer = PredictionWriter(Path(args.out), options, topk) if args.out else None
-    done = writer.done if writer else set()
-    todo = np.fromiter((i for i, path in enumerate(paths) if path not in done), dtype=np.int64)
-    if writer and done:
-        log.info(
-            "%s: %d of %d files already predicted, %d to go", args.out, len(paths) - len(todo), len(paths), len(todo)
-        )
-    features = None
-    if args.features:
-        try:
-            features = FeatureFile(Path(args.features), len(paths), config.feature_dim, done=len(done))
-        except BaseException:
-            if writer is not None:
-                writer.close()  # frees --out for the rerun this error asks for
-            raise
-
-    fast, why = (
-        (False, "onnxruntime") if args.runtime == "onnx" else choose_path(args.fast, precision.name, device, len(todo))
-    )
-    log.info(
-        "predicting %d images on %s in %s, %s path (%s)",
-        len(todo),
-        device.type,
-        precision.name,
-        "fast" if fast else "eager",
-        why,
-    )
-    predictor = StreamPredictor(
-        model,
-        topk=topk,
-        device=device,
-        dtype=precision.dtype or torch.float32,
-        autocast=precision.autocast,
-        fast=fast,
-        features=features is not None,
-        batch_size=args.batch_size,
-    )
-    draft = max(eval_resize(config.image_size, config.preprocessing.crop_pct)) if args.draft else None
-    transform = eval_transform(config.image_size, config.preprocessing, normalize=False)
-    dataset = ImageFiles(paths, transform, positions=todo, draft=draft)
-    loader = file_loader(dataset, args.batch_size, workers if len(todo) > args.batch_size else 0, device.type == "cuda")
-    output = writer or Printed(args.json)
-    predicted = skipped = 0
+    model, device, precision, fingerprint = _model_to_run(args)
+    printed = Printed(args.json, to_stdout=not args.out)
     try:
-        for results in predictor.stream(progress(loader, "predict", total=len(loader))):
-            rows = [(paths[result.position], result) for result in results]
-            for result in results:
-                if result.skipped:
-                    print(f"vitlab predict: skipping {result.skipped}", file=sys.stderr)
-            skipped += sum(result.skipped is not None for result in results)
-            predicted += sum(result.skipped is None for result in results)
-            if features is not None:
-                features.write(results)  # before the rows: a row written has its features
-            output.write(rows)
-    finally:  # what was written stays readable: for the next run to resume, or (--json) as JSON
-        output.close()
-        if features is not None:
-            features.close()
-    skipped += writer.skipped_before if writer else 0
-    if not predicted and len(done) == (writer.skipped_before if writer else 0):
-        raise UserError("none of the images can be read")
-    if writer is not None:
-        print(f"{len(paths)} files: {len(paths) - skipped} predicted, {skipped} skipped; written to {args.out}")
-    return 0 if skipped == 0 else 1
+        done = predict_files(
+            model,
+            args.images,
+            topk=classes_shown(args, model.config),
+            out=args.out,
+            features=args.features,
+            batch_size=args.batch_size,
+            workers=args.workers,
+            device=device,
+            precision=precision,
+            fast=args.fast,
+            draft=args.draft,
+            runtime=args.runtime,
+            raw_csv=args.raw_csv,
+            fingerprint=fingerprint,
+            on_rows=printed.write,
+        )
+    finally:  # --json: what was printed stays one JSON list
+        printed.close()
+    if args.out:
+        print(f"{done.files} files: {done.predicted} predicted, {done.skipped} skipped; written to {args.out}")
+    return 0 if done.skipped == 0 else 1
 
 
 class Printed:
-    """Results on stdout as they come: a line per image, or (--json) one JSON list, written an element
-    at a time so that memory does not grow with the file count."""
+    """Results as they come: each skipped file named on stderr, and, unless written to --out, a line
+    per image on stdout, or (--json) one JSON list written an element at a time so that memory does
+    not grow with the file count."""
 
-    def __init__(self, as_json: bool) -> None:
+    def __init__(self, as_json: bool, to_stdout: bool = True) -> None:
         self.as_json = as_json
+        self.to_stdout = to_stdout
         self.started = False
 
     def write(self, rows) -> None:
         for path, result in rows:
-            if result.top is None:
+            if result.skipped:
+                print(f"vitlab predict: skipping {result.skipped}", file=sys.stderr)
+            if result.top is None or not self.to_stdout:
                 continue
             if self.as_json:
                 row = {"path": path, "top": [{"label": name, "prob": prob} for name, prob in result.top]}
