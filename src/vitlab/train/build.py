@@ -14,7 +14,7 @@ from vitlab.data import DataSplits, load_datasets
 from vitlab.data.datasets import EncodedImages, LabelledImages
 from vitlab.data.device_decode import DeviceDecodedImages, DrawCrop, device_transform, unsupported_augmentation
 from vitlab.data.transforms import eval_transform, resolve_preprocessing, train_transform
-from vitlab.memory.budget import batches_in_flight, check_memory
+from vitlab.memory.budget import attention_is_fused, batches_in_flight, check_memory
 from vitlab.model import BiTConfig, BiTResNet, ConfigError, VisionTransformer, ViTConfig, config_for, create_untrained
 from vitlab.model.runtime import resolve_device
 from vitlab.weights import load
@@ -65,9 +65,12 @@ def run_folder(config: TrainConfig) -> Path:
 def build_model_and_data(
     config: TrainConfig,
     architecture: ViTConfig | BiTConfig | None = None,
+    processes: Processes = Processes(),
+    precision: str = "fp32",
 ) -> tuple[VisionTransformer | BiTResNet, DataSplits, Dataset | None]:
     """(model in train mode, splits, test split or None). With a development split
-    (data.dev_fraction) the source's validation split becomes the test split."""
+    (data.dev_fraction) the source's validation split becomes the test split. `processes` and
+    `precision` (the resolved one) say where each process trains, for the memory check."""
     spec = config.model
     torch.manual_seed(config.run.seed)  # the initial weights depend on the seed alone
     if spec.init:
@@ -107,21 +110,10 @@ def build_model_and_data(
             f"data.source={data.source!r}: {len(names)} class ({', '.join(map(str, names))}); "
             "classification needs at least 2"
         )
-    limit = None if config.run.memory_limit is None else int(config.run.memory_limit * 2**30)
     # Masked patch prediction trains no classifier: its model has none (fine-tuning attaches one).
     classes = names if config.objective.name == "classify" else []
-    # the training loader's batches and, while it evaluates, the evaluation loader's
-    micro, workers = config.micro_batch_size, config.data.workers
-    sizes = (micro, config.evaluation_batch_size)
-    in_flight = sum(batches_in_flight(size, vit_config.image_size, workers) for size in sizes)
-    check_memory(
-        vit_config.replace(num_classes=len(classes), class_names=classes or None),
-        micro,
-        training=True,
-        limit=limit,
-        source="run.memory_limit",
-        in_flight=in_flight,
-    )  # before the model is allocated
+    model_config = vit_config.replace(num_classes=len(classes), class_names=classes or None)
+    check_run_memory(config, model_config, processes, precision)  # before the model is allocated
     if spec.init:
         before = "a representation layer and " if getattr(model.config, "representation_size", None) else ""
         model.reset_classifier(
@@ -154,6 +146,42 @@ def build_model_and_data(
     )
     freeze_layers(model, spec.trainable_blocks)
     return model.train(), splits, test_set
+
+
+def check_run_memory(
+    config: TrainConfig, model_config: ViTConfig | BiTConfig, processes: Processes, precision: str
+) -> None:
+    """ConfigError, before anything is allocated, when a process cannot hold its share of the run: its
+    slice of the micro-batch (--batch-size / --grad-accum / processes), in the precision it trains in
+    (autocast keeps bf16 / fp16 activations), attention as the kernel that will run keeps it
+    (attention_is_fused), with gradient checkpointing if set and the parameters sharded under FSDP; on
+    a GPU against its free memory, on a CPU against the machine's. The input batches its loaders hold
+    (training, and evaluation while it runs) count against the host's memory, with those of every
+    process on the machine. The refusal names the settings that make the batch."""
+    world, device, run = processes.world_size, processes.device, config.run
+    micro, evaluation = max(config.micro_batch_size // world, 1), -(-config.evaluation_batch_size // world)
+    held = [batches_in_flight(size, model_config.image_size, config.data.workers) for size in (micro, evaluation)]
+    half = precision in ("bf16", "fp16")
+    over = f" over {world} processes" if world > 1 else ""
+    shrink = "raise --grad-accum" + ("" if run.grad_checkpointing else " or pass --grad-checkpointing")
+    check_memory(
+        model_config,
+        micro,
+        training=True,
+        limit=None if run.memory_limit is None else int(run.memory_limit * 2**30),
+        source="run.memory_limit",
+        in_flight=sum(held),
+        device=device,
+        fused_attention=attention_is_fused(model_config, device, training=True, half=half),
+        half=half,
+        checkpointed=run.grad_checkpointing,
+        shards=world if run.data_parallel == "fsdp" else 1,
+        processes=processes.local_world_size,
+        remedy=(
+            f"--batch-size {config.data.batch_size} with --grad-accum {config.optim.grad_accum}{over} makes "
+            f"micro-batches of {micro} per process: {shrink}"
+        ),
+    )
 
 
 def decodes_on_cuda(config: TrainConfig) -> bool:

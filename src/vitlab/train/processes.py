@@ -51,6 +51,7 @@ class Processes:
     local_rank: int = 0
     restarts: int = 0  # how often the run's processes were started again (0: the first attempt)
     device: torch.device = torch.device("cpu")  # the device this process trains on
+    local_world_size: int = 1  # the run's processes on this machine
 
     @property
     def is_main(self) -> bool:
@@ -66,7 +67,10 @@ def from_environment() -> Processes:
     restarts = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))  # this node's launcher's count
     if world_size == 1:
         return Processes(restarts=restarts)
-    return Processes(int(os.environ["RANK"]), world_size, int(os.environ.get("LOCAL_RANK", "0")), restarts)
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    return Processes(
+        int(os.environ["RANK"]), world_size, int(os.environ.get("LOCAL_RANK", "0")), restarts, local_world_size=local
+    )
 
 
 def device_for(processes: Processes, device: torch.device) -> torch.device:

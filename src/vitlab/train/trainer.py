@@ -82,7 +82,9 @@ class Trainer:
         self.precision = resolve_precision(config.run.precision, self.device)
 
         resumed = resumed_architecture(config, resume_state) if resume_state and not self.architecture else None
-        self.model, splits, self.test_set = build_model_and_data(config, self.architecture or resumed)
+        self.model, splits, self.test_set = build_model_and_data(
+            config, self.architecture or resumed, self.processes, self.precision.name
+        )
         self.class_names, self.train_images, self.val_images = splits.class_names, len(splits.train), len(splits.val)
         self.train_split = splits.train  # its images' digests go to DIR as the run starts (fit)
         self.data_fingerprint: Mapping[str, str | None] = {
