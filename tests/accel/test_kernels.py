@@ -40,7 +40,7 @@ def fake_cpu(monkeypatch, capability: str, native_bf16: bool, timings: dict | No
 @pytest.mark.unit
 def test_avx2_without_native_bf16_takes_the_fused_kernel_and_fp32(monkeypatch, caplog):
     fake_cpu(monkeypatch, "AVX2", native_bf16=False)
-    with caplog.at_level(logging.INFO, logger="vitlab"):
+    with caplog.at_level(logging.DEBUG, logger="vitlab"):
         assert kernels.attention_path(torch.bfloat16, CPU, blocked_attention) == "fused"
         assert kernels.attention_path(torch.bfloat16, CPU, blocked_attention) == "fused"
     assert not kernels.native(torch.bfloat16)
@@ -209,7 +209,12 @@ def test_the_fp32_gemm_library_is_measured_once_per_machine_and_cached(monkeypat
     assert timed == [1, 1] and "fp32 inference GEMMs through MKL (measured: MKL 198, oneDNN 436" in caplog.text
     monkeypatch.setattr(kernels, "_gemm", {})  # a new process reads the file
     monkeypatch.setattr(kernels, "time_fp32_gemms", lambda: pytest.fail("timed again"))
-    assert kernels.fp32_gemm() == "mkl"
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG, logger="vitlab"):
+        assert kernels.fp32_gemm() == "mkl"
+    # read back, the choice is said at debug level only: it does not interrupt every command's output
+    said = [(r.levelno, r.getMessage()) for r in caplog.records if "GEMMs through" in r.getMessage()]
+    assert len(said) == 1 and said[0][0] == logging.DEBUG and "measured earlier" in said[0][1], said
     assert list(json.loads((tmp_path / "cpu-kernels.json").read_text())) == [kernels.machine_key("fp32 gemm")]
 
 

@@ -17,7 +17,8 @@
   attention choice: which is faster depends on the CPU (MKL takes a generic path on some AMD ones).
 
 What CPU this is (name, family and model, capability, L2 cache): cpu.py. Every choice is logged
-once. The choices are made by layers.prepare (which accelerate calls) and only read during a forward
+once per machine, as it is measured; read back from the cache file, at debug level (`vitlab -v`), so
+that it does not interrupt every command's output. The choices are made by layers.prepare (which accelerate calls) and only read during a forward
 (`chosen_attention_path`, `chosen_fp32_gemm`), so that a forward pass never times, writes or builds
 anything; a choice not made is the plain path. Dynamo treats the choices read as constants
 (assume_constant_result).
@@ -80,7 +81,7 @@ def native(dtype: torch.dtype) -> bool:
     if dtype not in _native:
         _native[dtype] = onednn_supports(dtype)
         if dtype in HALF and not _native[dtype]:
-            log.info(
+            log.debug(
                 "CPU %s without native %s: %s matmuls run as fp32 GEMMs, fused attention kernel, fp32 default",
                 cpu_capability(),
                 dtype_name(dtype),
@@ -158,6 +159,12 @@ def cached_measurement(
         return entry if entry is not None else measure(), "measured, not kept"
 
 
+def choice_level(how: str) -> int:
+    """The log level of a choice obtained as `how` says (cached_measurement): INFO when it was just
+    measured, DEBUG when it was read back from the cache file."""
+    return logging.DEBUG if how.startswith("measured earlier") else logging.INFO
+
+
 _locks: dict[Path, FileLock] = {}
 
 
@@ -170,7 +177,8 @@ def measured_attention_path(dtype: torch.dtype, matmul: MatmulAttention) -> Atte
     """The faster attention path for `dtype` here: from the cache file, or timed once and stored."""
     what = f"attention {dtype_name(dtype)}"
     entry, how = cached_measurement(what, "attention", ("fused", "matmul"), lambda: time_attention_paths(dtype, matmul))
-    log.info(
+    log.log(
+        choice_level(how),
         "CPU %s with native %s: %s attention (%s: fused %.2f ms, matmul %.2f ms)",
         cpu_capability(),
         dtype_name(dtype),
@@ -191,7 +199,8 @@ def fp32_gemm() -> GemmLibrary:
         else:
             entry, how = cached_measurement("fp32 gemm", "gemm", ("mkl", "onednn"), time_fp32_gemms)
             _gemm["fp32"] = entry["gemm"]
-            log.info(
+            log.log(
+                choice_level(how),
                 "CPU %s: fp32 inference GEMMs through %s (%s: MKL %.0f, oneDNN %.0f GFLOP/s)",
                 cpu_capability(),
                 "oneDNN" if entry["gemm"] == "onednn" else "MKL",

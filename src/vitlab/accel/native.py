@@ -209,7 +209,8 @@ def measured_choice(what: str, disagreement: Callable[[], str | None], timing: C
         log.warning("vitlab's bf16 %s kernel disagrees with ATen's here (%s): ATen's kernel instead", what, wrong)
         return False
     entry, how = kernels.cached_measurement(f"{what} bf16 {source_digest()}", "faster", ("aten", "vitlab"), timing)
-    log.info(
+    log.log(
+        kernels.choice_level(how),
         "CPU %s with AVX512_BF16: bf16 %s by %s's kernel (%s: ATen %.3f ms, vitlab %.3f ms)",
         kernels.cpu_capability(),
         what,
