@@ -141,3 +141,14 @@ def test_a_bad_patience_is_one_line(tmp_path, capsys):
         == 2
     )
     assert "--early-stop-patience: run.early_stop_patience=0: must be >= 1 or null" in capsys.readouterr().err
+
+
+@pytest.mark.unit
+def test_every_option_and_argument_of_every_command_has_help_text():
+    missing = [
+        f"{command} {' / '.join(action.option_strings) or action.dest}"
+        for command, parser in all_parsers(build_parser()).items()
+        for action in parser._actions
+        if not isinstance(action, (argparse._HelpAction, argparse._SubParsersAction)) and not action.help
+    ]
+    assert not missing, missing

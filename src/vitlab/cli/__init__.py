@@ -105,6 +105,7 @@ def add_checkpoint_argument(parser: argparse.ArgumentParser) -> None:
 
 
 DEVICE_HELP = "where to run the model (default: auto)"
+PRECISION_HELP = "the numerics (default auto: bf16 on GPUs with bf16, fp16 on other GPUs, fp32 on CPU)"
 
 
 def add_runtime_arguments(
@@ -118,9 +119,9 @@ def add_runtime_arguments(
     """--device and --precision, their choices the one list of each (vitlab.model.runtime)."""
     from vitlab.model.runtime import DEVICES, PRECISIONS
 
-    parser.add_argument("--device", choices=DEVICES, default=default, help=device_help)
+    parser.add_argument("--device", choices=DEVICES, default=default, help=device_help or DEVICE_HELP)
     if precision:
-        parser.add_argument("--precision", choices=PRECISIONS, default=default, help=precision_help)
+        parser.add_argument("--precision", choices=PRECISIONS, default=default, help=precision_help or PRECISION_HELP)
 
 
 def preview(names: list[str], count: int = 5) -> str:

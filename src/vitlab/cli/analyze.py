@@ -18,15 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from . import (
-    COMMANDS,
-    DEVICE_HELP,
-    add_checkpoint_argument,
-    add_runtime_arguments,
-    run_split,
-    with_examples,
-    worker_count,
-)
+from . import COMMANDS, add_checkpoint_argument, add_runtime_arguments, run_split, with_examples, worker_count
 
 if TYPE_CHECKING:
     from vitlab.model import BiTConfig, ViTConfig
@@ -91,7 +83,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help=f"images read at most, all used for the attention distance (default: all of a "
         f"dataset's validation split; {DEFAULT_IMAGES} of digits or --images)",
     )
-    add_runtime_arguments(parser, device_help=DEVICE_HELP, precision=False)
+    add_runtime_arguments(parser, precision=False)
     parser.set_defaults(func=run)
 
 

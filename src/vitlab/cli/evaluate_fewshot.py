@@ -8,7 +8,7 @@ from pathlib import Path
 
 from vitlab.config_fields import Range
 
-from . import COMMANDS, DEVICE_HELP, add_checkpoint_argument, add_runtime_arguments, number, with_examples, worker_count
+from . import COMMANDS, add_checkpoint_argument, add_runtime_arguments, number, with_examples, worker_count
 
 
 def parse_shots(text: str) -> list[int]:
@@ -52,10 +52,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--seeds", type=int, default=NUM_SEEDS, help=f"random draws averaged per shot count (default: {NUM_SEEDS})"
     )
     parser.add_argument("--no-probe", action="store_true", help="skip the linear probe on all training features")
-    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument(
+        "--batch-size", type=int, default=128, metavar="N", help="images per feature batch (default: 128)"
+    )
     parser.add_argument("--workers", type=worker_count(), default=0, help="data-loading processes (default: 0)")
     parser.add_argument("--out", help="also write the results to this JSON file")
-    add_runtime_arguments(parser, device_help=DEVICE_HELP, precision=False)
+    add_runtime_arguments(parser, precision=False)
     parser.set_defaults(func=run)
 
 

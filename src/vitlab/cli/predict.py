@@ -40,7 +40,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default="torch",
         help="onnx: --ckpt is a file from `vitlab export --format onnx`, run by onnxruntime",
     )
-    predict.add_argument("--batch-size", type=int, default=64, metavar="N")
+    predict.add_argument("--batch-size", type=int, default=64, metavar="N", help="images per batch (default: 64)")
     predict.add_argument(
         "--workers",
         type=worker_count(),

@@ -25,7 +25,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     add_checkpoint_argument(parser)
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, this machine only)")
-    parser.add_argument("--port", type=number(int, Range(1, 65535)), default=7860)
+    parser.add_argument(
+        "--port", type=number(int, Range(1, 65535)), default=7860, help="port to listen on (default 7860, Gradio's)"
+    )
     parser.add_argument("--max-upload-mb", type=number(float, POSITIVE), help="largest upload accepted (default 10)")
     parser.add_argument(
         "--max-megapixels", type=number(float, POSITIVE), help="largest image, width x height, decoded (default 40)"

@@ -32,7 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     fetch = commands.add_parser(
         "fetch", help="download entries into the cache and verify them", **with_examples(*FETCH_EXAMPLES)
     )
-    fetch.add_argument("names", nargs="+", metavar="MODEL:TAG")
+    fetch.add_argument("names", nargs="+", metavar="MODEL:TAG", help="catalogue entries (vitlab weights list)")
     fetch.set_defaults(func=run_fetch)
 
 
