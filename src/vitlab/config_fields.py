@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Union
 
 from vitlab.errors import ConfigError
+from vitlab.suggestions import did_you_mean
 
 
 def coerce(value: Any, annotation: Any, where: str, *, strict: bool = False) -> Any:
@@ -99,7 +100,9 @@ def coerce(value: Any, annotation: Any, where: str, *, strict: bool = False) -> 
             return value
     else:
         raise TypeError(f"unsupported config annotation {annotation!r}")
-    raise ConfigError(f"{where}: expected {describe(annotation)}, got {show(value)}")
+    choices = literal_values(annotation)
+    hint = did_you_mean(value, choices) if isinstance(value, str) and choices else ""
+    raise ConfigError(f"{where}: expected {describe(annotation)}, got {show(value)}{hint}")
 
 
 def from_mapping(cls: type, data: dict[str, Any], where: str) -> Any:
@@ -111,7 +114,8 @@ def from_mapping(cls: type, data: dict[str, Any], where: str) -> Any:
     unknown = unknown_keys(cls, data)
     if unknown:
         known = sorted(f.name for f in dataclasses.fields(cls))
-        raise ConfigError(f"{where}: unknown keys {', '.join(unknown)}; {cls.__name__} has {', '.join(known)}")
+        hint = did_you_mean(unknown[0], known)
+        raise ConfigError(f"{where}: unknown keys {', '.join(unknown)}{hint}; {cls.__name__} has {', '.join(known)}")
     return cls(**data)
 
 
@@ -291,8 +295,9 @@ def set_value(config: Any, key: str, value: Any, origin: str) -> None:
     section = getattr(config, section_name)
     hints = typing.get_type_hints(type(section))
     if name not in {f.name for f in dataclasses.fields(section)}:
-        known = ", ".join(f.name for f in dataclasses.fields(section))
-        raise ConfigError(f"{origin}: unknown key {key!r}; {section_name} has {known}")
+        fields = [f.name for f in dataclasses.fields(section)]
+        hint = did_you_mean(key, [f"{section_name}.{field}" for field in fields])
+        raise ConfigError(f"{origin}: unknown key {key!r}{hint}; {section_name} has {', '.join(fields)}")
     setattr(section, name, coerce(value, hints[name], f"{origin}: {key}"))
     other, new = getattr(cls, "EXCLUSIVE", {}).get(key), getattr(section, name)
     if other is not None and new is not None and (new != 0 or key not in getattr(cls, "ZERO_MEANS_UNSET", ())):
@@ -323,12 +328,13 @@ def apply_mapping(config: Any, mapping: Any, origin: str) -> Any:
 
 
 def _suggest(known_sections: Mapping[str, type], key: str) -> str:
-    matches = [
-        f"{section}.{key}"
-        for section, cls in known_sections.items()
-        if key in {f.name for f in dataclasses.fields(cls)}
-    ]
-    return f" (did you mean {' or '.join(matches)}?)" if matches else ""
+    """The keys a key without its section (`lr`), or with a mistyped one (`optm.lr`), may mean; none
+    for a section named alone (`augment`), which is no mistyped field."""
+    if key in known_sections:
+        return ""
+    keys = [f"{section}.{f.name}" for section, cls in known_sections.items() for f in dataclasses.fields(cls)]
+    matches = [k for k in keys if k.partition(".")[2] == key]
+    return f" (did you mean {' or '.join(matches)}?)" if matches else did_you_mean(key, keys)
 
 
 def finite_checks(config: Any) -> list[tuple[str, bool, str]]:

@@ -29,7 +29,11 @@ from vitlab.train.config import SECTIONS, apply_mapping, coerce, parse_assignmen
 @pytest.mark.parametrize(
     "content, flags, expected",
     [
-        ("optim:\n  lrr: 0.1\n", [], r"cfg\.yaml: unknown key 'optim\.lrr'; optim has name, lr,"),
+        (
+            "optim:\n  lrr: 0.1\n",
+            [],
+            r"cfg\.yaml: unknown key 'optim\.lrr' \(did you mean optim\.lr\?\); optim has name, lr,",
+        ),
         ("optimiser:\n  lr: 0.1\n", [], r"cfg\.yaml: unknown key 'optimiser\.lr'; keys are SECTION\.FIELD"),
         ("data:\n  batch_size: many\n", [], r"cfg\.yaml: data\.batch_size: expected an integer, got str 'many'"),
         ("optim:\n  betas: [0.9]\n", [], r"cfg\.yaml: optim\.betas: expected a list of 2 \(a number, a number\)"),

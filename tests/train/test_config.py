@@ -48,7 +48,7 @@ def test_run_yaml_round_trips(tmp_path):
 @pytest.mark.parametrize(
     "key, value, message",
     [
-        ("optim.lrr", 0.1, "unknown key 'optim.lrr'; optim has name, lr,"),
+        ("optim.lrr", 0.1, "unknown key 'optim.lrr' (did you mean optim.lr?); optim has name, lr,"),
         ("lr", 0.1, "did you mean optim.lr?"),
         ("optimiser.lr", 0.1, "SECTION one of model, data, augment, optim, schedule, run"),
         ("optim.lr", "fast", "optim.lr: expected a number, got str 'fast'"),
@@ -111,7 +111,10 @@ def test_assignment_without_equals_sign():
 @pytest.mark.parametrize(
     "name, message",
     [
-        ("paper-train", "unknown recipe 'paper-train'; recipes: paper-pretrain, paper-finetune"),
+        (
+            "paper-train",
+            r"unknown recipe 'paper-train' \(did you mean paper-pretrain or paper-finetune\?\); recipes: paper-pretrain",
+        ),
         ("paper-finetune:mnist", "has no row 'mnist'; rows: imagenet, cifar100, cifar10, pets, flowers, vtab"),
         ("small-data:cifar10", "recipe 'small-data' has no dataset rows"),
     ],

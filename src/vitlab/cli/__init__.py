@@ -17,7 +17,6 @@ import signal
 import sys
 import tempfile
 import traceback
-import typing
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -273,18 +272,12 @@ def with_examples(*commands: str, before: str = "") -> dict[str, Any]:
     return {"epilog": f"{before}\n\n{examples}" if before else examples, "formatter_class": ExamplesFormatter}
 
 
-class CommandParser(argparse.ArgumentParser):
-    """argparse's parser, whose usage errors are one line, as vitlab's other errors: the message names
-    the flag and the rule, and `--help` gives the usage."""
-
-    def error(self, message: str) -> typing.NoReturn:
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The `vitlab` parser: every command's in full, or, given `command` ("" for none), that command's
     (and those of its module) in full and the others as their line of help alone."""
     from vitlab.version import __version__
+
+    from .parser import CommandParser
 
     parser = CommandParser(prog="vitlab", description="The Vision Transformer, end to end.")
     parser.add_argument("--version", action="version", version=f"vitlab {__version__}")

@@ -9,6 +9,7 @@ import logging
 
 from vitlab.model import ViTConfig, config_for
 from vitlab.model.config import ConfigError
+from vitlab.suggestions import did_you_mean
 
 from . import paper_tables as tables
 from .config import AugmentSpec, DataSpec, ModelSpec, ObjectiveSpec, OptimSpec, ScheduleSpec, TrainConfig
@@ -123,7 +124,10 @@ def paper_finetune(
     quoted number, with its settings and source: vitlab.train.quoted_runs.QUOTED_RUNS.
     """
     if dataset not in tables.TABLE_4:
-        raise ConfigError(f"recipe 'paper-finetune' has no row {dataset!r}; rows: {', '.join(tables.TABLE_4)}")
+        raise ConfigError(
+            f"recipe 'paper-finetune' has no row {dataset!r}{did_you_mean(dataset, tables.TABLE_4)}; "
+            f"rows: {', '.join(tables.TABLE_4)}"
+        )
     row = tables.TABLE_4[dataset]
     name = f"paper-finetune:{dataset}" + (f":{model}" if model else "")
     image_size, averaging = _finetune_model_settings(dataset, model)

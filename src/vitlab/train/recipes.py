@@ -16,6 +16,7 @@ import logging
 from collections.abc import Callable
 
 from vitlab.model.config import ConfigError
+from vitlab.suggestions import did_you_mean
 
 from .config import AugmentSpec, DataSpec, ModelSpec, OptimSpec, RunSpec, ScheduleSpec, TrainConfig
 from .paper_recipes import (  # noqa: F401  (VIT_JAX_BASE_LR, finetune_lr_grid: importable from here as before)
@@ -193,7 +194,7 @@ def get_recipe(name: str, **choices) -> TrainConfig:
     `paper-pretrain:jft:L/16`); `choices` go to the recipe function (model=, epochs=, lr=, steps=)."""
     base, sep, rest = name.partition(":")
     if base not in RECIPES:
-        raise ConfigError(f"unknown recipe {name!r}; recipes: {', '.join(RECIPES)}")
+        raise ConfigError(f"unknown recipe {name!r}{did_you_mean(base, RECIPES)}; recipes: {', '.join(RECIPES)}")
     names = NAME_PARTS.get(base, ())
     if sep and not names:
         raise ConfigError(f"recipe {base!r} has no dataset rows; use it without ':{rest}'")
