@@ -56,7 +56,11 @@ def test_run_yaml_round_trips(tmp_path):
         ("run.resume", "yes", "run.resume: expected true/false, got str 'yes'"),
         ("optim.name", "lamb", "optim.name: expected one of 'sgd', 'adam', 'adamw', 'tfa_adamw', got str 'lamb'"),
         ("augment.crop_scale", [0.5], "augment.crop_scale: expected a list of 2 (a number, a number)"),
-        ("model.pool", "max", "model.pool: expected one of 'token', 'gap', 'flatten' or null"),
+        (
+            "model.pool",
+            "mean",
+            "model.pool: expected one of 'token', 'gap', 'flatten', 'max', 'avgmax', 'none' or null",
+        ),
     ],
 )
 def test_bad_keys_and_types_name_the_culprit(key, value, message):

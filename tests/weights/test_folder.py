@@ -200,7 +200,7 @@ def test_relative_of_versions_1_and_2_loads_as_relative_bias(tmp_path, version):
     assert loaded.config.pos_embed == "relative_bias" and loaded.config.pos_embed_at == "input"
     x = images()
     assert torch.equal(loaded(x), reference(x))
-    assert FORMAT_VERSION == 4
+    assert FORMAT_VERSION == 5
 
 
 @pytest.mark.fault("bad-checkpoint", kinds=2)

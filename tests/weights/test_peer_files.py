@@ -113,14 +113,20 @@ def test_timm_stage_models_that_are_not_resnetv2_are_not_called_bit(tmp_path, na
     assert "BiT" not in str(refusal.value).split(":")[1]
 
 
-def test_class_token_with_average_pooling_is_refused_from_a_folder_and_said_from_a_file(tmp_path, caplog):
-    peer = tiny_timm(global_pool="avg", fc_norm=False)  # a class token, pooled over the patches
+def test_a_class_token_with_average_pooling_loads_and_what_the_keys_cannot_tell_is_said(tmp_path, caplog):
+    """timm pools over the patches beside a class token (global_pool='avg'). Its folder says so; a
+    bare file shows fc_norm (timm's default placement for 'avg'), or nothing at all without it."""
+    peer = tiny_timm(global_pool="avg", fc_norm=False)
     timm_folder(peer, tmp_path / "folder", "vit_base_patch16_224", model_args={"num_heads": 4, "global_pool": "avg"})
-    with pytest.raises(CheckpointError, match="global_pool 'avg' with a class token is not a vitlab model"):
-        vitlab.load(tmp_path / "folder")
-    with caplog.at_level(logging.INFO, logger="vitlab"):  # the bare weights cannot tell: the log says which
+    model = vitlab.load(tmp_path / "folder")
+    assert (model.config.pool, model.config.has_class_token, model.config.gap_norm) == ("gap", True, "before_pool")
+    same_logits(model, peer)
+    with_fc_norm = tiny_timm(global_pool="avg")
+    with caplog.at_level(logging.INFO, logger="vitlab"):
+        same_logits(vitlab.load(save_state_dict(with_fc_norm, tmp_path / "fc.pth"), num_heads=4), with_fc_norm)
         vitlab.load(save_state_dict(peer, tmp_path / "vit.pth"), num_heads=4)
-    assert "class-token pooling" in caplog.text
+    assert "a class token and fc_norm: timm's global_pool 'avg'" in caplog.text
+    assert "class-token pooling" in caplog.text  # the keys of the second are a token model's: said
 
 
 def test_num_heads_for_shapes_no_timm_architecture_has_says_which_gelu(tmp_path, caplog):

@@ -31,7 +31,8 @@ from vitlab.errors import ConfigError
 
 from .resnet import ResNetConfig  # a hybrid's backbone (the field `backbone`)
 
-Pooling = Literal["token", "gap", "flatten"]
+# timm's pools too: "max" and "avgmax" over the patch tokens, "none" (timm's '') keeps every token.
+Pooling = Literal["token", "gap", "flatten", "max", "avgmax", "none"]
 PositionEmbeddingKind = Literal["learned", "none", "2d", "sincos", "relative", "relative_bias"]
 PositionEmbeddingAt = Literal["input", "every_layer", "every_layer_shared"]
 Activation = Literal["gelu", "gelu_tanh"]
@@ -45,6 +46,7 @@ POSITION_EMBEDDINGS: tuple[str, ...] = typing.get_args(PositionEmbeddingKind)
 # that layer, or one E_pos added before every layer. The paper has the last two for 1-D and 2-D only.
 POSITION_EMBEDDING_AT: tuple[str, ...] = typing.get_args(PositionEmbeddingAt)
 PER_LAYER_POSITION_EMBEDDINGS = ("learned", "2d")
+POOLED_MEANS = ("gap", "max", "avgmax")  # pools over the patch tokens, which gap_norm places the norm around
 ACTIVATIONS: tuple[str, ...] = typing.get_args(Activation)
 GAP_NORMS: tuple[str, ...] = typing.get_args(GapNorm)
 RESAMPLE_MODES: tuple[str, ...] = typing.get_args(ResampleMode)
@@ -116,6 +118,7 @@ class ViTConfig:
     backbone: ResNetConfig | None = None
     # Pooling and heads (Sec. 3.1, 3.2, Appendix D.3).
     pool: Pooling = "token"
+    class_token: bool | None = None  # None: a class token exactly when pool is "token" (the paper's two models)
     representation_size: int | None = None  # the pre-training head's tanh hidden layer
     head_hidden: tuple[int, ...] = ()  # extra GELU layers of an MLP head (the Keras example's head)
     # Position embedding (Table 8).
@@ -183,12 +186,17 @@ class ViTConfig:
         return self.grid_size[0] * self.grid_size[1]
 
     @property
-    def class_token(self) -> bool:
-        return self.pool == "token"
+    def has_class_token(self) -> bool:
+        return self.class_token if self.class_token is not None else self.pool == "token"
 
     @property
     def num_prefix_tokens(self) -> int:
-        return 1 if self.class_token else 0
+        return 1 if self.has_class_token else 0
+
+    @property
+    def norm_after_pool(self) -> bool:
+        """timm's fc_norm: the pooled vector is normalised, not every token before pooling."""
+        return self.pool in POOLED_MEANS and self.gap_norm == "after_pool"
 
     @property
     def feature_dim(self) -> int:
@@ -237,6 +245,10 @@ class ViTConfig:
         for name, annotation in _hints(type(self)).items():
             allowed, value = literal_values(annotation), getattr(self, name)
             check(allowed is None or value in allowed, f"unknown {name} {value!r}; choose one of {allowed}")
+        check(
+            self.pool != "token" or self.has_class_token,
+            "pool 'token' reads the class token; class_token=False leaves none",
+        )
         check(
             self.pos_embed_at == "input" or self.pos_embed in PER_LAYER_POSITION_EMBEDDINGS,
             f"pos_embed_at {self.pos_embed_at!r} needs a learned absolute E_pos {PER_LAYER_POSITION_EMBEDDINGS} "

@@ -9,7 +9,7 @@ from typing import Any
 
 from vitlab.errors import ConfigError
 
-from .aliases import from_timm_name, is_timm_name
+from .aliases import TIMM_NAMED, from_timm_keywords, from_timm_name, is_timm_name
 from .bit import BiTConfig, BiTResNet
 from .config import ViTConfig
 from .registry import architecture_for, family_of
@@ -20,20 +20,28 @@ Model = VisionTransformer | BiTResNet
 
 
 def config_for(name: str, **overrides: Any) -> Config:
-    """The config of a registered name ("B/16", "R50+B/16", "BiT-R50x1", or one of timm's ViT names)
-    with any field overridden (image_size=384, pool="gap", ...)."""
+    """The config of a registered name ("B/16", "R50+B/16", "BiT-R50x1", or one of timm's names:
+    vit_base_patch16_384, deit_small_patch16_224, resnetv2_50x1_bit, ...) with any field overridden
+    (image_size=384, pool="gap", ...), in vitlab's names or timm's (img_size=384, global_pool="avg")."""
+    overrides = from_timm_keywords(overrides)  # timm's keywords: img_size, in_chans, drop_path_rate, ...
     if is_timm_name(name):  # timm's names are aliases: "vit_base_patch16_384" is B/16 at 384 px
         alias = from_timm_name(name)
         if alias is None:
             raise ConfigError(
-                f"{name!r} is not a timm ViT vitlab builds; it reads vit_{{tiny,small,base,large,huge}}_patchP_RES "
-                "and timm's R+ViT hybrids (vitlab models lists vitlab's own names)"
+                f"{name!r} is not a timm ViT vitlab builds; it reads vit_{{tiny,small,base,large,huge}}_patchP_RES, "
+                f"timm's R+ViT hybrids and {', '.join(TIMM_NAMED)} (vitlab models lists vitlab's own names)"
             )
-        overrides.setdefault("image_size", alias.image_size)
+        overrides = {"image_size": alias.image_size, **alias.options, **overrides}
         return config_for(alias.model, **overrides)
     if not isinstance(name, str):
         raise ConfigError(f"a model name is a string such as 'B/16', not {type(name).__name__}")
-    return family_of(name).config(name, **overrides)
+    mlp_ratio = overrides.pop("mlp_ratio", None)
+    config = family_of(name).config(name, **overrides)
+    if mlp_ratio is not None:  # timm's MLP is int(dim * mlp_ratio) wide
+        if not isinstance(config, ViTConfig):
+            raise ConfigError(f"mlp_ratio: {name} has no transformer MLP")
+        config = config.replace(mlp_dim=int(config.dim * mlp_ratio))
+    return config
 
 
 def resolved_config(name: str | Config, **overrides: Any) -> Config:

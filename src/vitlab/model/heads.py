@@ -9,12 +9,18 @@ from torch import nn
 
 
 def pool_tokens(tokens: torch.Tensor, pool: str, num_prefix_tokens: int) -> torch.Tensor:
-    """(B, T, D) -> (B, D) for token / gap, (B, N*D) for flatten."""
+    """(B, T, D) -> (B, D) for token / gap / max / avgmax, (B, N*D) for flatten, (B, T, D) for none."""
     if pool == "token":
         return tokens[:, 0]  # y = LN(z_L^0), Eq. 4
+    if pool == "none":  # timm's global_pool='': every token, for a dense head or features
+        return tokens
     patches = tokens[:, num_prefix_tokens:]
     if pool == "gap":
         return patches.mean(dim=1)
+    if pool == "max":
+        return patches.amax(dim=1)
+    if pool == "avgmax":  # timm's: the mean of the two
+        return 0.5 * (patches.amax(dim=1) + patches.mean(dim=1))
     return patches.flatten(1)  # the Keras example: every patch output, flattened
 
 

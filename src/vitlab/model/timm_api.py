@@ -1,8 +1,9 @@
 """What a timm user reaches for on a ViT, on vitlab's: `pretrained_cfg` (so that
 `timm.data.resolve_data_config(model=m)` returns the model's own preprocessing), `num_features`,
-`get_classifier`, `reset_classifier(num_classes, global_pool)`, `forward_intermediates`,
-`get_intermediate_layers`, `set_input_size` and `group_matcher` (for layer-wise LR decay), with
-timm's signatures and behaviour.
+`feature_info`, `get_classifier`, `reset_classifier(num_classes, global_pool)` with timm's pools,
+`forward_intermediates` (its `output_dict` too), `prune_intermediate_layers`,
+`get_intermediate_layers`, `set_input_size`, `group_matcher` (for layer-wise LR decay) and
+`patch_embed.img_size / grid_size / num_patches`, with timm's signatures and behaviour.
 """
 
 from __future__ import annotations
@@ -16,11 +17,7 @@ from torch import nn
 from vitlab.config_fields import crop_mode_for
 from vitlab.errors import ConfigError
 
-from .aliases import timm_architecture, timm_first_conv
-
-# timm's global_pool names for vitlab's pool options; vitlab's own names are accepted too.
-TIMM_POOL = {"token": "token", "gap": "avg"}
-POOL_FROM_TIMM = {"token": "token", "avg": "gap", "gap": "gap"}
+from .aliases import POOL_FROM_TIMM, TIMM_POOL, timm_architecture, timm_first_conv
 
 
 def pretrained_cfg(config: Any, architecture: str | None, first_conv: str, fixed_input_size: bool) -> dict[str, Any]:
@@ -69,6 +66,9 @@ class TimmInterface:
     blocks: nn.ModuleList
     head: nn.Module
     norm: nn.Module
+    fc_norm: nn.Module
+    pre_logits: nn.Module
+    patch_embed: Any  # PatchEmbedding or HybridEmbedding
     relative_bias: nn.ModuleList | None
 
     if TYPE_CHECKING:  # defined by VisionTransformer
@@ -102,7 +102,7 @@ class TimmInterface:
 
     @property
     def has_class_token(self) -> bool:
-        return self.config.class_token
+        return self.config.has_class_token
 
     @property
     def global_pool(self) -> str:
@@ -122,22 +122,35 @@ class TimmInterface:
     def get_classifier(self) -> nn.Module:
         return self.head
 
-    def check_global_pool(self, global_pool: str | None) -> None:
-        """A global_pool this model can take, or a ConfigError naming it (before anything changes)."""
+    def pool_change(self, global_pool: str | None) -> dict[str, Any]:
+        """The config fields a timm global_pool sets ('', 'avg', 'avgmax', 'max', 'token'), or a
+        ConfigError naming it, before anything changes. The class token stays as built, and so does
+        where the final norm sits (timm keeps both)."""
         if global_pool is None:
-            return
+            return {}
         if not isinstance(global_pool, str) or global_pool not in POOL_FROM_TIMM:
             raise ConfigError(
-                f"global_pool={global_pool!r}: vitlab pools with 'token' (class token) or 'avg' (GAP); "
-                "class names go in class_names="
+                f"global_pool={global_pool!r}: vitlab pools with timm's 'token', 'avg', 'max', 'avgmax' or '' "
+                "(every token); class names go in class_names="
             )
-        wanted = POOL_FROM_TIMM[global_pool]
-        if wanted != self.config.pool:
-            # The class token and E_pos's class slot exist or not by construction (vit_jax's GAP model has neither).
+        pool = POOL_FROM_TIMM[global_pool]
+        if pool == "token" and not self.config.has_class_token:
+            raise ConfigError(f"global_pool={global_pool!r}: this model was built without a class token")
+        after = self.config.norm_after_pool
+        if after and pool in ("token", "none"):
             raise ConfigError(
-                f"global_pool={global_pool!r}: this model was built with pool={self.config.pool!r}; "
-                f"build it with pool={wanted!r} instead"
+                f"global_pool={global_pool!r}: this model normalises the pooled vector (timm's fc_norm), not the "
+                "tokens; it pools with 'avg', 'max' or 'avgmax'"
             )
+        return dict(
+            pool=pool, class_token=self.config.has_class_token, gap_norm="after_pool" if after else "before_pool"
+        )
+
+    @property
+    def feature_info(self) -> list[dict[str, Any]]:
+        """timm's record of what forward_intermediates returns: one entry per block."""
+        width, reduction = self.config.dim, self.config.effective_patch_size
+        return [dict(module=f"blocks.{i}", num_chs=width, reduction=reduction) for i in range(len(self.blocks))]
 
     # -- intermediate layers ----------------------------------------------------------------
     def forward_intermediates(
@@ -149,8 +162,10 @@ class TimmInterface:
         stop_early: bool = False,
         output_fmt: str = "NCHW",
         intermediates_only: bool = False,
-    ) -> list[Any] | tuple[torch.Tensor, list[Any]]:
-        """timm's forward_intermediates: block outputs (B, D, h, w) or (B, N, D), in block order."""
+        output_dict: bool = False,
+    ) -> list[Any] | tuple[torch.Tensor, list[Any]] | dict[str, Any]:
+        """timm's forward_intermediates: block outputs (B, D, h, w) or (B, N, D), in block order; with
+        output_dict, timm's {"image_intermediates", "image_intermediates_prefix", "image_features"}."""
         if output_fmt not in ("NCHW", "NLC"):
             raise ValueError(f"output_fmt={output_fmt!r}; choose NCHW or NLC")
         chosen, last = take_indices(len(self.blocks), indices)
@@ -167,10 +182,43 @@ class TimmInterface:
         spatial = [y[:, prefix:] for y in outputs]
         if output_fmt == "NCHW":  # (B, N, D) -> (B, D, h, w), row-major over the patch grid
             spatial = [y.reshape(y.shape[0], *grid, -1).permute(0, 3, 1, 2).contiguous() for y in spatial]
+        if output_dict:
+            named: dict[str, Any] = {"image_intermediates": spatial}
+            if return_prefix_tokens and prefix:
+                named["image_intermediates_prefix"] = prefixes
+            if not intermediates_only:
+                named["image_features"] = self.norm(z)
+            return named
         result: list[Any] = list(zip(spatial, prefixes)) if return_prefix_tokens and prefix else spatial
         if intermediates_only:
             return result
         return self.norm(z), result
+
+    def prune_intermediate_layers(
+        self, indices: int | Sequence[int] = 1, prune_norm: bool = False, prune_head: bool = True
+    ) -> list[int]:
+        """timm's: drop the blocks after the last of `indices` (and the final norm, the head) for a
+        feature backbone; returns the indices kept. The config's depth follows; a model pruned of its
+        norm or head no longer matches its config, and save_pretrained refuses it."""
+        chosen, last = take_indices(len(self.blocks), indices)
+        self.blocks = self.blocks[: last + 1]
+        for name in ("relative_bias", "relative_attention", "layer_pos_embed"):  # one module per block
+            per_block = getattr(self, name, None)
+            if per_block is not None:
+                setattr(self, name, per_block[: last + 1])
+        self.config = self.config.replace(depth=last + 1)
+        if prune_norm:
+            self.norm = nn.Identity()
+        if prune_head:
+            self.fc_norm, self.pre_logits, self.head = nn.Identity(), nn.Identity(), nn.Identity()
+            self.config = self.config.replace(
+                num_classes=0,
+                pool="none",
+                class_token=self.config.has_class_token,
+                representation_size=None,
+                class_names=None,
+            )
+        return chosen
 
     def get_intermediate_layers(
         self,
@@ -206,6 +254,13 @@ class TimmInterface:
                 )
         if img_size is not None:
             self.set_image_size(img_size)
+
+    def sync_patch_embed(self) -> None:
+        """timm's patch_embed.img_size, grid_size and num_patches, for the config's image size."""
+        embed = self.patch_embed
+        embed.img_size = self.config.image_size
+        embed.grid_size = self.config.grid_size
+        embed.num_patches = self.config.num_patches
 
     # -- optimiser groups -------------------------------------------------------------------
     def group_matcher(self, coarse: bool = False) -> dict[str, Any]:

@@ -72,7 +72,7 @@ class VisionTransformer(TimmInterface, nn.Module):
             if config.backbone is not None
             else PatchEmbedding(config.patch_size, config.in_channels, dim)
         )
-        self.cls_token = nn.Parameter(torch.zeros(1, 1, dim)) if config.class_token else None
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, dim)) if config.has_class_token else None
         # Table 8's columns: one E_pos for the input, or before every layer (shared), or one per layer.
         self.layer_pos_embed: nn.ModuleList | None
         if config.pos_embed_at == "every_layer":
@@ -99,9 +99,9 @@ class VisionTransformer(TimmInterface, nn.Module):
         drop_rates = [config.drop_path * i / max(config.depth - 1, 1) for i in range(config.depth)]
         self.blocks = nn.ModuleList(self.build_block(config, rate) for rate in drop_rates)
         # vit_jax normalises all tokens before pooling; timm's GAP models normalise the pooled vector.
-        norm_after_pool = config.pool == "gap" and config.gap_norm == "after_pool"
-        self.norm = nn.Identity() if norm_after_pool else nn.LayerNorm(dim, eps=config.norm_eps)
-        self.fc_norm = nn.LayerNorm(dim, eps=config.norm_eps) if norm_after_pool else nn.Identity()
+        after = config.norm_after_pool
+        self.norm = nn.Identity() if after else nn.LayerNorm(dim, eps=config.norm_eps)
+        self.fc_norm = nn.LayerNorm(dim, eps=config.norm_eps) if after else nn.Identity()
         pooled_dim = dim * config.num_patches if config.pool == "flatten" else dim
         self.pre_logits = build_pre_logits(
             pooled_dim, config.representation_size, config.head_hidden, config.head_dropout
@@ -109,6 +109,7 @@ class VisionTransformer(TimmInterface, nn.Module):
         self.head_drop = nn.Dropout(0.0 if config.head_hidden else config.head_dropout)
         self.head = nn.Linear(config.feature_dim, config.num_classes) if config.num_classes else nn.Identity()
         self.grad_checkpointing = False
+        self.sync_patch_embed()
         self.init_weights()
 
     def build_block(self, config: ViTConfig, drop_path: float) -> nn.Module:
@@ -216,17 +217,19 @@ class VisionTransformer(TimmInterface, nn.Module):
     ) -> None:
         """Drop the pre-training head's hidden layer and attach a zero-initialised D x K layer.
 
-        timm's signature: `global_pool` ('token' or 'avg') must be the pooling the model was built
-        with; the new classes' names are a keyword.
+        timm's signature: `global_pool` is one of timm's pools ('token', 'avg', 'max', 'avgmax', or ''
+        for every token), over the tokens the model was built with; the new classes' names are a keyword.
         """
-        self.check_global_pool(global_pool)
+        pooling = self.pool_change(global_pool)
         if class_names is not None:
             class_names = [str(name) for name in class_names]
             if len(class_names) != num_classes:
                 raise ConfigError(f"{len(class_names)} class names for {num_classes} classes")
         if self.config.representation_size:
             self.pre_logits = nn.Identity()
-        self.config = self.config.replace(num_classes=num_classes, representation_size=None, class_names=class_names)
+        self.config = self.config.replace(
+            num_classes=num_classes, representation_size=None, class_names=class_names, **pooling
+        )
         reference = self.patch_embed.proj.weight
         if num_classes:
             self.head = nn.Linear(self.config.feature_dim, num_classes).to(reference.device, reference.dtype)
@@ -246,6 +249,7 @@ class VisionTransformer(TimmInterface, nn.Module):
             if module is not self and isinstance(module, ResizesGrid):
                 module.resize_grid(new_grid)
         self.config = new_config
+        self.sync_patch_embed()
 
     def no_weight_decay(self) -> set[str]:
         """Parameter names that take no weight decay: tokens, position tables, norms and biases."""

@@ -13,9 +13,11 @@ from typing import Any, Literal
 from vitlab.config_fields import CROP_PCT_RANGE, SEED_RANGE, Interpolation, Range, workers_range
 from vitlab.config_options import option
 from vitlab.data.splits import HoldOut
-from vitlab.model.config import GapNorm, Pooling, PositionEmbeddingKind
+from vitlab.model.config import GapNorm, PositionEmbeddingKind
 from vitlab.model.runtime import Device, PrecisionName
 
+# The model's pools that give one vector per image (its "none" keeps every token: nothing to train a label on).
+TrainablePooling = Literal["token", "gap", "flatten", "max", "avgmax"]
 DataParallel = Literal["ddp", "fsdp"]  # under torchrun: replicate the model, or shard it (distributed.py)
 # The evaluation numbers a run can keep its best model by (best.py); val_loss is lowest-best, the others highest.
 BestMetric = Literal["val_top1", "val_top5", "val_loss"]
@@ -60,7 +62,9 @@ class ModelSpec:
     num_heads: int | None = option(None, help="attention heads (Table 1)")
     mlp_dim: int | None = option(None, help="the MLP's hidden width (Table 1)")
     head_dim: int | None = option(None, help="one head's width (default: dim // num_heads)")
-    pool: Pooling | None = option(None, help="the class token, GAP or flatten (Sec. 3.1, Appendix D.3)")
+    pool: TrainablePooling | None = option(
+        None, help="the class token, GAP or flatten (Sec. 3.1, Appendix D.3), or timm's max / avgmax"
+    )
     gap_norm: GapNorm | None = option(
         None, help="GAP's LayerNorm: on every token before the mean (vit_jax's, the default) or on the mean (timm's)"
     )

@@ -102,6 +102,20 @@ def expected_shapes(config: ViTConfig | BiTConfig) -> dict[str, torch.Size]:
     return {key: value.shape for key, value in model.state_dict().items()}
 
 
+def check_matches_config(model: torch.nn.Module, source: str) -> None:
+    """A model whose modules its config no longer rebuilds (pruned by prune_intermediate_layers, a
+    part swapped by hand) is refused before anything is written: the folder would not load."""
+    expected = expected_shapes(model.config)  # type: ignore[arg-type]
+    found = {key: tuple(value.shape) for key, value in model.state_dict().items()}
+    try:
+        check_shapes(expected, found, source)
+    except CheckpointError as error:
+        reason = str(error).split("; ", 1)[1]
+        raise ConfigError(
+            f"{source}: the model no longer matches its config, which a folder records; {reason}"
+        ) from None
+
+
 def check_shapes(expected: Mapping[str, torch.Size], found: Mapping[str, tuple[int, ...]], source: str) -> None:
     """Raise one CheckpointError naming every missing, unexpected and mis-shaped key."""
     missing = sorted(set(expected) - set(found))

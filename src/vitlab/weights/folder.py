@@ -8,7 +8,8 @@ config.json (format_version 4) groups the ViTConfig fields by what they decide:
 
 Version 1 wrote the same fields flat beside "format"; versions 1-2 called the per-head 2-D logit
 bias pos_embed "relative" (version 3: "relative_bias"; "relative" is now the paper's); version 4 adds
-preprocessing.crop_mode (null in a migrated folder: the rule of the versions before). Every older
+preprocessing.crop_mode (null in a migrated folder: the rule of the versions before), version 5
+architecture.class_token (null: a class token exactly when pool is "token", as before). Every older
 version is migrated step by step to the current one on reading, so folders written by any vitlab
 release keep loading.
 An Axial-ViT (Appendix D.6) is a ViTConfig of another kind: the same sections and fields, plus
@@ -36,12 +37,12 @@ from vitlab.memory.budget import check_memory
 from vitlab.model import AxialConfig, BiTConfig, BiTResNet, ConfigError, VisionTransformer, ViTConfig
 from vitlab.textfiles import TextFileError, read_json
 
-from .build import build_model, check_shapes, expected_shapes
+from .build import build_model, check_matches_config, check_shapes, expected_shapes
 from .card import write_model_card
 from .files import read_shapes, read_state_dict
 
 FORMAT = "vitlab"
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 
@@ -118,11 +119,13 @@ VERSION_3_VIT = {**VERSION_2_VIT, "architecture": VERSION_2_VIT["architecture"] 
 VERSION_4_PREPROCESSING = PREPROCESSING_FIELDS + ("crop_mode",)
 VERSION_4_VIT = {**VERSION_3_VIT, "preprocessing": VERSION_4_PREPROCESSING}
 VERSION_4_BIT = {**VERSION_2_BIT, "bit.preprocessing": VERSION_4_PREPROCESSING}
+VERSION_5_VIT = {**VERSION_4_VIT, "architecture": VERSION_4_VIT["architecture"] + ("class_token",)}
 VERSION_FIELDS: dict[int, tuple[dict[str, tuple[str, ...]], dict[str, tuple[str, ...]]]] = {
     1: (VERSION_1_VIT, VERSION_2_BIT),  # (a ViT's, a BiT ResNet's)
     2: (VERSION_2_VIT, VERSION_2_BIT),
     3: (VERSION_3_VIT, VERSION_2_BIT),  # pos_embed "relative" renamed "relative_bias"; pos_embed_at added
     4: (VERSION_4_VIT, VERSION_4_BIT),  # preprocessing.crop_mode added
+    5: (VERSION_5_VIT, VERSION_4_BIT),  # architecture.class_token added
 }
 
 
@@ -176,7 +179,22 @@ def _v3_to_v4(document: dict[str, Any]) -> dict[str, Any]:
     return document
 
 
-MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4}
+def _v4_to_v5(document: dict[str, Any]) -> dict[str, Any]:
+    """Version 5 records whether there is a class token; null keeps the rule of every earlier version
+    (a class token exactly when pool is "token")."""
+    document = json.loads(json.dumps(document))
+    if "bit" not in document:
+        document["architecture"]["class_token"] = None
+    document["format_version"] = 5
+    return document
+
+
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    1: _v1_to_v2,
+    2: _v2_to_v3,
+    3: _v3_to_v4,
+    4: _v4_to_v5,
+}
 
 
 def require_fields(document: dict[str, Any], version: int, source: str) -> None:
@@ -286,6 +304,7 @@ def save_pretrained(
         from .timm_writer import save_timm
 
         return (save_timm if format == "timm" else save_hf)(model, directory)
+    check_matches_config(model, f"save_pretrained({directory})")
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     document = config_to_json(model.config, extra)

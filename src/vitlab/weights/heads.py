@@ -29,6 +29,7 @@ log = logging.getLogger("vitlab")
 
 TABLE_FILE = Path(__file__).parent / "data" / "head_counts.json"
 REGENERATE = "python -m vitlab.weights.head_table"
+TIMM_POOLS = ("token", "avg", "max", "avgmax")  # the global_pool values vitlab's ViT computes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,8 +145,7 @@ def architecture(signature: Signature, source: str) -> Behaviour:
             f"{signature.describe()} in {len(found)} ways ({choices}); pass num_heads={acts}"
         )
     ((behaviour, models),) = found.items()
-    expected_pool = "token" if signature.class_token else "avg"
-    if behaviour.block != "pre-norm" or behaviour.global_pool != expected_pool:
+    if behaviour.block != "pre-norm" or behaviour.global_pool not in TIMM_POOLS:
         raise CheckpointError(
             f"{source}: the one {signature.library} architecture of this signature ({_names(models)}) has "
             f"{behaviour.block} blocks and pool {behaviour.global_pool!r}, which vitlab's ViT does not compute"

@@ -19,6 +19,7 @@ from safetensors.torch import save_file
 
 from vitlab.model import BiTResNet, ConfigError, VisionTransformer
 
+from .build import check_matches_config
 from .hf_processor import to_processor
 from .peers import HF, check_peer
 
@@ -181,6 +182,7 @@ def save_hf(model: VisionTransformer | BiTResNet, directory: str | Path) -> Path
         document, preprocessor, state = hf_bit_config(model), hf_preprocessor(model), hf_bit_state_dict(model)
     else:
         document, preprocessor, state = hf_config(model), hf_preprocessor(model), hf_state_dict(model)
+    check_matches_config(model, f"--format hf: {directory}")
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     save_file(state, str(directory / WEIGHTS_FILE), metadata={"format": "pt"})

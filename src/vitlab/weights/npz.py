@@ -290,8 +290,8 @@ def check_exportable(config: ViTConfig) -> None:
         problems.append(f"pos_embed={config.pos_embed!r} (only 'learned')")
     if config.pos_embed_at != "input":
         problems.append(f"pos_embed_at={config.pos_embed_at!r} (only 'input')")
-    if config.pool not in ("token", "gap"):
-        problems.append(f"pool={config.pool!r} (only 'token' or 'gap')")
+    if config.pool not in ("token", "gap") or config.has_class_token != (config.pool == "token"):
+        problems.append(f"pool={config.pool!r} with class_token={config.has_class_token} (only 'token' or 'gap')")
     if config.pool == "gap" and config.gap_norm != "before_pool":
         problems.append("gap_norm='after_pool' (vit_jax normalises before pooling)")
     if getattr(config, "backbone", None) is not None:

@@ -99,7 +99,7 @@ def timm_hybrid_backbone(config: ViTConfig) -> str | None:
 TIMM = Peer(
     name="timm",
     allowed={
-        "pool": ("token", "gap"),  # global_pool 'token' / 'avg'
+        "pool": ("token", "gap", "max", "avgmax", "none"),  # global_pool 'token', 'avg', 'max', 'avgmax', ''
         "pos_embed": ("learned", "none"),  # timm's pos_embed 'learn' / 'none', added at the input
         "act": ("gelu", "gelu_tanh"),
         "norm_eps": (1e-6,),  # timm's ViT LayerNorm; model_args cannot change its epsilon
@@ -118,6 +118,7 @@ TIMM = Peer(
         "pos_resample_antialias",
         "backbone",
         "embed_dropout",
+        "class_token",
     ),
     checks=(standard_head_dim, integer_mlp_ratio, timm_hybrid_backbone),
 )
@@ -126,6 +127,7 @@ HF = Peer(
     name="hf",
     allowed={
         "pool": ("token",),  # ViTForImageClassification reads the class token
+        "class_token": (None, True),
         "pos_embed": ("learned",),
         "act": ("gelu", "gelu_tanh"),
         "backbone": (None,),  # transformers has no ResNet + ViT hybrid
@@ -142,6 +144,7 @@ PEERS = {"timm": TIMM, "hf": HF}
 HYBRID_REASONS = {"hf": "transformers has no ResNet + ViT model"}
 WHAT = {
     "pool": "pooling",
+    "class_token": "class token",
     "pos_embed": "position embedding",
     "act": "MLP activation",
     "norm_eps": "LayerNorm epsilon",

@@ -23,6 +23,7 @@ import torch
 
 from vitlab.errors import CheckpointError
 from vitlab.model import ConfigError, Preprocessing, ViTConfig
+from vitlab.model.aliases import POOL_FROM_TIMM, TIMM_POOL
 from vitlab.model.config import Activation, Pooling
 
 from .heads import (
@@ -48,8 +49,6 @@ TIMM_PREPROCESSING = Preprocessing(
     mean=(0.5,) * 3, std=(0.5,) * 3, crop_pct=0.9, interpolation="bicubic", crop_mode="center"
 )
 TIMM_DEFAULT_IMAGE_SIZE = 224  # timm's VisionTransformer(img_size=224)
-# timm's global_pool names that vitlab's ViT computes: the class token, or the patch tokens' mean.
-POOLS: dict[str, Pooling] = {"token": "token", "avg": "gap"}
 
 
 @dataclass
@@ -72,10 +71,6 @@ def is_timm_state_dict(state: Mapping[str, torch.Tensor]) -> bool:
 def timm_signature(state: Mapping[str, torch.Tensor], source: str) -> Signature:
     """What the shapes show of the architecture; refuses what vitlab's ViT cannot hold."""
     refuse_unholdable(state, source)
-    if "cls_token" in state and "fc_norm.weight" in state:
-        raise CheckpointError(
-            f"{source}: average pooling beside a class token (fc_norm with cls_token) is not a vitlab model"
-        )
     return read_signature(rename_keys(state, RULES), "timm", source)
 
 
@@ -104,13 +99,15 @@ def record_for_tag(tag: str, candidates: list[str], record: TimmRecord, source: 
 
 def heads_and_activation(
     signature: Signature, record: TimmRecord, overrides: dict[str, Any], source: str
-) -> tuple[int, Activation, str]:
-    """(num_heads, act, where they came from): num_heads= and act=, the record's model_args, its
-    architecture in the table, else the table's one architecture of this signature."""
+) -> tuple[int, Activation, str, str | None]:
+    """(num_heads, act, where they came from, the table's global_pool): num_heads= and act=, the
+    record's model_args, its architecture in the table, else the table's one architecture of this
+    signature."""
     args = record.model_args
     known = behaviour_of_model(record.architecture) if record.architecture else None
     num_heads = overrides.pop("num_heads", None) or args.get("num_heads")
     act_name = overrides.get("act") or args.get("act_layer")
+    table_pool = known.global_pool if known is not None else None
     if num_heads is not None:
         origin = "num_heads=" if "num_heads" not in args else "model_args"
     elif known is not None:
@@ -118,7 +115,7 @@ def heads_and_activation(
     else:
         behaviour = architecture(signature, source)  # logs the architectures it names
         num_heads, origin = behaviour.num_heads, "the one timm architecture of these shapes"
-        act_name = act_name or behaviour.act
+        act_name, table_pool = act_name or behaviour.act, behaviour.global_pool
     if act_name is None and known is not None and known.num_heads == num_heads:
         act_name = known.act
     if act_name is None:
@@ -131,27 +128,28 @@ def heads_and_activation(
             )
             act_name = "gelu"
     try:
-        return num_heads, table_activation(act_name), origin
+        return num_heads, table_activation(act_name), origin, table_pool
     except ConfigError:
         raise CheckpointError(f"{source}: act_layer {act_name!r} is not an activation vitlab's ViT has") from None
 
 
-def pooling(signature: Signature, record: TimmRecord, source: str) -> Pooling:
-    """vitlab's pool of the weights: the class token's when there is one, unless timm records another."""
+def pooling(signature: Signature, record: TimmRecord, table_pool: str | None, source: str) -> Pooling:
+    """vitlab's pool of the weights: timm's recorded global_pool, else the table's, else what the
+    keys imply (a class token without fc_norm: the token; fc_norm: the patch tokens' mean, said)."""
     recorded = record.model_args.get("global_pool", record.global_pool)
-    if recorded in (None, ""):
-        return "token" if signature.class_token else "gap"
-    if recorded not in POOLS:
-        raise CheckpointError(
-            f"{source}: timm's global_pool {recorded!r} is not a pooling vitlab's ViT has (token, avg)"
-        )
-    if (recorded == "token") != signature.class_token:
-        what = "a class token" if signature.class_token else "no class token"
-        raise CheckpointError(
-            f"{source}: global_pool {recorded!r} with {what} is not a vitlab model (it pools the class token when "
-            "there is one, the patch tokens' mean otherwise)"
-        )
-    return POOLS[recorded]
+    if recorded is None:
+        recorded = table_pool
+    if recorded is None and signature.class_token and signature.fc_norm:
+        log.info("%s: a class token and fc_norm: timm's global_pool 'avg' ('max' and 'avgmax' look the same)", source)
+        recorded = "avg"
+    if recorded is None:
+        recorded = "token" if signature.class_token else "avg"
+    pool = POOL_FROM_TIMM.get(recorded) if isinstance(recorded, str) else None
+    if pool is None or pool == "flatten":
+        raise CheckpointError(f"{source}: timm's global_pool {recorded!r} is not a pooling vitlab's ViT has")
+    if pool == "token" and not signature.class_token:
+        raise CheckpointError(f"{source}: global_pool 'token' without a class token is not a timm model vitlab reads")
+    return pool
 
 
 def recorded_image_size(record: TimmRecord) -> Any:
@@ -192,8 +190,8 @@ def convert_timm(
     tag = overrides.pop("pretrained_tag", None)
     if tag is not None:
         record = record_for_tag(tag, models_of(signature), record, source)
-    num_heads, act, origin = heads_and_activation(signature, record, overrides, source)
-    pool = pooling(signature, record, source)
+    num_heads, act, origin, table_pool = heads_and_activation(signature, record, overrides, source)
+    pool = pooling(signature, record, table_pool, source)
     hint = recorded_image_size(record) or overrides.get("image_size")
     state = rename_keys(state, RULES)
     image_size: Any
@@ -223,6 +221,7 @@ def convert_timm(
         num_heads=num_heads,
         mlp_dim=signature.mlp_dim,
         pool=pool,
+        class_token=signature.class_token,
         gap_norm="after_pool" if signature.fc_norm else "before_pool",
         representation_size=signature.representation_size,
         pos_embed="learned" if "pos_embed.weight" in state else "none",
@@ -242,7 +241,7 @@ def convert_timm(
         num_heads,
         origin,
         act,
-        "class-token" if pool == "token" else "average",
+        {"token": "class-token", "none": "no"}.get(pool, TIMM_POOL[pool]),
     )
     log_preprocessing(source, preprocessing, preprocessing_origin)
     return config, state

@@ -18,10 +18,10 @@ import torch
 from safetensors.torch import save_file
 
 from vitlab.model import BiTResNet, ConfigError, VisionTransformer
-from vitlab.model.aliases import timm_architecture
+from vitlab.model.aliases import TIMM_POOL, timm_architecture
 from vitlab.model.bit import timm_bit_architecture
-from vitlab.model.timm_api import TIMM_POOL
 
+from .build import check_matches_config
 from .peers import TIMM, TIMM_HYBRID_BACKBONES, check_peer
 
 log = logging.getLogger("vitlab")
@@ -46,10 +46,10 @@ def timm_config(model: VisionTransformer) -> dict[str, Any]:
         num_heads=config.num_heads,
         mlp_ratio=config.mlp_dim / config.dim,
         qkv_bias=config.qkv_bias,
-        class_token=config.class_token,
+        class_token=config.has_class_token,
         global_pool=TIMM_POOL[config.pool],
         # vit_jax's GAP normalises every token before the mean; timm's default for 'avg' normalises after.
-        fc_norm=config.pool == "gap" and config.gap_norm == "after_pool",
+        fc_norm=config.norm_after_pool,
         pos_embed="learn" if config.pos_embed == "learned" else "none",
         no_embed_class=False,
         act_layer=config.act,  # timm's names: 'gelu' (exact) and 'gelu_tanh'
@@ -137,6 +137,7 @@ def save_timm(model: VisionTransformer | BiTResNet, directory: str | Path) -> Pa
         document, state = timm_bit_config(model), timm_bit_state_dict(model)
     else:
         document, state = timm_config(model), timm_state_dict(model)
+    check_matches_config(model, f"--format timm: {directory}")
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     save_file(state, str(directory / WEIGHTS_FILE), metadata={"format": "pt"})
