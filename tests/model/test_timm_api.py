@@ -111,7 +111,7 @@ def test_reset_classifier_takes_timms_pools_as_timm_does(tmp_path, global_pool, 
 @pytest.mark.unit
 @pytest.mark.fault("bad-fields", kinds=4)
 def test_reset_classifier_refuses_what_the_built_model_cannot_pool(tmp_path):
-    gap = vitlab.create_model("Ti/16", image_size=32, depth=1, pool="gap", num_classes=2)  # no class token
+    gap = vitlab.create_model("Ti/16", image_size=32, depth=1, pool="gap", gap_norm="after_pool", num_classes=2)
     with pytest.raises(ConfigError, match="global_pool='token': this model was built without a class token"):
         gap.reset_classifier(5, "token")
     with pytest.raises(ConfigError, match="normalises the pooled vector"):

@@ -59,7 +59,7 @@ def test_run_yaml_round_trips(tmp_path):
         (
             "model.pool",
             "mean",
-            "model.pool: expected one of 'token', 'gap', 'flatten', 'max', 'avgmax', 'none' or null",
+            "model.pool: expected one of 'token', 'gap', 'flatten', 'max', 'avgmax' or null",
         ),
     ],
 )

@@ -69,6 +69,8 @@ POOL_FROM_TIMM: dict[str, Pooling] = {
     **{timm: ours for ours, timm in TIMM_POOL.items()},
     **{ours: ours for ours in TIMM_POOL},
 }
+# The global_pools after which timm's VisionTransformer normalises the pooled vector when fc_norm is None.
+TIMM_FC_NORM_POOLS = ("avg", "avgmax", "max")
 # timm's create_model keywords and the config fields they set (timm's VisionTransformer / ResNetV2).
 TIMM_KEYWORDS = {
     "img_size": "image_size",
@@ -158,13 +160,19 @@ def from_timm_keywords(options: dict[str, Any]) -> dict[str, Any]:
     fields: dict[str, Any] = {}
     if "global_pool" in options and "class_token" not in options:
         fields["class_token"] = True
+    if (
+        options.get("fc_norm") is None
+        and "gap_norm" not in options
+        and options.get("global_pool") in TIMM_FC_NORM_POOLS
+    ):
+        fields["gap_norm"] = "after_pool"  # timm's fc_norm=None: the norm after pooling for these pools
     for key, value in options.items():
         if key == "global_pool":
             key, value = "pool", POOL_FROM_TIMM.get(value, value)
         elif key == "fc_norm" and value is not None:
             key, value = "gap_norm", "after_pool" if value else "before_pool"
         elif key == "fc_norm":
-            continue  # timm's None: its default placement, which is the config's
+            continue  # timm's None: its default placement, set above
         else:
             key = TIMM_KEYWORDS.get(key, key)
         if key in fields:
