@@ -140,7 +140,7 @@ def test_config_file_flags_and_set_in_that_order(tmp_path):
 @pytest.mark.parametrize(
     "extra, message",
     [
-        (["--set", "optim.lrr=1"], "--set optim.lrr=1: unknown key 'optim.lrr'; optim has"),
+        (["--set", "optim.lrr=1"], "--set optim.lrr=1: unknown key 'optim.lrr' (did you mean optim.lr?); optim has"),
         (["--set", "optim.lr=fast"], "optim.lr: expected a number, got str 'fast'"),
         (["--lr", "-1"], "optim.lr=-1.0: must be > 0"),
         (["--image-size", "10"], "image height 10 is not divisible by patch size 4"),
