@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from . import train
     from .accel import accelerate, optimize_for_inference
     from .model import VisionTransformer, ViTConfig, config_for, list_models
+    from .train import evaluate_run
     from .weights import create_model, export_npz, list_pretrained, load, save_pretrained
 
 # Each public name and the module that defines it.
@@ -31,6 +32,7 @@ LAZY = {
     "list_pretrained": "vitlab.weights",
     "load": "vitlab.weights",
     "save_pretrained": "vitlab.weights",
+    "evaluate_run": "vitlab.train",
 }
 
 
@@ -56,6 +58,7 @@ __all__ = [
     "VisionTransformer",
     "config_for",
     "create_model",
+    "evaluate_run",
     "list_models",
     "optimize_for_inference",
     "train",

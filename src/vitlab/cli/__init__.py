@@ -25,8 +25,6 @@ from vitlab.config_fields import Range, workers_range
 
 if TYPE_CHECKING:
     from vitlab.config_options import Declared
-    from vitlab.model import BiTConfig, ViTConfig
-    from vitlab.train.config import TrainConfig
 
 log = logging.getLogger("vitlab")
 
@@ -123,43 +121,6 @@ def add_runtime_arguments(
         parser.add_argument("--precision", choices=PRECISIONS, default=default, help=precision_help or PRECISION_HELP)
 
 
-def preview(names: list[str], count: int = 5) -> str:
-    """The first few of a list of names and how many there are: "[a, b, ...] (10)"."""
-    shown = ", ".join(map(str, names[:count]))
-    return f"[{shown}{', ...' if len(names) > count else ''}] ({len(names)})"
-
-
-def check_classes(config: ViTConfig | BiTConfig, data_names: list[str], ckpt: str, data: str) -> None:
-    """The model's outputs must be the data's classes. Its class names must be the data's, or (a
-    catalogue model) ImageNet-1k's beside an ImageNet folder of WordNet IDs, matched by position. A
-    model that records no names (an imported .npz, a bare state dict) is scored by position, output k
-    as the data's k-th class: said in the log, and refused where the data has more classes than it has
-    outputs."""
-    from vitlab.weights.pretrained import imagenet_class_names, imagenet_folders
-
-    names = config.class_names
-    if names is not None:
-        if list(names) == list(data_names):
-            return
-        if imagenet_folders(data_names) and list(names) == imagenet_class_names():
-            log.info("%s's classes are ImageNet-1k's WordNet IDs, in the order of %s's classes", data, ckpt)
-            return
-        raise ValueError(f"{ckpt} was trained on classes {preview(names)}, but {data} has {preview(data_names)}")
-    if len(data_names) > config.num_classes:
-        raise ValueError(
-            f"{ckpt} has {config.num_classes} outputs and records no class names, but {data} has "
-            f"{preview(data_names)} classes: {data_names[config.num_classes]!r} and those after it cannot be scored"
-        )
-    extra = config.num_classes - len(data_names)
-    log.info(
-        "%s records no class names: output k is taken as %s's k-th class, %s in order%s",
-        ckpt,
-        data,
-        preview(data_names),
-        f"; a prediction among its {extra} outputs past them counts as wrong" if extra else "",
-    )
-
-
 def add_memory_argument(parser: argparse.ArgumentParser) -> None:
     from vitlab.train.config import MEMORY_LIMIT_HELP
 
@@ -215,17 +176,6 @@ def load_checkpoint(args: argparse.Namespace, **overrides):
     from vitlab.weights import load
 
     return load(args.ckpt, memory_limit=memory_limit(args), **overrides)
-
-
-def run_split(run: TrainConfig) -> dict[str, Any]:
-    """The load_datasets arguments that fix how `run` split its data: the fractions, the dev split and the seed."""
-    return {
-        "val_fraction": run.data.val_fraction,
-        "seed": run.run.seed,
-        "train_fraction": run.data.train_fraction,
-        "dev_fraction": run.data.dev_fraction,
-        "dev_split": run.data.dev_split,
-    }
 
 
 def writable_folder(path: str | os.PathLike, flag: str = "--out") -> Path:

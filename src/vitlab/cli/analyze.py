@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from . import COMMANDS, add_checkpoint_argument, add_runtime_arguments, run_split, with_examples, worker_count
+from . import COMMANDS, add_checkpoint_argument, add_runtime_arguments, with_examples, worker_count
 
 if TYPE_CHECKING:
     from vitlab.model import BiTConfig, ViTConfig
@@ -110,7 +110,7 @@ def load_images(paths: list[str] | None, transform, limit: int) -> torch.Tensor:
 def analysed_data(args: argparse.Namespace) -> tuple[str | None, Any, Path | None]:
     """(--data or the run's data source, the run's config, its run.yaml); no source with --images or
     without either."""
-    from vitlab.cli.evaluate import read_run
+    from vitlab.train.run_evaluation import read_run
 
     if args.images:
         return None, None, None
@@ -122,10 +122,10 @@ def dataset_batches(
     args: argparse.Namespace, transform, config: ViTConfig | BiTConfig, source: str, run, run_file: Path | None
 ):
     """The DataLoader over the validation split of `source` (analysed_data), and its class names."""
-    from vitlab.cli import check_classes
     from vitlab.data import load_datasets
     from vitlab.train.config import TrainConfig
     from vitlab.train.loader import eval_loader
+    from vitlab.train.run_evaluation import check_classes, run_split
 
     base = run or TrainConfig()  # the split a new run would make, for --data without a run
     if run is not None:

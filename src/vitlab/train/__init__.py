@@ -11,6 +11,7 @@ from vitlab.logs import ensure_handler
 from .callbacks import Callback, MetricsFile, ProgressBar
 from .config import TrainConfig, apply_mapping
 from .recipes import RECIPES, get_recipe
+from .run_evaluation import RunEvaluation, evaluate_run
 from .trainer import Diverged, Interrupted, Trainer, TrainResult
 
 
@@ -46,9 +47,11 @@ __all__ = [
     "MetricsFile",
     "ProgressBar",
     "RECIPES",
+    "RunEvaluation",
     "TrainConfig",
     "TrainResult",
     "Trainer",
+    "evaluate_run",
     "get_recipe",
     "train",
 ]
