@@ -77,7 +77,7 @@ def report(args: argparse.Namespace) -> int:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from vitlab.bench import PRESETS, BenchConfig, CaseSpec, run_bench, write
+    from vitlab.bench import run_bench, write
     from vitlab.bench.machine import capability_text
     from vitlab.bench.presets import INT8_ACCURACY_PRESETS, misfit
     from vitlab.bench.report import with_document_keys
@@ -97,26 +97,7 @@ def run(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     if args.pipeline:
         return run_pipeline(args)
-    specs = (
-        [CaseSpec.parse(text, args.image_size, args.batch) for text in args.cases]
-        if args.cases
-        else PRESETS[args.preset]()
-    )
-    wanted: list[str] = []
-    if args.variants:
-        wanted = [name for name in args.variants.split(",") if name]
-        specs = [spec for spec in specs if spec.case.variant in wanted]
-        if not specs:
-            raise ValueError(f"--variants {args.variants}: no case of the run is of these variants")
-    config = BenchConfig(
-        cases=specs,
-        implementations=tuple(name for name in args.impls.split(",") if name),
-        modes=tuple(name for name in args.modes.split(",") if name) if args.modes else None,
-        rounds=args.rounds,
-        warmup=args.warmup,
-        device=args.device,
-        memory=not args.no_memory,
-    )
+    config, wanted = bench_config(args)
     preset = None if args.cases else args.preset
     if preset and (why := misfit(preset)):
         logging.getLogger("vitlab").warning(why)
@@ -139,6 +120,33 @@ def run(args: argparse.Namespace) -> int:
             )
     print(f"wrote {json_path} and {md_path}")
     return 0
+
+
+def bench_config(args: argparse.Namespace):
+    """The BenchConfig of the CASEs named (else the preset's), only those of --variants; with those variants."""
+    from vitlab.bench import PRESETS, BenchConfig, CaseSpec
+
+    specs = (
+        [CaseSpec.parse(text, args.image_size, args.batch) for text in args.cases]
+        if args.cases
+        else PRESETS[args.preset]()
+    )
+    wanted: list[str] = []
+    if args.variants:
+        wanted = [name for name in args.variants.split(",") if name]
+        specs = [spec for spec in specs if spec.case.variant in wanted]
+        if not specs:
+            raise ValueError(f"--variants {args.variants}: no case of the run is of these variants")
+    config = BenchConfig(
+        cases=specs,
+        implementations=tuple(name for name in args.impls.split(",") if name),
+        modes=tuple(name for name in args.modes.split(",") if name) if args.modes else None,
+        rounds=args.rounds,
+        warmup=args.warmup,
+        device=args.device,
+        memory=not args.no_memory,
+    )
+    return config, wanted
 
 
 def run_pipeline(args: argparse.Namespace) -> int:

@@ -87,6 +87,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         precision_help="default: the run's, else auto",
     )
     parser.add_argument("--workers", type=worker_count(), default=0, help="data-loader worker processes")
+    add_split_options(parser)
+    parser.add_argument(
+        "--real-labels",
+        metavar="REAL_JSON",
+        help="also score ImageNet-ReaL: real.json of google-research/reassessed-imagenet, one label "
+        "list per scored image in sorted file-name order",
+    )
+    parser.set_defaults(func=run_eval)
+
+
+def add_split_options(parser: argparse.ArgumentParser) -> None:
+    """The flags that decide which images are scored, each defaulting to the run's."""
     parser.add_argument("--seed", type=number(int, SEED_RANGE), help="seed of the held-out split (default: the run's)")
     parser.add_argument(
         "--val-fraction",
@@ -106,13 +118,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="X",
         help="unreadable images tolerated in the scored split (default: the run's)",
     )
-    parser.add_argument(
-        "--real-labels",
-        metavar="REAL_JSON",
-        help="also score ImageNet-ReaL: real.json of google-research/reassessed-imagenet, one label "
-        "list per scored image in sorted file-name order",
-    )
-    parser.set_defaults(func=run_eval)
 
 
 def run_eval(args: argparse.Namespace) -> int:

@@ -60,6 +60,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--seeds", type=int, nargs="+", help="seeds; results are averaged over them")
     parser.add_argument("--image-size", type=int, default=16, help="pixels (default 16, for digits; 32 for CIFAR)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per run (default 1)")
+    add_experiment_options(parser)
+    parser.set_defaults(func=run)
+
+
+def add_experiment_options(parser: argparse.ArgumentParser) -> None:
+    """The options that one experiment or a few read, each help naming them."""
     parser.add_argument(
         "--fractions", type=float, nargs="+", help="data-scaling: training-set fractions (default 0.1 0.25 0.5 1)"
     )
@@ -116,7 +122,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="compute-cost: the memory the largest batch must fit, in MiB (default 128)",
     )
     parser.add_argument("--rounds", type=int, default=3, help="compute-cost: timed rounds, median reported (default 3)")
-    parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
