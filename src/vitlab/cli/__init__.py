@@ -172,10 +172,15 @@ def memory_limit(args: argparse.Namespace) -> int | None:
 
 
 def load_checkpoint(args: argparse.Namespace, **overrides):
-    """vitlab.load(--ckpt) within --memory-limit."""
+    """vitlab.load(--ckpt) within --memory-limit; an unfinished run's folder (or one of its checkpoint
+    files) as its newest intact checkpoint's model."""
+    from vitlab.train.unfinished import load_training_checkpoint, training_checkpoint
     from vitlab.weights import load
 
-    return load(args.ckpt, memory_limit=memory_limit(args), **overrides)
+    overrides["memory_limit"] = memory_limit(args)
+    if (path := training_checkpoint(args.ckpt)) is not None:
+        return load_training_checkpoint(path, str(args.ckpt), **overrides)
+    return load(args.ckpt, **overrides)
 
 
 def writable_folder(path: str | os.PathLike, flag: str = "--out") -> Path:

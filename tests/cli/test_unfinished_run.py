@@ -1,0 +1,48 @@
+"""A run stopped before its end is usable: predict, eval and export take its folder (and a checkpoint
+file of it) as the newest intact checkpoint's model, and log the step they used."""
+
+from __future__ import annotations
+
+import logging
+import signal
+
+import pytest
+
+from helpers import SignalAt, tiny_config, write_class_folders
+from vitlab.cli import main
+from vitlab.train import Interrupted, Trainer
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def stopped_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("stopped") / "run"
+    with pytest.raises(Interrupted):
+        Trainer(tiny_config(out, run={"ckpt_every_steps": 2}), callbacks=[SignalAt(7, signal.SIGTERM)]).fit()
+    assert not (out / "config.json").exists()  # no model folder: the run did not finish
+    return out
+
+
+@pytest.mark.parametrize("command", ["predict", "eval", "export"])
+def test_a_stopped_run_folder_serves_its_newest_checkpoint(stopped_run, tmp_path, command, caplog):
+    image = write_class_folders(tmp_path / "images", {"a": 1})[0]
+    argv = {
+        "predict": ["predict", "--ckpt", str(stopped_run), str(image)],
+        "eval": ["eval", "--ckpt", str(stopped_run), "--out", str(tmp_path / "eval.json")],
+        "export": ["export", "--ckpt", str(stopped_run), "--format", "npz", "--out", str(tmp_path / "model.npz")],
+    }[command]
+    with caplog.at_level(logging.INFO, logger="vitlab"):
+        assert main(argv) == 0
+    used = [m for m in caplog.messages if "an unfinished run" in m]
+    assert used == [
+        f"{stopped_run}: an unfinished run; using checkpoint step-00000007.pt, step 7 (of a run of 20 steps)"
+    ]
+
+
+def test_a_checkpoint_file_of_the_run_loads_too(stopped_run, tmp_path, caplog):
+    image = write_class_folders(tmp_path / "images", {"a": 1})[0]
+    older = stopped_run / "checkpoints" / "step-00000006.pt"
+    with caplog.at_level(logging.INFO, logger="vitlab"):
+        assert main(["predict", "--ckpt", str(older), str(image)]) == 0
+    assert any(m.endswith("using checkpoint step-00000006.pt, step 6 (of a run of 20 steps)") for m in caplog.messages)
