@@ -23,7 +23,8 @@ class CommandParser(argparse.ArgumentParser):
         try:
             super()._check_value(action, value)
         except argparse.ArgumentError as error:
-            hint = did_you_mean(value, action.choices or ()) if isinstance(value, str) else ""
+            choices = list(action.choices or ())  # with one choice, argparse's "choose from" already says it
+            hint = did_you_mean(value, choices) if isinstance(value, str) and len(choices) > 1 else ""
             raise argparse.ArgumentError(action, f"{error.message}{hint}") from None
 
     def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
