@@ -5,19 +5,30 @@ from __future__ import annotations
 import pytest
 
 from vitlab.bench import PRESETS, Case, Mode
-from vitlab.bench.presets import INT8_ACCURACY_PRESETS
+from vitlab.bench.presets import INT8_ACCURACY_PRESETS, SAME_NUMERICS
 from vitlab.bench.report import targets_table
-from vitlab.bench.targets import BEST_PEER, EAGER, TARGETS, Side, Target
+from vitlab.bench.targets import BEST_PEER, EAGER, LATENCY_BATCH, TARGETS, Side, Target
 from vitlab.model import config_for
 
 pytestmark = pytest.mark.unit
 
 
 def cases_of(preset: str) -> dict[tuple, tuple]:
+    """The preset's throughput cases (the batch-1 latency ones aside)."""
     return {
         (s.case.variant, s.case.image_size, s.case.task, s.case.dtype): (s.implementations, s.modes)
         for s in PRESETS[preset]()
+        if s.case.batch != LATENCY_BATCH
     }
+
+
+def test_standard_measures_batch_1_latency_of_every_implementation_computing_the_cases_numbers():
+    latency = {(s.case.variant, s.case.dtype): s for s in PRESETS["standard"]() if s.case.batch == LATENCY_BATCH}
+    assert set(latency) == {("S/16", "fp32"), ("S/16", "bf16"), ("B/16", "bf16")}
+    for spec in latency.values():
+        assert spec.case.task == "infer" and set(spec.implementations) == set(SAME_NUMERICS)
+        assert "fast" in spec.modes
+    assert any(s.case.batch == LATENCY_BATCH for s in PRESETS["tiny"]())
 
 
 def test_res384_runs_s16_and_b16_at_the_fine_tuning_resolution():

@@ -4,7 +4,9 @@ For each case every implementation is built at the same size, run in each of its
 first, which is also where torch.compile compiles), then all contenders are timed in interleaved
 rounds. Each implementation is reported in its best mode (highest median images/s), with the peak
 memory of one step in that mode and its model FLOPs utilisation against this machine's GEMM peak
-(onnxruntime's memory is its own, outside PyTorch's allocator: not measured).
+(onnxruntime's memory is its own, outside PyTorch's allocator: not measured). Every call is also
+timed on its own: the median and 90th percentile of those are the latency, the row a batch-1 case
+reports (what serving one image costs).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from .machine import capability_text, describe, gemm_peak, load_average, utilisa
 from .memory import step_peak_bytes
 from .report import gflops
 from .steps import DTYPES, Case, Mode, make_step
-from .timing import calls_per_sample, interleaved, repeated, time_once
+from .timing import calls_per_sample, each_call, interleaved, latency_ms, time_once
 
 log = logging.getLogger("vitlab")
 
@@ -90,6 +92,7 @@ class Contender:
     calls: int = 1  # steps per timed sample
     seconds: list[float] = field(default_factory=list)  # per step, one per round
     images_per_s: float = 0.0  # batch / median seconds
+    latency_ms: dict[str, float] | None = None  # median and p90 of single calls, in ms
     error: str | None = None
 
 
@@ -103,6 +106,7 @@ class Row:
     modes: dict[str, float]  # images/s of every mode tried
     peak_memory_mib: float | None
     mfu: float | None
+    latency_ms: dict[str, float] | None = None  # of the best mode: median and p90 of single calls, in ms
 
 
 @dataclass
@@ -165,11 +169,13 @@ def run_case(spec: CaseSpec, config: BenchConfig, device: torch.device, peak: di
             if step is not None:
                 steps[key] = step
                 log.info("  ready %-24s in %5.1f s", key, contender.setup_s)
-    timed = {key: repeated(step, contenders[key].calls) for key, step in steps.items()}
+    calls: dict[str, list[float]] = {key: [] for key in steps}
+    timed = {key: each_call(step, contenders[key].calls, device, calls[key]) for key, step in steps.items()}
     for key, seconds in interleaved(timed, config.rounds, device).items():
         contender = contenders[key]
         contender.seconds = [value / contender.calls for value in seconds]
         contender.images_per_s = case.batch / statistics.median(contender.seconds)
+        contender.latency_ms = latency_ms(calls[key])
 
     flops = model_flops(config_for(case.variant, image_size=case.image_size), train=case.task == "train")
     rows = []
@@ -184,10 +190,14 @@ def run_case(spec: CaseSpec, config: BenchConfig, device: torch.device, peak: di
         if config.memory and implementation not in ONNXRUNTIME:
             memory = step_peak_bytes(steps[f"{implementation} {best}"], device) / 2**20
         mfu = utilisation(flops, tried[best], case.dtype, peak, implementation in OTHER_NUMERICS)
-        rows.append(Row(implementation, best, tried[best], tried, memory, mfu))
+        latency = contenders[f"{implementation} {best}"].latency_ms
+        rows.append(Row(implementation, best, tried[best], tried, memory, mfu, latency))
     result = CaseResult(case, flops, rows, list(contenders.values()), load_average())
     for row in rows:
-        log.info("  %-12s %-14s %8.1f images/s", row.implementation, row.mode, row.images_per_s)
+        latency = (
+            f", {row.latency_ms['median']:.2f} ms median, {row.latency_ms['p90']:.2f} ms p90" if row.latency_ms else ""
+        )
+        log.info("  %-12s %-14s %8.1f images/s%s", row.implementation, row.mode, row.images_per_s, latency)
     ratio, best_peer = result.ratio(), result.best_peer
     if ratio is not None and best_peer is not None:  # a ratio needs a peer
         log.info("  vitlab / best peer (%s): %.2fx", best_peer.implementation, ratio)

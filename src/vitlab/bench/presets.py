@@ -4,7 +4,8 @@ Compiling takes most of a run (5-45 s per contender on 2 cores), so `standard` t
 can win: bf16 inference compiles with bf16 weights only (with autocast it was never faster, see
 docs/benchmarks.md), training pits vitlab against timm, and B/16, where everyone is GEMM-bound, is
 measured for inference only (`vitlab bench B/16:train:bf16:8:vitlab,timm` adds training: 2 more
-minutes). `full` tries every mode of every implementation. `res384` is the paper's fine-tuning
+minutes). Batch 1, what serving one image costs, is measured for S/16 (fp32 and bf16) and B/16 (bf16):
+every implementation's latency, median and 90th percentile. `full` tries every mode of every implementation. `res384` is the paper's fine-tuning
 resolution, `int8` vitlab's and onnxruntime's int8 models against vitlab's fast path. targets.TARGETS holds what each
 preset's ratios must reach (targets.py; docs/benchmarks.md says met / not met from the run's own numbers).
 """
@@ -18,6 +19,7 @@ from vitlab.accel.kernels import native
 from .harness import CaseSpec
 from .implementations import IMPLEMENTATIONS, ONNXRUNTIME, OTHER_NUMERICS
 from .steps import Case
+from .targets import LATENCY_BATCH
 
 INFER_FP32 = ("eager", "compile", "fast")
 INFER_BF16 = ("eager", "eager+bf16w", "compile+bf16w", "fast")
@@ -43,7 +45,17 @@ def standard() -> list[CaseSpec]:
             CaseSpec(Case(variant, 224, batch, "bf16", "train"), VERSUS_TIMM, TRAIN),
         ]
     specs.append(CaseSpec(Case("B/16", 224, 8, "bf16", "infer"), VERSUS_TIMM, INFER_BF16))
-    return specs
+    return specs + latency()
+
+
+def latency() -> list[CaseSpec]:
+    """Batch 1 inference, every implementation computing the case's numbers: S/16 in fp32 and bf16,
+    B/16 in bf16."""
+    return [
+        CaseSpec(Case("S/16", 224, LATENCY_BATCH, "fp32", "infer"), SAME_NUMERICS, INFER_FP32),
+        CaseSpec(Case("S/16", 224, LATENCY_BATCH, "bf16", "infer"), SAME_NUMERICS, INFER_BF16_WEIGHTS),
+        CaseSpec(Case("B/16", 224, LATENCY_BATCH, "bf16", "infer"), SAME_NUMERICS, INFER_BF16_WEIGHTS),
+    ]
 
 
 def full() -> list[CaseSpec]:
@@ -81,7 +93,8 @@ def int8() -> list[CaseSpec]:
 
 
 def tiny() -> list[CaseSpec]:
-    """Seconds, not minutes: a smoke test of the harness, with the int8 rows of `int8`."""
+    """Seconds, not minutes: a smoke test of the harness, with the int8 rows of `int8` and a batch-1
+    latency case."""
     return [
         CaseSpec(
             Case("mu/8", 32, 2, "fp32", "infer"),
@@ -90,6 +103,9 @@ def tiny() -> list[CaseSpec]:
         ),
         CaseSpec(Case("mu/8", 32, 2, "bf16", "infer"), ("vitlab",), ("fast",)),
         CaseSpec(Case("mu/8", 32, 2, "bf16", "train"), VERSUS_TIMM, ("eager",)),
+        CaseSpec(
+            Case("mu/8", 32, LATENCY_BATCH, "fp32", "infer"), ("vitlab", "timm", "onnxruntime"), ("eager", "fast")
+        ),
     ]
 
 

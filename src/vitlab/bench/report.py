@@ -11,7 +11,7 @@ from pathlib import Path
 
 from .implementations import OTHER_NUMERICS
 from .machine import capability_text, cpu_text, utilisation
-from .targets import TARGETS
+from .targets import LATENCY_BATCH, TARGETS
 
 INT8_POINTS_LOST = 0.5  # the most top-1 points int8 may lose on the digits model
 KIND = "model-only"  # the "kind" of a model-only result; other benchmarks write their own kinds
@@ -108,6 +108,35 @@ def accuracy_lines(result: dict) -> list[str]:
     return [*lines, ""]
 
 
+def latency_lines(cases: list[dict]) -> list[str]:
+    """The batch-1 cases' latency rows: each implementation in its best mode, the median and 90th
+    percentile of single calls over the interleaved rounds, and vitlab's median over its own."""
+    latency_cases = [case for case in cases if case["batch"] == LATENCY_BATCH]
+    if not latency_cases:
+        return []
+    lines = [
+        "",
+        f"Batch {LATENCY_BATCH} latency (what serving one image costs): each implementation in its best mode, "
+        "the median and 90th percentile of single calls over the interleaved rounds.",
+        "",
+        "| model | dtype | implementation | mode | median ms | p90 ms | its median / vitlab's |",
+        "|---|---|---|---|---:|---:|---:|",
+    ]
+    for case in latency_cases:
+        rows = {row["implementation"]: row for row in case["rows"]}
+        mine = (rows.get("vitlab") or {}).get("latency_ms")
+        for row in case["rows"]:
+            latency = row.get("latency_ms")
+            if latency is None:
+                continue
+            ratio = latency["median"] / mine["median"] if mine else None
+            lines.append(
+                f"| {case_name(case)} | {case['dtype']} | {row['implementation']} | {row['mode']} "
+                f"| {latency['median']:.2f} | {latency['p90']:.2f} | {fmt(ratio, '.2f', 'x')} |"
+            )
+    return lines
+
+
 def markdown(results: dict) -> str:
     peak, machine = results["gemm_peak_flops"], results["machine"]
     lines = [
@@ -150,6 +179,7 @@ def markdown(results: dict) -> str:
                 f"| {row['images_per_s']:.1f} | {fmt(mfu and 100 * mfu, '.0f', '%')} "
                 f"| {fmt(row['peak_memory_mib'], '.0f')} | {modes} |"
             )
+    lines += latency_lines(results["cases"])
     return "\n".join(lines) + "\n"
 
 

@@ -1,7 +1,9 @@
 """The speed targets a preset is held to, checked on a run's own numbers (never typed by hand).
 
 A target is a ratio of two rows of one run, e.g. vitlab over the best peer in the same case, or
-vitlab's int8 path in the fp32 case over its bf16 fast path, and the least it must be.
+vitlab's int8 path in the fp32 case over its bf16 fast path, and the least it must be. A target reads
+the case of its batch, where it names one (LATENCY_BATCH: what serving one image costs), else the
+case at the preset's throughput batch, which is never LATENCY_BATCH.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from dataclasses import dataclass
 from .implementations import ONNXRUNTIME, OTHER_NUMERICS
 
 BEST_PEER = "best peer"  # a Side's implementation: the case's fastest peer in its best mode
+LATENCY_BATCH = 1
 EAGER = "eager*"  # a Side's mode: the fastest of its eager modes (eager, eager+bf16w); with BEST_PEER, of
 # the PyTorch peers' (onnxruntime has no eager mode: its one session optimizes the graph)
 
@@ -29,10 +32,19 @@ class Side:
         mode = f" {self.mode}" if self.mode else ""
         return f"{self.implementation}{mode} ({self.dtype} {self.task})"
 
-    def case(self, cases: list[dict], variant: str, image_size: int) -> dict | None:
-        """The run's case (JSON dict) this side is read from; None when the run lacks it."""
+    def case(self, cases: list[dict], variant: str, image_size: int, batch: int | None = None) -> dict | None:
+        """The run's case (JSON dict) this side is read from, at `batch` (None: at any batch but
+        LATENCY_BATCH); None when the run lacks it."""
         wanted = (variant, image_size, self.task, self.dtype)
-        return next((c for c in cases if (c["variant"], c["image_size"], c["task"], c["dtype"]) == wanted), None)
+        return next(
+            (
+                c
+                for c in cases
+                if (c["variant"], c["image_size"], c["task"], c["dtype"]) == wanted
+                and (c.get("batch") == batch if batch is not None else c.get("batch") != LATENCY_BATCH)
+            ),
+            None,
+        )
 
     def choice(self, case: dict) -> tuple[str, str] | None:
         """The (implementation, mode) this side stands for in `case`."""
@@ -45,9 +57,9 @@ class Side:
         mode = self.mode or max(row["modes"], key=row["modes"].get)
         return (name, mode) if mode in row["modes"] else None
 
-    def speed(self, cases: list[dict], variant: str, image_size: int) -> float | None:
+    def speed(self, cases: list[dict], variant: str, image_size: int, batch: int | None = None) -> float | None:
         """images/s of this side in the run's `cases`; None when the run lacks it."""
-        case = self.case(cases, variant, image_size)
+        case = self.case(cases, variant, image_size, batch)
         choice = self.choice(case) if case else None
         if case is None or choice is None:
             return None
@@ -75,22 +87,24 @@ class Target:
     numerator: Side
     denominator: Side
     at_least: float
+    batch: int | None = None  # the case's batch where the target names one (LATENCY_BATCH)
 
     @property
     def label(self) -> str:
-        return f"{self.variant} @{self.image_size}: {self.numerator} / {self.denominator} >= {self.at_least:g}x"
+        batch = f" batch {self.batch}" if self.batch is not None else ""
+        return f"{self.variant} @{self.image_size}{batch}: {self.numerator} / {self.denominator} >= {self.at_least:g}x"
 
     def ratio(self, cases: list[dict]) -> float | None:
         """The ratio of the two sides' speeds (each the median over the run's rounds)."""
-        top = self.numerator.speed(cases, self.variant, self.image_size)
-        bottom = self.denominator.speed(cases, self.variant, self.image_size)
+        top = self.numerator.speed(cases, self.variant, self.image_size, self.batch)
+        bottom = self.denominator.speed(cases, self.variant, self.image_size, self.batch)
         return None if top is None or bottom is None else top / bottom
 
     def round_ratios(self, cases: list[dict]) -> list[float] | None:
         """The ratio within each interleaved round, where both sides were timed in the same rounds (one
         case): the spread says how far the run's noise reaches. None across cases (int8 over bf16)."""
-        top_case = self.numerator.case(cases, self.variant, self.image_size)
-        if top_case is None or top_case is not self.denominator.case(cases, self.variant, self.image_size):
+        top_case = self.numerator.case(cases, self.variant, self.image_size, self.batch)
+        if top_case is None or top_case is not self.denominator.case(cases, self.variant, self.image_size, self.batch):
             return None
         top, bottom = self.numerator.choice(top_case), self.denominator.choice(top_case)
         timed = {(c["implementation"], c["mode"]): c.get("seconds") for c in top_case.get("contenders", [])}

@@ -45,6 +45,26 @@ def repeated(step: Callable[[], object], calls: int) -> Callable[[], object]:
     return run
 
 
+def each_call(step: Callable[[], object], calls: int, device: torch.device, into: list[float]) -> Callable[[], object]:
+    """`step` called `calls` times in a row, as `repeated`, with each call's seconds appended to `into`:
+    a latency's percentiles are over single calls, not over samples' means."""
+
+    def run() -> None:
+        for _ in range(calls):
+            into.append(time_once(step, device))
+
+    return run
+
+
+def latency_ms(seconds: list[float]) -> dict[str, float] | None:
+    """The median and 90th percentile of single calls' `seconds`, in ms; None for no calls."""
+    if not seconds:
+        return None
+    ms = sorted(1e3 * value for value in seconds)
+    p90 = statistics.quantiles(ms, n=10, method="inclusive")[-1] if len(ms) > 1 else ms[0]
+    return {"median": round(statistics.median(ms), 4), "p90": round(p90, 4)}
+
+
 def calls_per_sample(warm: list[float], min_sample_s: float) -> int:
     """Steps per timed sample so that one sample lasts at least `min_sample_s`, from the warm-up
     times: the slowest call after the first (which may compile), since on a shared machine too few
