@@ -191,7 +191,7 @@ def _tree_without_loops(root: Path) -> None:
 def test_the_listing_of_a_folder_without_loops_or_duplicates_is_torchvisions(tmp_path):
     from torchvision.datasets.folder import make_dataset
 
-    from vitlab.data.folder import list_class_files
+    from vitlab.data.image_folder import list_class_files
     from vitlab.data.images import is_image_file
 
     root = tmp_path / "data"

@@ -16,7 +16,7 @@ from vitlab.errors import ConfigError
 from vitlab.model import config_for, create_untrained
 from vitlab.train import Trainer
 from vitlab.train.config import OptimSpec
-from vitlab.train.layers import freeze_layers
+from vitlab.train.layer_groups import freeze_layers
 from vitlab.train.optim import build_optimizer, layer_decay_groups
 from vitlab.weights.keys import rename_keys
 from vitlab.weights.timm import RULES as TIMM_TO_VITLAB

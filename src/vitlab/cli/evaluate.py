@@ -70,7 +70,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "of the training images), train (what the run trained on), or all of them",
     )
     parser.add_argument("--image-size", type=int, help="evaluate at this resolution (E_pos resampled)")
-    from vitlab.export.runtime import RUNTIMES
+    from vitlab.export.onnx_runtime import RUNTIMES
 
     parser.add_argument(
         "--runtime",

@@ -110,7 +110,7 @@ def load_datasets(
     if download:
         raise ValueError(f"--download only fetches CIFAR-10/100, not {kind} source {location!r}")
     if kind == "imagefolder":
-        from .folder import load_folder_splits as load_splits
+        from .image_folder import load_folder_splits as load_splits
     else:
         from .shards import load_shard_splits as load_splits
     return load_splits(

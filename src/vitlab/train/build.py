@@ -20,7 +20,7 @@ from vitlab.model.runtime import resolve_device
 from vitlab.weights import load
 
 from .config import ModelSpec, TrainConfig
-from .layers import freeze_layers
+from .layer_groups import freeze_layers
 from .loader import eval_loader, train_loader
 from .processes import Processes, from_environment
 

@@ -3,7 +3,7 @@
 Parameter groups follow the reference code: weight decay applies to the weight matrices only,
 never to norms, biases, the class token or position embeddings (`model.no_weight_decay()`).
 With `optim.layer_decay` (BEiT / MAE fine-tuning) the groups are those of timm's
-`param_groups_layer_decay`: one pair per layer of layers.py, layer l of n taking the learning rate
+`param_groups_layer_decay`: one pair per layer of layer_groups.py, layer l of n taking the learning rate
 times layer_decay ** (n - 1 - l), so the head trains at the full rate and the embeddings slowest.
 Frozen parameters (requires_grad False, layers.freeze_layers) are left out of every group.
 The schedule is a linear warm-up to the peak learning rate, then linear or cosine decay (or none).
@@ -22,7 +22,7 @@ from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from .config import OptimSpec, ScheduleSpec
 from .distributed import full_tensor
-from .layers import layer_ids
+from .layer_groups import layer_ids
 
 log = logging.getLogger("vitlab")
 
