@@ -8,7 +8,7 @@ TORCH_PINS ?= torch==2.14.1 torchvision==0.29.1
 # The oldest torch pyproject.toml accepts: `make test-torch-floor` runs the fast tier on it.
 TORCH_FLOOR_PINS ?= torch==2.9.1 torchvision==0.24.1
 
-.PHONY: install demo test test-fast test-torch-floor wheel-demo lint hooks commits clean browser bench bench-avx2 bench-384 bench-int8 bench-pipelines bench-doc experiments-doc
+.PHONY: install demo docs test test-fast test-torch-floor wheel-demo lint hooks commits clean browser bench bench-avx2 bench-384 bench-int8 bench-pipelines bench-doc experiments-doc
 
 install: $(STAMP)
 
@@ -66,6 +66,17 @@ wheel-demo: $(STAMP)
 	$(WHEEL_VENV)/bin/python -m pip install -q $(TORCH_PINS) build/dist/vitlab-*.whl
 	cd "$$(mktemp -d)" && $(abspath $(WHEEL_VENV))/bin/python -c "import vitlab; print(vitlab.__file__)" \
 		| grep -q "$(abspath $(WHEEL_VENV))/lib/.*/site-packages/vitlab" && $(abspath $(WHEEL_VENV))/bin/vitlab demo --out demo
+
+# The documentation site (mkdocs.yml): docs/ with the reference pages generated from the code at build
+# time (docs/hooks/reference.py), built into build/site; --strict fails on a broken link or reference.
+DOCS_STAMP := $(VENV)/.vitlab-docs-installed
+
+$(DOCS_STAMP): $(STAMP)
+	$(PY) -m pip install -q -e '.[docs]'
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 # Static checks, configured in pyproject.toml ([tool.ruff], [tool.mypy]); the `test` extra installs
 # the `lint` one (ruff, mypy and the stub packages).
