@@ -74,7 +74,14 @@ def test_print_config_prints_the_resolved_config_and_creates_nothing(tmp_path, c
         )
         == 0
     )
-    assert yaml.safe_load(capsys.readouterr().out)["recipe"] == "paper-finetune:cifar10" and not out.exists()
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert printed["recipe"] == "finetune" and not out.exists()
+    # The checkpoint's own size, a workstation's batch and length: the paper's scale only when asked.
+    assert (printed["model"]["image_size"], printed["data"]["batch_size"], printed["schedule"]["steps"]) == (
+        None,
+        128,
+        500,
+    )
 
 
 @pytest.mark.unit

@@ -8,6 +8,7 @@ import signal
 
 import pytest
 
+import vitlab
 from helpers import SignalAt, tiny_config, write_class_folders
 from vitlab.cli import main
 from vitlab.train import Interrupted, Trainer
@@ -46,3 +47,12 @@ def test_a_checkpoint_file_of_the_run_loads_too(stopped_run, tmp_path, caplog):
     with caplog.at_level(logging.INFO, logger="vitlab"):
         assert main(["predict", "--ckpt", str(older), str(image)]) == 0
     assert any(m.endswith("using checkpoint step-00000006.pt, step 6 (of a run of 20 steps)") for m in caplog.messages)
+
+
+def test_finetune_from_a_stopped_run_trains_at_its_image_size(stopped_run, tmp_path, caplog):
+    out = tmp_path / "tuned"
+    argv = ["finetune", "--ckpt", str(stopped_run), "--data", "digits", "--steps", "1", "--threads", "1"]
+    with caplog.at_level(logging.INFO, logger="vitlab"):
+        assert main([*argv, "--out", str(out)]) == 0
+    assert any("using checkpoint step-00000007.pt" in m for m in caplog.messages)
+    assert vitlab.load(out).config.image_size == (8, 8)  # the stopped run's (tiny_config), not 384

@@ -174,13 +174,9 @@ def memory_limit(args: argparse.Namespace) -> int | None:
 def load_checkpoint(args: argparse.Namespace, **overrides):
     """vitlab.load(--ckpt) within --memory-limit; an unfinished run's folder (or one of its checkpoint
     files) as its newest intact checkpoint's model."""
-    from vitlab.train.unfinished import load_training_checkpoint, training_checkpoint
-    from vitlab.weights import load
+    from vitlab.train.unfinished import load_model
 
-    overrides["memory_limit"] = memory_limit(args)
-    if (path := training_checkpoint(args.ckpt)) is not None:
-        return load_training_checkpoint(path, str(args.ckpt), **overrides)
-    return load(args.ckpt, **overrides)
+    return load_model(args.ckpt, memory_limit=memory_limit(args), **overrides)
 
 
 def writable_folder(path: str | os.PathLike, flag: str = "--out") -> Path:

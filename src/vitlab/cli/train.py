@@ -72,10 +72,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         **with_examples(*FINETUNE_EXAMPLES, before=defaults),
         description="Load CKPT, replace its head by a zero-initialised one for the new classes, resample the "
         f"position embeddings if --image-size differs, and train. Recipes: {recipes} "
-        "(default paper-finetune).",
+        "(default finetune: the checkpoint's image size, batch 128, 500 steps; paper-finetune is the paper's "
+        "384 px, batch 512 and 10,000 steps).",
     )
     _add_training_flags(finetune, "finetune", required=("ckpt",))
-    finetune.set_defaults(func=run_train, default_recipe="paper-finetune")
+    finetune.set_defaults(func=run_train, default_recipe="finetune")
 
 
 def _add_training_flags(parser: argparse.ArgumentParser, command: str, required: tuple[str, ...] = ()) -> None:

@@ -17,12 +17,12 @@ from vitlab.data.transforms import eval_transform, resolve_preprocessing, train_
 from vitlab.memory.budget import attention_is_fused, batches_in_flight, check_memory
 from vitlab.model import BiTConfig, BiTResNet, ConfigError, VisionTransformer, ViTConfig, config_for, create_untrained
 from vitlab.model.runtime import resolve_device
-from vitlab.weights import load
 
 from .config import ModelSpec, TrainConfig
 from .layer_groups import freeze_layers
 from .loader import eval_loader, train_loader
 from .processes import Processes, from_environment
+from .unfinished import load_model
 
 log = logging.getLogger("vitlab")
 
@@ -245,7 +245,7 @@ def _load_init(config: TrainConfig) -> VisionTransformer | BiTResNet:
     if spec.image_size is not None:
         overrides["image_size"] = spec.image_size  # E_pos resampled in 2-D (paper 3.2)
     limit = config.run.memory_limit
-    return load(spec.init, memory_limit=None if limit is None else int(limit * 2**30), **overrides)
+    return load_model(spec.init, memory_limit=None if limit is None else int(limit * 2**30), **overrides)
 
 
 def resumed_architecture(config: TrainConfig, state: dict) -> ViTConfig | None:

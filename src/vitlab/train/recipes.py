@@ -172,9 +172,27 @@ def demo() -> TrainConfig:
     )
 
 
+def finetune() -> TrainConfig:
+    """`vitlab finetune`'s default: paper-finetune's method at the checkpoint's own size, on a batch
+    and for a length a workstation trains in.
+
+    The checkpoint's image size (no E_pos resampling); Table 4's shortest run, 500 steps (its Pets and
+    Flowers rows) with BiT-HyperRule's 100 warm-up steps; batch 128 (small-data's); as every Table 4
+    row: SGD with momentum 0.9, lr 0.03 (vit_jax's base_lr), no weight decay, clipping at global norm
+    1, cosine decay, the head replaced by a zero-initialised one, vit_jax's inception crop and flip.
+    `--recipe paper-finetune[:ROW]` takes the paper's scale: 384 px, batch 512, Table 4's steps.
+    """
+    config = paper_finetune("pets")
+    config.recipe = "finetune"
+    config.model.image_size = None
+    config.data.batch_size = small_data().data.batch_size
+    return config
+
+
 RECIPES: dict[str, Callable[..., TrainConfig]] = {
     "paper-pretrain": paper_pretrain,
     "paper-finetune": paper_finetune,
+    "finetune": finetune,
     "paper-mpp": paper_mpp,
     "small-data": small_data,
     "keras-example": keras_example,

@@ -10,6 +10,7 @@ from typing import Any
 
 from vitlab.errors import CheckpointError
 from vitlab.model import BiTConfig, BiTResNet, VisionTransformer, ViTConfig
+from vitlab.weights import load
 from vitlab.weights.build import build_model
 from vitlab.weights.folder import CONFIG_FILE
 
@@ -57,3 +58,10 @@ def load_training_checkpoint(path: Path, source: str, **overrides: Any) -> Visio
         ", its EMA weights" if document.get("ema") else "",
     )
     return build_model(config, state, f"{source} (step {document['step']})", overrides)
+
+
+def load_model(source: str | Path, **overrides: Any) -> VisionTransformer | BiTResNet:
+    """vitlab.load's model of `source`, or, for an unfinished run's folder or checkpoint file, its
+    training checkpoint's: what --ckpt and model.init read."""
+    path = training_checkpoint(source)
+    return load(source, **overrides) if path is None else load_training_checkpoint(path, str(source), **overrides)
