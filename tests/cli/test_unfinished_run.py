@@ -56,3 +56,10 @@ def test_finetune_from_a_stopped_run_trains_at_its_image_size(stopped_run, tmp_p
         assert main([*argv, "--out", str(out)]) == 0
     assert any("using checkpoint step-00000007.pt" in m for m in caplog.messages)
     assert vitlab.load(out).config.image_size == (8, 8)  # the stopped run's (tiny_config), not 384
+
+
+def test_a_paper_scale_finetune_refused_by_memory_names_the_image_size(stopped_run, tmp_path, capsys):
+    argv = ["finetune", "--ckpt", str(stopped_run), "--data", "digits", "--recipe", "paper-finetune:pets"]
+    assert main([*argv, "--set", "run.memory_limit=4", "--out", str(tmp_path / "tuned")]) == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "--image-size 384 (model.image_size of paper-finetune:pets, unless given) resamples" in line, line

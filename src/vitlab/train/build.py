@@ -164,6 +164,14 @@ def check_run_memory(
     half = precision in ("bf16", "fp16")
     over = f" over {world} processes" if world > 1 else ""
     shrink = "raise --grad-accum" + ("" if run.grad_checkpointing else " or pass --grad-checkpointing")
+    size = config.model.image_size
+    resized = (
+        f"--image-size {size if isinstance(size, int) else 'x'.join(map(str, size))} (model.image_size of "
+        f"{config.recipe}, unless given) resamples model.init to that size: pass a smaller one, or use a "
+        "recipe without one to train at the checkpoint's; "
+        if config.model.init and size is not None
+        else ""
+    )
     check_memory(
         model_config,
         micro,
@@ -178,7 +186,7 @@ def check_run_memory(
         shards=world if run.data_parallel == "fsdp" else 1,
         processes=processes.local_world_size,
         remedy=(
-            f"--batch-size {config.data.batch_size} with --grad-accum {config.optim.grad_accum}{over} makes "
+            f"{resized}--batch-size {config.data.batch_size} with --grad-accum {config.optim.grad_accum}{over} makes "
             f"micro-batches of {micro} per process: {shrink}"
         ),
     )
