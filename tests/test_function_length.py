@@ -20,7 +20,6 @@ NOT_YET_SPLIT = {
     "vitlab/bench/input_pipeline.py::run_pipeline_bench",
     "vitlab/bench/input_report.py::markdown",
     "vitlab/config_fields.py::coerce",
-    "vitlab/experiments/report.py::write_report",
     "vitlab/model/config.py::validate",
     "vitlab/train/build.py::build_model_and_data",
     "vitlab/train/recipes.py::keras_example",

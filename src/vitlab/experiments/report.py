@@ -94,7 +94,8 @@ def write_report(
     command = settings.command(experiment)
     machine = provenance(settings.threads)
     seed_list = list(seeds_of(settings, experiment))
-    budget = {"steps_per_run": steps_of(settings, experiment), "seeds": seed_list}
+    steps = steps_of(settings, experiment)
+    budget = {"steps_per_run": steps, "seeds": seed_list}
     document = {
         "experiment": experiment.name,
         "reproduces": experiment.reproduces,
@@ -114,15 +115,7 @@ def write_report(
     paths = {kind: out / f"{experiment.name}.{kind}" for kind in ("md", "json", "png")}
     paths["json"].write_text(json.dumps(document, indent=1) + "\n")
 
-    seeds = ", ".join(map(str, seed_list))
-    budget_line = (
-        f"Data `{settings.data}` at {settings.image_size} px; {budget['steps_per_run']} optimiser steps per run; "
-        f"seeds {seeds} (mean ± std over seeds where more than one); "
-        + (f"training {training_s / 60:.1f} min summed over the runs as each ran, " if training_s is not None else "")
-        + f"this report's invocation {wall_time_s / 60:.1f} min (run folders found finished are not retrained)."
-    )
-    if not budget["steps_per_run"]:  # measured, not trained
-        budget_line = f"No training; this report's invocation {wall_time_s / 60:.1f} min."
+    budget_line = budget_text(settings, steps, seed_list, wall_time_s, training_s)
     parts = [
         f"# {experiment.name}: {experiment.reproduces}",
         experiment.question,
@@ -140,16 +133,36 @@ def write_report(
     parts.append(f"Plot: `{paths['png'].name}`; every run's numbers: `{paths['json'].name}`.")
     paths["md"].write_text("\n\n".join(parts) + "\n")
 
+    write_plot(experiment, settings.data, summary, paths["png"])
+    return paths
+
+
+def budget_text(
+    settings: Settings, steps: int | None, seed_list: list[int], wall_time_s: float, training_s: float | None
+) -> str:
+    """The report's line on the data, the budget, the seeds and the time it took."""
+    if not steps:  # measured, not trained
+        return f"No training; this report's invocation {wall_time_s / 60:.1f} min."
+    seeds = ", ".join(map(str, seed_list))
+    return (
+        f"Data `{settings.data}` at {settings.image_size} px; {steps} optimiser steps per run; "
+        f"seeds {seeds} (mean ± std over seeds where more than one); "
+        + (f"training {training_s / 60:.1f} min summed over the runs as each ran, " if training_s is not None else "")
+        + f"this report's invocation {wall_time_s / 60:.1f} min (run folders found finished are not retrained)."
+    )
+
+
+def write_plot(experiment: Experiment, data: str | None, summary: list[dict], path: Path) -> None:
+    """The experiment's plot and panels of its summary, side by side, as one PNG."""
     plots = (experiment.plot, *experiment.panels)  # one panel each, side by side
     figure = Figure(figsize=(6.4 * len(plots), 4.4), layout="constrained")
     FigureCanvasAgg(figure)
     for axes, plot in zip(figure.subplots(1, len(plots), squeeze=False)[0], plots):
         plot(axes, summary)
         axes.grid(alpha=0.3)
-    title = textwrap.fill(f"{experiment.name} on {settings.data}: {experiment.reproduces}", 80 * len(plots))
+    title = textwrap.fill(f"{experiment.name} on {data}: {experiment.reproduces}", 80 * len(plots))
     if len(plots) == 1:  # a long title wraps instead of running off the figure
         axes.set_title(title, fontsize=9)
     else:
         figure.suptitle(title, fontsize=9)
-    save_figure(figure, paths["png"], dpi=120)
-    return paths
+    save_figure(figure, path, dpi=120)
