@@ -38,27 +38,7 @@ def markdown(results: dict) -> str:
         "| vitlab stage | ms | timm stage | ms |",
         "|---|---:|---|---:|",
     ]
-    mine, theirs = (
-        list(results["profile_ms_per_image"]["vitlab"].items()),
-        list(results["profile_ms_per_image"]["timm"].items()),
-    )
-    for index in range(max(len(mine), len(theirs))):
-        left = mine[index] if index < len(mine) else ("", None)
-        right = theirs[index] if index < len(theirs) else ("", None)
-        cells = [f"{name} | {'' if ms is None else f'{ms:.3f}'}" for name, ms in (left, right)]
-        lines.append(f"| {cells[0]} | {cells[1]} |")
-    if results.get("randaugment_ms_per_op"):
-        lines += [
-            "",
-            f"Each RandAugment operation on one {config['image_size']} px crop (always applied, the fastest of 15 calls):",
-            "",
-            "| operation | vitlab ms | timm ms |",
-            "|---|---:|---:|",
-            *[
-                f"| {name} | {ms['vitlab']:.3f} | {ms['timm']:.3f} |"
-                for name, ms in results["randaugment_ms_per_op"].items()
-            ],
-        ]
+    lines += profile_rows(results) + randaugment_rows(results)
     lines += [
         "",
         "The same augmentation on both sides:",
@@ -70,3 +50,36 @@ def markdown(results: dict) -> str:
         results["gpu_feed"],
     ]
     return "\n".join(lines) + "\n"
+
+
+def profile_rows(results: dict) -> list[str]:
+    """The rows of the per-stage table: vitlab's stages beside timm's, the shorter list padded."""
+    lines = []
+    mine, theirs = (
+        list(results["profile_ms_per_image"]["vitlab"].items()),
+        list(results["profile_ms_per_image"]["timm"].items()),
+    )
+    for index in range(max(len(mine), len(theirs))):
+        left = mine[index] if index < len(mine) else ("", None)
+        right = theirs[index] if index < len(theirs) else ("", None)
+        cells = [f"{name} | {'' if ms is None else f'{ms:.3f}'}" for name, ms in (left, right)]
+        lines.append(f"| {cells[0]} | {cells[1]} |")
+    return lines
+
+
+def randaugment_rows(results: dict) -> list[str]:
+    """The table of each RandAugment operation's time on both sides, where it was measured."""
+    config = results["config"]
+    if not results.get("randaugment_ms_per_op"):
+        return []
+    return [
+        "",
+        f"Each RandAugment operation on one {config['image_size']} px crop (always applied, the fastest of 15 calls):",
+        "",
+        "| operation | vitlab ms | timm ms |",
+        "|---|---:|---:|",
+        *[
+            f"| {name} | {ms['vitlab']:.3f} | {ms['timm']:.3f} |"
+            for name, ms in results["randaugment_ms_per_op"].items()
+        ],
+    ]
