@@ -13,7 +13,9 @@ skipped, named in the log and in the report's "skipped"; more than the bad-image
 JSON, named as the run's own summary.json (RUN/eval.json, its earlier name, is written with it for
 readers of that name): top-1/top-5 and loss, the expected calibration error (metrics.ece, 15 bins as
 Guo et al. 2017), the accuracy of each class (per_class), and with --real-labels real.json the
-ImageNet-ReaL top-1 (real); confusion.json and confusion.png are written beside it.
+ImageNet-ReaL top-1 (real); confusion.json, confusion.png, reliability.png (the reliability diagram)
+and classification_report.txt (precision, recall and F1 per class, also under classification_report)
+are written beside it, and the console names each file.
 """
 
 from __future__ import annotations
@@ -153,4 +155,6 @@ def run_eval(args: argparse.Namespace) -> int:
     if not args.out:
         (out.parent / OLD_EVAL_FILE).write_text(out.read_text())
     print(f"written to {out}")
+    for name in done.report.get("files", []):
+        print(f"written to {out.parent / name}")
     return 0

@@ -1,4 +1,5 @@
-"""The confusion matrix as a figure (matplotlib's Figure, no pyplot: nothing global changes)."""
+"""The confusion matrix and the reliability diagram as figures (matplotlib's Figure, no pyplot: nothing
+global changes)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from vitlab.figures import save_figure
+
+from .calibration import Calibration
 
 MAX_TICK_LABELS = 40  # more classes than this: the axes are numbered, not named
 
@@ -48,4 +51,37 @@ def plot_confusion(confusion: np.ndarray, class_names: Sequence[str], path: str 
     axis.set_ylabel("True class")
     axis.set_title(f"Confusion matrix ({int(confusion.sum())} images, rows sum to 1)")
     figure.colorbar(shown, ax=axis, fraction=0.046, pad=0.04, label="Share of the true class")
+    return save_figure(figure, path, dpi=110)
+
+
+def plot_reliability(calibrated: Calibration, path: str | Path) -> Path:
+    """The reliability diagram (Guo et al. 2017, Fig. 1): each confidence bin's accuracy as a bar, the
+    diagonal a calibrated model would follow, the gap to it shaded, and the images per bin below."""
+    width = 1.0 / calibrated.bins
+    centres = (np.arange(calibrated.bins) + 0.5) * width
+    accuracy = np.array([a if a is not None else 0.0 for a in calibrated.accuracy])
+    confidence = np.array([c if c is not None else 0.0 for c in calibrated.confidence])
+    filled = np.array(calibrated.counts) > 0
+    figure = Figure(figsize=(5.5, 6.5), layout="constrained")
+    top, bottom = figure.subplots(2, 1, sharex=True, height_ratios=(3, 1))
+    top.bar(centres[filled], accuracy[filled], width=width, edgecolor="black", color="#4c72b0", label="accuracy")
+    gap = confidence[filled] - accuracy[filled]
+    top.bar(
+        centres[filled],
+        gap,
+        bottom=accuracy[filled],
+        width=width,
+        color="#dd8452",
+        alpha=0.5,
+        label="gap to confidence",
+    )
+    top.plot([0, 1], [0, 1], "k--", linewidth=1, label="calibrated")
+    top.set_xlim(0, 1)
+    top.set_ylim(0, 1)
+    top.set_ylabel("Accuracy")
+    top.set_title(f"Reliability diagram ({sum(calibrated.counts)} images, ECE {calibrated.ece:.4f})")
+    top.legend(loc="upper left", fontsize=8)
+    bottom.bar(centres, calibrated.counts, width=width, edgecolor="black", color="grey")
+    bottom.set_xlabel("Confidence (top-1 probability)")
+    bottom.set_ylabel("Images")
     return save_figure(figure, path, dpi=110)
