@@ -17,11 +17,19 @@ pytestmark = pytest.mark.unit
 
 DOCS = REPO_ROOT / "docs"
 RECORDED = json.loads((FIXTURES / "bench" / "tiny.json").read_text())
+RECORDED["machine"]["cpu_model"] = "AuthenticAMD family 26 model 2"  # what a run records today
 PIPELINE = {  # what another benchmark writes: only the three keys are required
     "kind": "predict-pipeline",
     "title": "End-to-end predict",
-    "machine": {"cpu": "Intel Xeon", "cpu_capability": "AVX2", "cpu_count": 4, "load_average": [0.1, 0.2, 0.3]},
-    "markdown": "## Throughput\n\n| stage | images/s |\n|---|---:|\n| decode | 812.5 |\n",
+    "machine": {
+        "cpu": "Intel Xeon",
+        "cpu_model": "GenuineIntel family 6 model 143",
+        "cpu_capability": "AVX2",
+        "cpu_count": 4,
+        "load_average": [0.1, 0.2, 0.3],
+    },
+    "markdown": "## Throughput\n\n| stage | images/s |\n|---|---:|\n| decode | 812.5 |\n\nPer stage:\n\n| stage | ms |\n"
+    "|---|---:|\n| resize | 0.25 |\n",
 }
 
 
@@ -45,18 +53,17 @@ def test_report_groups_by_cpu_kind_and_computes_its_verdicts(tmp_path, capsys):
     assert f"wrote {out}" in capsys.readouterr().out
     text = out.read_text()
     assert (tmp_path / "docs" / "benchmarks" / "tiny.json").is_file()  # copied beside the document
-    epyc = text.index("## CPU: AMD EPYC (family and model not recorded), AVX512")
-    xeon = text.index("## CPU: Intel Xeon (family and model not recorded), AVX2")
+    epyc = text.index("## CPU: AMD EPYC (AuthenticAMD family 26 model 2), AVX512")
+    xeon = text.index("## CPU: Intel Xeon (GenuineIntel family 6 model 143), AVX2")
     assert text.index("### Model only: the `tiny` preset") > epyc and text.index("### End-to-end predict") > xeon
     assert "#### Throughput" in text and "| decode | 812.5 |" in text  # foreign markdown, headings moved down
+    assert "resize" not in text  # up to its first table: the breakdowns stay in its JSON
     assert "timm 1.0.31" in text and "load average at start [0.88, 0.88, 1.12]" in text
     assert "peer versions not recorded; load average at start [0.1, 0.2, 0.3]" in text
     # The recorded run (batch 2 of 32 px images, where int8's quantization passes cost more than its GEMMs
     # save): vitlab's int8 0.98x and 0.83x its fast paths, no top-1 lost; vitlab trails timm.
-    assert (
-        "| mu/8 @32: vitlab-int8 (fp32 infer) / vitlab fast (fp32 infer) >= 2x | 0.98x | 0.86x - 1.63x | not met |"
-        in text
-    )
+    # the verdicts, not each target's row nor each implementation's: those are in the JSON
+    assert "| target | measured |" not in text and "| all modes (images/s) |" not in text
     assert "Misses the target in: mu/8 @32: vitlab-int8 (fp32 infer) / vitlab fast (fp32 infer) >= 2x (0.98x)" in text
     assert "loses at most 0.5 points of top-1: met (0.00 points lost at most)" in text
     assert "| int8 pytorch, rest in bf16 | 84.44% | -0.28 |" in text
@@ -72,8 +79,6 @@ def test_report_groups_by_cpu_kind_and_computes_its_verdicts(tmp_path, capsys):
     (runs / "tiny.json").write_text(json.dumps(faster))
     assert main(["bench", "report", "--runs", str(runs / "tiny.json"), "--out", str(out)]) == 0
     text = out.read_text()
-    # across two cases (timed in different rounds) no per-round ratio
-    assert "| mu/8 @32: vitlab-int8 (fp32 infer) / vitlab fast (bf16 infer) >= 1x | 2.92x | - | met |" in text
     assert "Every target is met (2)." in text and "vitlab leads the best peer in every case." in text
     assert "loses at most 0.5 points of top-1: not met (1.00 points lost at most)" in text
     assert "### End-to-end predict" in text  # the earlier result beside the document is kept
@@ -111,3 +116,29 @@ def test_a_run_on_another_cpu_of_one_name_is_kept_beside_the_first(tmp_path):
     for family in (26, 25):
         assert text.count(f"## CPU: AMD EPYC (AuthenticAMD family {family} model 1), AVX512") == 1
     assert "[0.9, 0.9, 0.9]" in text and "[0.7, 0.7, 0.7]" not in text and "[0.5, 0.5, 0.5]" in text
+
+
+def test_a_run_that_does_not_name_its_cpu_is_kept_but_not_rendered(tmp_path):
+    """Older runs recorded no CPU family and model: history, kept as a file beside the page, left out
+    of it; the page stays the current result per named CPU kind."""
+    unnamed = copy.deepcopy(RECORDED)
+    del unnamed["machine"]["cpu_model"]
+    unnamed["machine"]["load_average"] = [3.5, 3.5, 3.5]
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    (runs / "old.json").write_text(json.dumps(unnamed))
+    (runs / "tiny.json").write_text(json.dumps(RECORDED))
+    out = tmp_path / "docs" / "benchmarks.md"
+    assert main(["bench", "report", "--runs", str(runs), "--out", str(out)]) == 0
+    text = out.read_text()
+    assert (tmp_path / "docs" / "benchmarks" / "old.json").is_file()
+    assert "not recorded" not in text.split("\n---\n", 1)[1] and "[3.5, 3.5, 3.5]" not in text
+    assert text.count("## CPU: ") == 1 and "[0.88, 0.88, 1.12]" in text
+
+
+def test_the_page_stays_short():
+    """docs/benchmarks.md, as the recorded results render, stays a page to read (the issue's bound)."""
+    files = result_files(DOCS / "benchmarks")
+    assert (
+        len(assemble(files, "vitlab bench report --runs docs/benchmarks --out docs/benchmarks.md").splitlines()) < 300
+    )

@@ -5,7 +5,8 @@
 copies each given JSON beside the document (into docs/benchmarks/) and renders every JSON there
 under a fixed preamble that holds no measured number: one section per CPU kind (name, family and
 model, and capability: AVX2 and AVX512 machines run different kernels, and CPUs of one name differ),
-one table per run with the line saying where and how loaded it ran. Any JSON with the keys "kind",
+one table per run with the line saying where and how loaded it ran. A run that does not say which
+CPU it ran on (older ones recorded no family and model) is history: its file is kept, not rendered. Any JSON with the keys "kind",
 "machine" and "markdown" is rendered; model-only results (kind "model-only") are re-rendered from
 their rows, so every run reads the same way and its sentences and target verdicts are computed from
 its numbers.
@@ -112,7 +113,11 @@ implementation (`vitlab bench --help`).
    is faster.
 
 **This document is generated.** Everything below the line is rendered from the JSON files in
-`docs/benchmarks/` by
+`docs/benchmarks/`: per CPU kind, named by vendor, family and model, each benchmark's run kept for that
+kind, its verdicts (the targets it misses, or may miss on a rerun, by name) and its table of vitlab
+against the best peer; each target's ratios, every implementation in every mode and every breakdown
+are in the run's JSON, linked beside it. Results whose CPU family and model were not recorded stay in
+`docs/benchmarks/` as history and are not rendered. The command:
 
 ```bash
 {report}
@@ -161,22 +166,39 @@ def section(path: Path, data: dict, assets: str) -> str:
         title = f"Model only: the `{preset}` preset" if preset else "Model only: chosen cases"
         if data.get("variants"):
             title += f", its {', '.join(data['variants'])} cases only"
-        body = markdown(data)
+        body = markdown(data, detail=False)
     else:
         title = data.get("title") or str(data["kind"])
         body = str(data["markdown"]).strip()
         levels = [len(found) for found in re.findall(r"^(#+) ", body, flags=re.MULTILINE)]
         shift = 4 - min(levels) if levels else 0  # its top heading one level below this section's
         body = re.sub(r"^(#+) ", lambda m: "#" * max(1, len(m.group(1)) + shift) + " ", body, flags=re.MULTILINE)
+        body = headline(body)
     link = f"{assets}/{path.name}"
     return f"### {title}\n\n{machine_line(data['machine'])} Every number: [`{link}`]({link}).\n\n{body.strip()}"
 
 
+def names_its_cpu(machine: dict) -> bool:
+    """Whether a run says which CPU it ran on: a GPU, or a CPU's vendor, family and model."""
+    return bool(machine.get("gpu") or machine.get("cpu_model"))
+
+
+def headline(body: str) -> str:
+    """A result's own markdown up to its first table: what it measured and its main numbers (the
+    breakdowns after it are in its JSON)."""
+    blocks = body.split("\n\n")
+    first_table = next((i for i, block in enumerate(blocks) if block.lstrip().startswith("|")), len(blocks) - 1)
+    return "\n\n".join(blocks[: first_table + 1])
+
+
 def assemble(paths: list[Path], report: str, assets: str = "benchmarks") -> str:
-    """The document from the result files `paths`, grouped by CPU kind in the order they first appear."""
+    """The document from the result files `paths` that name their CPU, grouped by CPU kind in the order
+    they first appear; the others are history, kept as files and left out."""
     groups: dict[str, list[str]] = {}
     for path in paths:
         data = read_result(path)
+        if not names_its_cpu(data["machine"]):
+            continue
         groups.setdefault(cpu_kind(data["machine"]), []).append(section(Path(path), data, assets))
     parts = [PREAMBLE.format(report=report).rstrip()]
     if not groups:

@@ -59,9 +59,10 @@ def leaders(cases: list[dict]) -> str:
     )
 
 
-def targets_table(results: dict) -> list[str]:
+def targets_table(results: dict, table: bool = True) -> list[str]:
     """Each target of the run's preset: the ratio measured, its lowest and highest within one round,
-    and whether it is met (by the measured ratio)."""
+    and whether it is met (by the measured ratio); without `table`, the sentence naming those missed
+    and those a rerun may miss alone."""
     targets = TARGETS.get(results.get("preset") or "", ())
     if not targets:
         return []
@@ -82,7 +83,7 @@ def targets_table(results: dict) -> list[str]:
             f" Met, but with at least one round below the target, so a rerun may miss: {len(close)} "
             f"({'; '.join(close)})."
         )
-    return ["", summary, "", *lines]
+    return ["", summary, "", *lines] if table else ["", summary]
 
 
 def accuracy_lines(result: dict) -> list[str]:
@@ -137,12 +138,15 @@ def latency_lines(cases: list[dict]) -> list[str]:
     return lines
 
 
-def markdown(results: dict) -> str:
+def markdown(results: dict, detail: bool = True) -> str:
+    """The run's verdicts and its table of vitlab against the best peer; with `detail`, also each
+    target's row and every implementation's in every mode (docs/benchmarks.md leaves those to the
+    run's JSON)."""
     peak, machine = results["gemm_peak_flops"], results["machine"]
     lines = [
         f"GEMM peak fp32 {gflops(peak['fp32'])} GFLOP/s, bf16 {gflops(peak['bf16'])} GFLOP/s. "
         + leaders(results["cases"]),
-        *targets_table(results),
+        *targets_table(results, table=detail),
         *(accuracy_lines(results["int8_accuracy"]) if "int8_accuracy" in results else [""]),
         "| model | task | dtype | batch | vitlab images/s | best peer | peer images/s | vitlab / best peer "
         "| vitlab / timm |",
@@ -157,6 +161,8 @@ def markdown(results: dict) -> str:
             f"| {fmt(peer and peer['images_per_s'], '.1f')} | {fmt(case['vitlab_over_best_peer'], '.2f', 'x')} "
             f"| {fmt(case['vitlab_over_timm'], '.2f', 'x')} |"
         )
+    if not detail:
+        return "\n".join([*lines, *latency_lines(results["cases"])]) + "\n"
     lines += [
         "",
         f"CPU capability {capability_text(machine)}. Every implementation in its best mode (fastest median over the interleaved rounds); MFU against the fastest GEMM on "
