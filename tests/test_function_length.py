@@ -17,7 +17,6 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 # module path under src/ :: function name, each still over the limit
 NOT_YET_SPLIT = {
     "vitlab/bench/ddp.py::main",
-    "vitlab/bench/input_pipeline.py::run_pipeline_bench",
     "vitlab/config_fields.py::coerce",
     "vitlab/model/config.py::validate",
     "vitlab/train/build.py::build_model_and_data",

@@ -252,19 +252,8 @@ def run_pipeline_bench(config: PipelineConfig, out: Path) -> dict:
     speed = {name: per_round / statistics.median(values) for name, values in seconds.items()}
     for name in ("vitlab", "timm"):  # the loader and then the mixing, one after the other on one core
         speed[f"{name} with mixing"] = 1 / (1 / speed[name] + 1 / speed[f"{name} mixing"])
-    import timm.data
-
     paths = [path for path, _ in files[: config.profile_images]]
-    timm_transform = timm.data.create_transform(config.image_size, **timm_settings(augment, preprocessing))
-    sides = {
-        "vitlab": (read_image, train_transform(config.image_size, preprocessing, augment)),
-        "timm": (lambda path: Image.open(path).convert("RGB"), timm_transform),
-    }
-    stages: dict[str, dict[str, float]] = {}
-    for _ in range(PROFILE_PASSES):  # alternating sides; per stage the least disturbed pass
-        for name, (decode, transform) in sides.items():
-            times = profile(decode, transform, paths)
-            stages[name] = {stage: min(ms, stages.get(name, times)[stage]) for stage, ms in times.items()}
+    stages = stage_times(paths, config, augment, preprocessing)
     randaugment_ops = None
     if augment.randaugment is not None:
         crop = read_image(paths[0]).resize((config.image_size, config.image_size), Image.Resampling.BICUBIC)
@@ -293,6 +282,26 @@ def run_pipeline_bench(config: PipelineConfig, out: Path) -> dict:
     results["settings"] = settings(augment, preprocessing, results["timm_settings"])
     results["markdown"] = markdown(results)
     return results
+
+
+def stage_times(
+    paths: list, config: PipelineConfig, augment, preprocessing: Preprocessing
+) -> dict[str, dict[str, float]]:
+    """Milliseconds per image of each stage of vitlab's and timm's pipelines, one image at a time over
+    `paths`; per stage the fastest of PROFILE_PASSES passes, the sides alternating."""
+    import timm.data
+
+    timm_transform = timm.data.create_transform(config.image_size, **timm_settings(augment, preprocessing))
+    sides = {
+        "vitlab": (read_image, train_transform(config.image_size, preprocessing, augment)),
+        "timm": (lambda path: Image.open(path).convert("RGB"), timm_transform),
+    }
+    stages: dict[str, dict[str, float]] = {}
+    for _ in range(PROFILE_PASSES):  # alternating sides; per stage the least disturbed pass
+        for name, (decode, transform) in sides.items():
+            times = profile(decode, transform, paths)
+            stages[name] = {stage: min(ms, stages.get(name, times)[stage]) for stage, ms in times.items()}
+    return stages
 
 
 def write(results: dict, out: Path) -> tuple[Path, Path]:
