@@ -16,7 +16,6 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 
 # module path under src/ :: function name, each still over the limit
 NOT_YET_SPLIT = {
-    "vitlab/bench/ddp.py::main",
     "vitlab/config_fields.py::coerce",
     "vitlab/model/config.py::validate",
     "vitlab/train/build.py::build_model_and_data",

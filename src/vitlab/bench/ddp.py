@@ -116,13 +116,19 @@ def markdown(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
+def command_parser() -> argparse.ArgumentParser:
+    """The flags of `python -m vitlab.bench.ddp`."""
     parser = argparse.ArgumentParser(prog="python -m vitlab.bench.ddp", description=__doc__.split("\n\n")[0])
     parser.add_argument("--tiny", action="store_true", help="a tiny model at 32 px: checks the script on any machine")
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--batch", type=int, help="images per process (default 64 on a GPU, 2 with --tiny)")
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--out", default="build/bench-gpu")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = command_parser()
     args = parser.parse_args(argv)
     if args.steps < 1 or (args.batch is not None and args.batch < 1):
         parser.error(f"--steps {args.steps} and --batch {args.batch}: each at least 1")
