@@ -15,7 +15,7 @@ readers of that name): top-1/top-5 and loss, the expected calibration error (met
 Guo et al. 2017), the accuracy of each class (per_class), and with --real-labels real.json the
 ImageNet-ReaL top-1 (real); confusion.json, confusion.png, reliability.png (the reliability diagram)
 and classification_report.txt (precision, recall and F1 per class, also under classification_report)
-are written beside it, and the console names each file.
+and misclassified.png (the surest mistakes) are written beside it, and the console names each file.
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from matplotlib.figure import Figure
@@ -84,4 +85,18 @@ def plot_reliability(calibrated: Calibration, path: str | Path) -> Path:
     bottom.bar(centres, calibrated.counts, width=width, edgecolor="black", color="grey")
     bottom.set_xlabel("Confidence (top-1 probability)")
     bottom.set_ylabel("Images")
+    return save_figure(figure, path, dpi=110)
+
+
+def plot_gallery(images: Sequence[tuple[Any, str]], path: str | Path, title: str, columns: int = 4) -> Path:
+    """A grid of (PIL image, caption) pairs: eval's misclassified images, the surest mistakes first."""
+    rows = max(1, -(-len(images) // columns))
+    figure = Figure(figsize=(2.4 * columns, 2.6 * rows + 0.4), layout="constrained")
+    axes = np.atleast_1d(figure.subplots(rows, columns)).ravel()
+    for axis in axes:
+        axis.set_axis_off()
+    for axis, (image, caption) in zip(axes, images):
+        axis.imshow(image, cmap="gray" if image.mode == "L" else None, interpolation="nearest")
+        axis.set_title(caption, fontsize=8)
+    figure.suptitle(title)
     return save_figure(figure, path, dpi=110)

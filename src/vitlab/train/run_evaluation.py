@@ -281,7 +281,8 @@ def score(
     model, parts, class_names, settings: EvalSettings, split: str, workers: int, device, precision, real_labels, out
 ):
     """The evaluation of `parts`, the images skipped as unreadable, and the details (ECE, per-class
-    accuracy, ReaL), confusion.json and .png written beside `out`."""
+    accuracy, ReaL), confusion.json and .png, the reliability diagram, the per-class report and the
+    gallery of misclassified images written beside `out`."""
     from vitlab.data.skipping import SkipLog, scored_dataset
     from vitlab.evaluate import evaluate
     from vitlab.evaluate.breakdown import PredictionLog
@@ -307,6 +308,10 @@ def score(
         label_sets = [labels for index, labels in enumerate(label_sets) if index not in gaps]
     names = output_names(model.config, class_names)
     details = write_details(predictions, names, Path(out).parent if out is not None else None, real=label_sets)
+    if out is not None:
+        from vitlab.evaluate.gallery import write_gallery
+
+        details["files"].append(write_gallery(parts, checked.skipped, predictions, names, Path(out).parent))
     return result, checked.skipped, details
 
 
