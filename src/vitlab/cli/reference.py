@@ -87,14 +87,19 @@ def config_reference(config_class: type) -> str:
         "Every field of a run's configuration, written from its dataclasses when the site is built. Set one with",
         "`--set section.field=value` or in a YAML file given to `--config`; a run writes the resolved whole to",
         "`DIR/run.yaml`. Fields marked *resumable* may change when a run is resumed.",
-        "",
     ]
     section = None
     for declared in declared_options(config_class):
         here = declared.key.partition(".")[0]
         if here != section:
             section = here
-            lines += [f"## {section}", "", "| key | type | default | flag | what it sets |", "|---|---|---|---|---|"]
+            lines += [
+                "",
+                f"## {section}",
+                "",
+                "| key | type | default | flag | what it sets |",
+                "|---|---|---|---|---|",
+            ]
         option = declared.option
         what = "; ".join(
             part
