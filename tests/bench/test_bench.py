@@ -16,7 +16,7 @@ from vitlab.bench import BenchConfig, Case, CaseSpec, Mode, markdown, run_bench,
 from vitlab.bench.flops import model_flops
 from vitlab.bench.gpu import main as gpu_main
 from vitlab.bench.gpu import spec_peak
-from vitlab.bench.implementations import IMPLEMENTATIONS, ONNXRUNTIME, OTHER_NUMERICS, build
+from vitlab.bench.implementations import IMPLEMENTATIONS, ONNXRUNTIME, OTHER_NUMERICS, RUNTIMES, build
 from vitlab.bench.machine import gemm_peak
 from vitlab.bench.memory import step_peak_bytes
 from vitlab.bench.report import machine_line
@@ -24,15 +24,15 @@ from vitlab.bench.timing import interleaved
 from vitlab.cli import main as cli_main
 
 CPU = torch.device("cpu")
-# onnxruntime: fp32 only; vitlab-int8: the fp32 case's fast mode only
-TORCH_IMPLEMENTATIONS = [name for name in IMPLEMENTATIONS if name not in (*ONNXRUNTIME, *OTHER_NUMERICS)]
+# onnxruntime, OpenVINO: runtimes of their own; vitlab-int8: the fp32 case's fast mode only
+TORCH_IMPLEMENTATIONS = [name for name in IMPLEMENTATIONS if name not in (*RUNTIMES, *OTHER_NUMERICS)]
 
 
 @pytest.fixture(scope="module")
 def tiny_results():
     config = BenchConfig(
         cases=[
-            CaseSpec(Case("mu/8", 32, 2, "bf16", "infer"), modes=("eager", "eager+bf16w")),
+            CaseSpec(Case("mu/8", 32, 2, "bf16", "infer"), tuple(TORCH_IMPLEMENTATIONS), ("eager", "eager+bf16w")),
             CaseSpec(Case("mu/8", 32, 2, "fp32", "train"), ("vitlab", "timm"), modes=("eager",)),
         ],
         rounds=3,

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from vitlab.bench import PRESETS, markdown
-from vitlab.bench.implementations import ONNXRUNTIME
+from vitlab.bench.implementations import RUNTIMES
 from vitlab.bench.machine import EMULATION_ENVS, describe, utilisation
 from vitlab.bench.report import machine_line
 from vitlab.bench.targets import TARGETS
@@ -56,7 +56,7 @@ def test_the_avx2_preset_has_the_standard_cases_and_no_contender_that_ignores_th
     assert {(t.variant, t.numerator.task, t.numerator.dtype) for t in TARGETS["avx2"]} == {
         (s.case.variant, s.case.task, s.case.dtype) for s in specs
     }
-    assert all(s.implementations and not set(s.implementations) & set(ONNXRUNTIME) for s in specs)
+    assert all(s.implementations and not set(s.implementations) & set(RUNTIMES) for s in specs)
 
 
 def test_the_avx2_preset_on_a_cpu_with_native_bf16_says_it_measures_this_cpu(monkeypatch):

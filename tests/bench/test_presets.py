@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from vitlab.bench import PRESETS, Case, Mode
+from vitlab.bench.implementations import RUNTIMES
 from vitlab.bench.presets import INT8_ACCURACY_PRESETS, SAME_NUMERICS
 from vitlab.bench.report import targets_table
-from vitlab.bench.targets import BEST_PEER, EAGER, LATENCY_BATCH, TARGETS, Side, Target
+from vitlab.bench.targets import BEST_PEER, EAGER, LATENCY_BATCH, OPENVINO_TARGETS, TARGETS, Side, Target
 from vitlab.model import config_for
 
 pytestmark = pytest.mark.unit
@@ -61,11 +62,14 @@ def test_avx2_preset_shows_int8_in_its_fp32_cases_without_onnxruntime():
         assert not {"onnxruntime", "onnxruntime-int8"} & set(fp32 + bf16)
 
 
-@pytest.mark.parametrize("preset", sorted(TARGETS))
-def test_every_target_reads_rows_its_preset_runs(preset):
+@pytest.mark.parametrize(
+    "targets, preset",
+    [(TARGETS, name) for name in sorted(TARGETS)] + [(OPENVINO_TARGETS, name) for name in OPENVINO_TARGETS],
+)
+def test_every_target_reads_rows_its_preset_runs(targets, preset):
     specs = PRESETS[preset]()
-    assert TARGETS[preset]
-    for target in TARGETS[preset]:
+    assert targets[preset]
+    for target in targets[preset]:
         for side in (target.numerator, target.denominator):
             case = Case(target.variant, target.image_size, 1, side.dtype, side.task)
             spec = next(
@@ -73,9 +77,12 @@ def test_every_target_reads_rows_its_preset_runs(preset):
                 for s in specs
                 if (s.case.variant, s.case.image_size, s.case.task, s.case.dtype)
                 == (case.variant, case.image_size, case.task, case.dtype)
+                and (s.case.batch == target.batch if target.batch else s.case.batch != LATENCY_BATCH)
             )
             if side.implementation != BEST_PEER:
                 assert not spec.implementations or side.implementation in spec.implementations, target.label
+                implementation_modes = ("eager",) if side.implementation in RUNTIMES else spec.modes
+                assert any(Mode.parse(m).applies_to(spec.case, side.implementation) for m in implementation_modes)
             modes = [mode for mode in spec.modes if mode.startswith("eager")] if side.mode == EAGER else [side.mode]
             if side.mode:
                 assert modes and all(mode in spec.modes for mode in modes), target.label

@@ -25,7 +25,7 @@ from .report import KIND, machine_line, markdown
 REQUIRED = ("kind", "machine", "markdown")
 
 PREAMBLE = """\
-# Benchmarks: vitlab against timm, transformers, torchvision and onnxruntime
+# Benchmarks: vitlab against timm, transformers, torchvision, onnxruntime and OpenVINO
 
 ```bash
 make bench        # the standard preset: vitlab and its peers on Ti/16, S/16, B/16 at 224
@@ -49,17 +49,22 @@ implementation (`vitlab bench --help`).
   `torchvision.models.vision_transformer.VisionTransformer`, vitlab's `VisionTransformer`, and
   vitlab's model exported to ONNX and run by onnxruntime in float32 and quantized to int8
   (`vitlab export --quantize int8`, src/vitlab/export/quantize.py). `vitlab-int8` is vitlab's own
-  int8 path, `optimize_for_inference(model, dtype=torch.int8)` (src/vitlab/accel/int8.py).
+  int8 path, `optimize_for_inference(model, dtype=torch.int8)` (src/vitlab/accel/int8.py). OpenVINO
+  (the `openvino` extra): vitlab's model, `INFERENCE_PRECISION_HINT` the case's dtype,
+  `PERFORMANCE_HINT=LATENCY`, one stream, torch's threads, as reported in each row (`runtime_config`).
 - **Same work.** Inference: one batch of random images, no autograd. Training step: bf16 autocast
   over fp32 weights, cross-entropy, backward, AdamW step.
 - **Each implementation in its best mode**, the fastest of those tried, in the same dtype: eager and
   `torch.compile` (default settings); for bf16 inference also the weights cast to bf16 (`+bf16w`);
   vitlab's `fast` is `vitlab.optimize_for_inference` (frozen, compiled, weights cast once).
   onnxruntime runs fp32 inference in its own optimised session. int8 (vitlab-int8, onnxruntime-int8)
-  computes other numbers, so it is shown in the fp32 case but never taken as the best peer.
+  computes other numbers, so it is shown in the fp32 case but never taken as the best peer. Nor is
+  OpenVINO: it has targets of its own (`OPENVINO_TARGETS`), in a table of their own.
 - **Timing.** Every contender is built, compiled and warmed up, then all are timed in interleaved
   rounds whose order rotates, so drift on a shared machine hits all alike; a short step is repeated
-  within a round to last 0.2 s. Reported: batch / median seconds per step. Each table gives the load
+  within a round to last 0.2 s, after an untimed 0.05 s pause in which the last runtime's spinning
+  threads (OpenMP, onnxruntime, OpenVINO) stop. Reported: batch / median seconds per step; at batch 1,
+  the median and 90th percentile of single calls. Each table gives the load
   average when its run started: above the core count, other processes take turns on the cores and
   slow implementations unequally (interleaving evens out drift, not that), so ratios are fair only
   from a lightly loaded run.

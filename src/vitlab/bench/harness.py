@@ -2,7 +2,8 @@
 
 For each case every implementation is built at the same size, run in each of its modes (warm-up
 first, which is also where torch.compile compiles), then all contenders are timed in interleaved
-rounds. Each implementation is reported in its best mode (highest median images/s), with the peak
+rounds, with a pause between samples (settle_s, untimed) so that the thread pool of the runtime just
+timed (OpenMP's, onnxruntime's, OpenVINO's) stops spinning before the next one starts. Each implementation is reported in its best mode (highest median images/s), with the peak
 memory of one step in that mode and its model FLOPs utilisation against this machine's GEMM peak
 (onnxruntime's memory is its own, outside PyTorch's allocator: not measured). Every call is also
 timed on its own: the median and 90th percentile of those are the latency, the row a batch-1 case
@@ -22,7 +23,7 @@ from vitlab.accel.kernels import native
 from vitlab.model import config_for
 
 from .flops import model_flops
-from .implementations import FAST_DTYPES, IMPLEMENTATIONS, ONNXRUNTIME, OTHER_NUMERICS, build
+from .implementations import FAST_DTYPES, IMPLEMENTATIONS, OTHER_NUMERICS, OWN_TARGETS, RUNTIMES, build
 from .machine import capability_text, describe, gemm_peak, load_average, utilisation
 from .memory import step_peak_bytes
 from .report import gflops
@@ -69,6 +70,7 @@ class BenchConfig:
     rounds: int = 5
     warmup: int = 2
     min_sample_s: float = 0.2  # steps shorter than this are repeated within one timed sample
+    settle_s: float = 0.05  # untimed pause before each sample: the last runtime's threads stop spinning
     device: str = "cpu"
     memory: bool = True
     gemm_sizes: tuple[int, ...] = (1024, 2048)
@@ -93,6 +95,7 @@ class Contender:
     seconds: list[float] = field(default_factory=list)  # per step, one per round
     images_per_s: float = 0.0  # batch / median seconds
     latency_ms: dict[str, float] | None = None  # median and p90 of single calls, in ms
+    runtime_config: dict[str, str] | None = None  # what a runtime of its own reports it runs with
     error: str | None = None
 
 
@@ -107,6 +110,7 @@ class Row:
     peak_memory_mib: float | None
     mfu: float | None
     latency_ms: dict[str, float] | None = None  # of the best mode: median and p90 of single calls, in ms
+    runtime_config: dict[str, str] | None = None  # of the best mode, where the implementation reports one
 
 
 @dataclass
@@ -122,7 +126,7 @@ class CaseResult:
 
     @property
     def best_peer(self) -> Row | None:
-        peers = [row for row in self.rows if row.implementation not in ("vitlab", *OTHER_NUMERICS)]
+        peers = [row for row in self.rows if row.implementation not in ("vitlab", *OTHER_NUMERICS, *OWN_TARGETS)]
         return max(peers, key=lambda row: row.images_per_s) if peers else None
 
     def ratio(self, peer: str | None = None) -> float | None:
@@ -148,7 +152,8 @@ def prepare(case: Case, implementation: str, mode: Mode, config: BenchConfig, de
         log.warning("  %s %s failed: %s", implementation, mode.name, first_line)
         return None, Contender(implementation, mode.name, time.perf_counter() - start, error=repr(error)[:300])
     calls = calls_per_sample(warm, config.min_sample_s)
-    return step, Contender(implementation, mode.name, time.perf_counter() - start, calls)
+    runtime_config = getattr(model, "runtime_config", None)
+    return step, Contender(implementation, mode.name, time.perf_counter() - start, calls, runtime_config=runtime_config)
 
 
 def run_case(spec: CaseSpec, config: BenchConfig, device: torch.device, peak: dict[str, float]) -> CaseResult:
@@ -159,7 +164,7 @@ def run_case(spec: CaseSpec, config: BenchConfig, device: torch.device, peak: di
     torch._dynamo.reset()  # each case compiles afresh, clear of the recompilation limit
     steps, contenders = {}, {}
     for implementation in implementations:
-        modes = config.modes or spec.modes or ALL_MODES
+        modes = ("eager",) if implementation in RUNTIMES else config.modes or spec.modes or ALL_MODES
         for mode in map(Mode.parse, modes):
             if not mode.applies_to(case, implementation, modes):
                 continue
@@ -171,7 +176,7 @@ def run_case(spec: CaseSpec, config: BenchConfig, device: torch.device, peak: di
                 log.info("  ready %-24s in %5.1f s", key, contender.setup_s)
     calls: dict[str, list[float]] = {key: [] for key in steps}
     timed = {key: each_call(step, contenders[key].calls, device, calls[key]) for key, step in steps.items()}
-    for key, seconds in interleaved(timed, config.rounds, device).items():
+    for key, seconds in interleaved(timed, config.rounds, device, config.settle_s).items():
         contender = contenders[key]
         contender.seconds = [value / contender.calls for value in seconds]
         contender.images_per_s = case.batch / statistics.median(contender.seconds)
@@ -187,11 +192,13 @@ def run_case(spec: CaseSpec, config: BenchConfig, device: torch.device, peak: di
             continue
         best = max(tried, key=lambda mode: tried[mode])
         memory = None
-        if config.memory and implementation not in ONNXRUNTIME:
+        if config.memory and implementation not in RUNTIMES:
             memory = step_peak_bytes(steps[f"{implementation} {best}"], device) / 2**20
         mfu = utilisation(flops, tried[best], case.dtype, peak, implementation in OTHER_NUMERICS)
-        latency = contenders[f"{implementation} {best}"].latency_ms
-        rows.append(Row(implementation, best, tried[best], tried, memory, mfu, latency))
+        chosen = contenders[f"{implementation} {best}"]
+        rows.append(
+            Row(implementation, best, tried[best], tried, memory, mfu, chosen.latency_ms, chosen.runtime_config)
+        )
     result = CaseResult(case, flops, rows, list(contenders.values()), load_average())
     for row in rows:
         latency = (

@@ -9,6 +9,9 @@ linear layers quantized to int8, run on the CPU with torch's intra-op thread cou
 only, in one mode ("eager": the session as onnxruntime optimises it). int8 computes other numbers,
 so it is shown beside the others but never taken as the best peer.
 
+"openvino" is vitlab's model run by OpenVINO (openvino.py), in fp32 and bf16 inference, in one mode
+("eager": the runtime's own compiled graph). It is held to its own targets, never the best peer.
+
 "vitlab-int8" is vitlab's own int8 path, `optimize_for_inference(model, dtype=torch.int8)` (accel/int8.py):
 fp32 images in, fp32 logits out, so it runs in the fp32 case, in its one mode "fast". It too computes
 other numbers and is never the best peer.
@@ -25,6 +28,8 @@ import torch
 from torch import nn
 
 from vitlab.model import BiTConfig, VisionTransformer, ViTConfig
+
+from .openvino import build_openvino
 
 
 class LogitsOnly(nn.Module):
@@ -114,6 +119,9 @@ def build_onnxruntime(config: ViTConfig, quantization: str | None = None) -> nn.
 
 
 ONNXRUNTIME = ("onnxruntime", "onnxruntime-int8")  # not PyTorch modules: fp32 inference, eager mode, CPU only
+OPENVINO = "openvino"
+RUNTIMES = (*ONNXRUNTIME, OPENVINO)  # inference runtimes of their own: one mode, "eager"; CPU only
+OWN_TARGETS = (OPENVINO,)  # held to their own targets (targets.OPENVINO_TARGETS), never the best peer
 FAST_DTYPES = {"vitlab-int8": torch.int8}  # what an implementation's fast path computes in, where not the case's dtype
 OTHER_NUMERICS = ("onnxruntime-int8", *FAST_DTYPES)  # shown, never the best peer of a case
 
@@ -126,6 +134,7 @@ IMPLEMENTATIONS: dict[str, Callable[[ViTConfig], nn.Module]] = {
     "torchvision": build_torchvision,
     "onnxruntime": build_onnxruntime,
     "onnxruntime-int8": partial(build_onnxruntime, quantization="int8"),
+    "openvino": build_openvino,
 }
 
 

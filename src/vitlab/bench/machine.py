@@ -22,7 +22,7 @@ from vitlab.accel.kernels import native, onednn_linear
 EMULATION_ENVS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
 
 
-PEERS = ("timm", "transformers", "torchvision", "onnxruntime")  # the packages whose versions a run records
+PEERS = ("timm", "transformers", "torchvision", "onnxruntime", "openvino")  # the packages whose versions a run records
 
 
 def peer_versions() -> dict[str, str | None]:

@@ -9,9 +9,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .implementations import OTHER_NUMERICS
+from .implementations import OPENVINO, OTHER_NUMERICS
 from .machine import capability_text, cpu_text, utilisation
-from .targets import LATENCY_BATCH, TARGETS
+from .openvino import emulation_note
+from .targets import LATENCY_BATCH, OPENVINO_TARGETS, TARGETS, Target
 
 INT8_POINTS_LOST = 0.5  # the most top-1 points int8 may lose on the digits model
 KIND = "model-only"  # the "kind" of a model-only result; other benchmarks write their own kinds
@@ -59,11 +60,14 @@ def leaders(cases: list[dict]) -> str:
     )
 
 
-def targets_table(results: dict, table: bool = True) -> list[str]:
-    """Each target of the run's preset: the ratio measured, its lowest and highest within one round,
-    and whether it is met (by the measured ratio); without `table`, the sentence naming those missed
-    and those a rerun may miss alone."""
-    targets = TARGETS.get(results.get("preset") or "", ())
+def targets_table(
+    results: dict, table: bool = True, targets: tuple[Target, ...] | None = None, heading: str = ""
+) -> list[str]:
+    """Each target (of the run's preset unless given): the ratio measured, its lowest and highest within
+    one round, and whether it is met (by the measured ratio); the summary line starts with `heading`.
+    Without `table`, the sentence naming those missed and those a rerun may miss alone."""
+    if targets is None:
+        targets = TARGETS.get(results.get("preset") or "", ())
     if not targets:
         return []
     lines = ["| target | measured | within one round, lowest - highest | target met |", "|---|---:|---:|---|"]
@@ -83,7 +87,7 @@ def targets_table(results: dict, table: bool = True) -> list[str]:
             f" Met, but with at least one round below the target, so a rerun may miss: {len(close)} "
             f"({'; '.join(close)})."
         )
-    return ["", summary, "", *lines] if table else ["", summary]
+    return ["", heading + summary, "", *lines] if table else ["", heading + summary]
 
 
 def accuracy_lines(result: dict) -> list[str]:
@@ -109,6 +113,11 @@ def accuracy_lines(result: dict) -> list[str]:
     return [*lines, ""]
 
 
+def ran(results: dict, implementation: str) -> bool:
+    """Whether `implementation` has a row in any of the run's cases (runs before it was a peer have none)."""
+    return any(row["implementation"] == implementation for case in results["cases"] for row in case["rows"])
+
+
 def latency_lines(cases: list[dict]) -> list[str]:
     """The batch-1 cases' latency rows: each implementation in its best mode, the median and 90th
     percentile of single calls over the interleaved rounds, and vitlab's median over its own."""
@@ -131,8 +140,10 @@ def latency_lines(cases: list[dict]) -> list[str]:
             if latency is None:
                 continue
             ratio = latency["median"] / mine["median"] if mine else None
+            note = emulation_note(row.get("runtime_config"))
             lines.append(
-                f"| {case_name(case)} | {case['dtype']} | {row['implementation']} | {row['mode']} "
+                f"| {case_name(case)} | {case['dtype']} | {row['implementation']} | {row['mode']}"
+                f"{f' ({note})' if note else ''} "
                 f"| {latency['median']:.2f} | {latency['p90']:.2f} | {fmt(ratio, '.2f', 'x')} |"
             )
     return lines
@@ -147,6 +158,12 @@ def markdown(results: dict, detail: bool = True) -> str:
         f"GEMM peak fp32 {gflops(peak['fp32'])} GFLOP/s, bf16 {gflops(peak['bf16'])} GFLOP/s. "
         + leaders(results["cases"]),
         *targets_table(results, table=detail),
+        *targets_table(
+            results,
+            detail,
+            OPENVINO_TARGETS.get(results.get("preset") or "", ()) if ran(results, OPENVINO) else (),
+            "OpenVINO's own targets, apart from the ones above (vitlab over OpenVINO, each in its best mode): ",
+        ),
         *(accuracy_lines(results["int8_accuracy"]) if "int8_accuracy" in results else [""]),
         "| model | task | dtype | batch | vitlab images/s | best peer | peer images/s | vitlab / best peer "
         "| vitlab / timm |",
@@ -168,7 +185,8 @@ def markdown(results: dict, detail: bool = True) -> str:
         f"CPU capability {capability_text(machine)}. Every implementation in its best mode (fastest median over the interleaved rounds); MFU against the fastest GEMM on "
         "the dtype's numbers (fp32's where bf16 is emulated: bf16 widens to it exactly), none for int8; peak memory is the most tensor memory alive during one step above that alive before it "
         "(not measured for onnxruntime, whose memory is its own). The int8 rows (vitlab-int8, "
-        "onnxruntime-int8) are never the best peer: their numbers differ from fp32's.",
+        "onnxruntime-int8) are never the best peer: their numbers differ from fp32's; nor is OpenVINO, held "
+        "to targets of its own. OpenVINO's settings, as it reports them, are in the JSON's rows (runtime_config).",
         "",
         "| model | task | dtype | implementation | best mode | images/s | MFU | peak memory MiB "
         "| all modes (images/s) |",
@@ -180,8 +198,10 @@ def markdown(results: dict, detail: bool = True) -> str:
             # from the measurements, not the stored "mfu": runs recorded before `utilisation` agree
             other = row["implementation"] in OTHER_NUMERICS
             mfu = utilisation(case["flops_per_image"], row["images_per_s"], case["dtype"], peak, other)
+            note = emulation_note(row.get("runtime_config"))
+            mode = f"{row['mode']} ({note})" if note else row["mode"]
             lines.append(
-                f"| {case_name(case)} | {case['task']} | {case['dtype']} | {row['implementation']} | {row['mode']} "
+                f"| {case_name(case)} | {case['task']} | {case['dtype']} | {row['implementation']} | {mode} "
                 f"| {row['images_per_s']:.1f} | {fmt(mfu and 100 * mfu, '.0f', '%')} "
                 f"| {fmt(row['peak_memory_mib'], '.0f')} | {modes} |"
             )

@@ -6,7 +6,8 @@ implementation runs it:
 - for bf16 inference, either autocast over fp32 weights or the weights cast to bf16 ("bf16w");
 - "fast": vitlab's own inference path, vitlab.optimize_for_inference ("vitlab-int8": with dtype torch.int8,
   in the fp32 case, its only mode).
-onnxruntime (fp32 and int8, implementations.py) runs fp32 inference on the CPU in "eager" mode only.
+onnxruntime (fp32 and int8, implementations.py) runs fp32 inference on the CPU in "eager" mode only;
+OpenVINO fp32 and bf16 inference, compiled for the case's batch and dtype, in "eager" mode only.
 Training is always bf16 autocast over fp32 weights (mixed precision) or plain fp32: forward,
 cross-entropy, backward, AdamW step.
 """
@@ -22,7 +23,8 @@ from torch import nn
 
 from vitlab.accel import accelerate, optimize_for_inference
 
-from .implementations import FAST_DTYPES, ONNXRUNTIME
+from .implementations import FAST_DTYPES, ONNXRUNTIME, OPENVINO
+from .openvino import OpenVinoModel
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 TASKS = ("infer", "train")
@@ -79,6 +81,8 @@ class Mode:
             return self.fast and case.task == "infer" and case.dtype == "fp32"
         if self.fast:
             return implementation == "vitlab" and case.task == "infer"
+        if implementation == OPENVINO:  # its own compiled graph, in the case's precision
+            return case.task == "infer" and not self.compiled and not self.bf16_weights
         if implementation in ONNXRUNTIME:  # float32 input, no torch.compile or bf16 weights to try
             return case.task == "infer" and case.dtype == "fp32" and not self.compiled and not self.bf16_weights
         if self.bf16_weights and not (case.task == "infer" and case.dtype == "bf16"):
@@ -141,11 +145,13 @@ def make_step(
     computes in `fast_dtype` where given (torch.int8) rather than the case's dtype."""
     from vitlab.export import OnnxModel
 
-    if isinstance(model, OnnxModel) and device.type != "cpu":
-        raise ValueError(f"onnxruntime runs on the CPU here, not {device}")
+    if isinstance(model, OnnxModel | OpenVinoModel) and device.type != "cpu":
+        raise ValueError(f"{type(model).__name__} runs on the CPU here, not {device}")
     model.to(device)
     generator = torch.Generator().manual_seed(0)
     images = torch.randn(case.batch, 3, case.image_size, case.image_size, generator=generator).to(device)
+    if isinstance(model, OpenVinoModel):
+        model.compile(case.dtype, tuple(images.shape), torch.get_num_threads())
     if case.task == "infer":
         if fast_dtype is not None and mode.fast:
             return inference_step(model, images, fast_dtype, mode)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .implementations import ONNXRUNTIME, OTHER_NUMERICS
+from .implementations import OPENVINO, OTHER_NUMERICS, RUNTIMES
 
 BEST_PEER = "best peer"  # a Side's implementation: the case's fastest peer in its best mode
 LATENCY_BATCH = 1
@@ -70,7 +70,7 @@ class Side:
 def eager_choice(rows: list[dict], implementation: str) -> tuple[str, str] | None:
     """The fastest eager mode of `implementation`, or of the PyTorch peers (BEST_PEER)."""
     if implementation == BEST_PEER:
-        excluded = ("vitlab", *ONNXRUNTIME, *OTHER_NUMERICS)
+        excluded = ("vitlab", *RUNTIMES, *OTHER_NUMERICS)
         chosen = [row for row in rows if row["implementation"] not in excluded]
     else:
         chosen = [row for row in rows if row["implementation"] == implementation]
@@ -149,4 +149,30 @@ TARGETS: dict[str, tuple[Target, ...]] = {
     ),
     "int8": int8_targets("Ti/16", 224) + int8_targets("S/16", 224),
     "tiny": int8_targets("mu/8", 32),
+}
+
+
+def openvino_targets() -> tuple[Target, ...]:
+    """vitlab over OpenVINO, each in its best mode: bf16 >= 1.15x at the standard batches (Ti/16, S/16,
+    B/16) and >= 1.0x at batch 1 (S/16, B/16); fp32 >= 1.0x wherever the preset runs fp32."""
+
+    def versus(variant: str, dtype: str, at_least: float, batch: int | None = None) -> Target:
+        sides = (Side("infer", dtype, "vitlab"), Side("infer", dtype, OPENVINO))
+        return Target(variant, 224, *sides, at_least, batch)
+
+    return (
+        *(versus(variant, "bf16", 1.15) for variant in ("Ti/16", "S/16", "B/16")),
+        *(versus(variant, "bf16", 1.0, LATENCY_BATCH) for variant in ("S/16", "B/16")),
+        *(versus(variant, "fp32", 1.0) for variant in ("Ti/16", "S/16")),
+        versus("S/16", "fp32", 1.0, LATENCY_BATCH),
+    )
+
+
+# OpenVINO's own targets, in a table of their own beside the preset's (accepted per CPU kind)
+OPENVINO_TARGETS: dict[str, tuple[Target, ...]] = {
+    "standard": openvino_targets(),
+    "tiny": tuple(
+        Target("mu/8", 32, Side("infer", "fp32", "vitlab"), Side("infer", "fp32", OPENVINO), 1.0, batch)
+        for batch in (None, LATENCY_BATCH)
+    ),
 }

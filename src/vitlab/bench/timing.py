@@ -24,13 +24,18 @@ def time_once(step: Callable[[], object], device: torch.device) -> float:
     return time.perf_counter() - start
 
 
-def interleaved(steps: dict[str, Callable[[], object]], rounds: int, device: torch.device) -> dict[str, list[float]]:
-    """Seconds per call of each step, `rounds` times each; round r starts at contender r mod n."""
+def interleaved(
+    steps: dict[str, Callable[[], object]], rounds: int, device: torch.device, settle_s: float = 0.0
+) -> dict[str, list[float]]:
+    """Seconds per call of each step, `rounds` times each; round r starts at contender r mod n. Each
+    call is preceded by an untimed pause of `settle_s`: two runtimes' thread pools (OpenMP's, onnxruntime's,
+    OpenVINO's) keep spinning for a while after a call, and would take cores from the next one timed."""
     names = list(steps)
     seconds: dict[str, list[float]] = {name: [] for name in names}
     for round_index in range(rounds):
         shift = round_index % len(names)
         for name in names[shift:] + names[:shift]:
+            time.sleep(settle_s)
             seconds[name].append(time_once(steps[name], device))
     return seconds
 
