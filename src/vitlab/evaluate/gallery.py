@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import io
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 from PIL import Image
 
 from .plots import plot_gallery
@@ -26,14 +26,17 @@ def write_gallery(parts, skipped, predictions, names: Sequence[str], folder: Pat
     shown = []
     for i in wrong[:GALLERY_SIZE]:
         part, index = scored[i]
-        with Image.open(io.BytesIO(part.content(index))) as image:
-            image.load()
-            key = Path(part.sample_keys()[index]).name
-            shown.append(
-                (image.copy(), f"{key}\ntrue {names[labels[i]]}, said {names[predicted[i]]} ({confidence[i]:.2f})")
-            )
+        image = picture(part.subset([index], None)[0][0])
+        key = Path(part.sample_keys()[index]).name
+        caption = f"{key}\ntrue {names[labels[i]]}, said {names[predicted[i]]} ({confidence[i]:.2f})"
+        shown.append((image, caption))
     title = f"{len(wrong)} of {len(labels)} misclassified" + (
         f"; the {len(shown)} surest" if len(wrong) > len(shown) else ""
     )
     plot_gallery(shown, folder / GALLERY_PNG, title)
     return GALLERY_PNG
+
+
+def picture(image) -> Image.Image:
+    """An image as its source reads it (PIL's, or an array), as PIL's."""
+    return image if isinstance(image, Image.Image) else Image.fromarray(np.asarray(image))
