@@ -16,11 +16,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 
 # module path under src/ :: function name, each still over the limit
 NOT_YET_SPLIT = {
-    "vitlab/config_fields.py::coerce",
     "vitlab/model/config.py::validate",
-    "vitlab/train/build.py::build_model_and_data",
-    "vitlab/train/recipes.py::keras_example",
-    "vitlab/train/trainer.py::_set_up",
     "vitlab/weights/bit.py::convert_timm_resnetv2",
     "vitlab/weights/hf_processor.py::from_processor",
     "vitlab/weights/timm.py::convert_timm",

@@ -31,6 +31,8 @@ from typing import Any, Literal, Union
 from vitlab.errors import ConfigError
 from vitlab.suggestions import did_you_mean
 
+_REFUSED = object()  # what a _coerce_* helper answers for a value its annotation does not admit
+
 
 def coerce(value: Any, annotation: Any, where: str, *, strict: bool = False) -> Any:
     """`value` as the type `annotation` describes, or ConfigError naming `where`.
@@ -38,71 +40,82 @@ def coerce(value: Any, annotation: Any, where: str, *, strict: bool = False) -> 
     `strict` is for values read from files: no numbers written as strings, only finite floats.
     Without it a string from a command-line flag may stand for a number ("12", "1e-3").
     """
-    origin = typing.get_origin(annotation)
-    if origin in (Union, types.UnionType):
-        options = typing.get_args(annotation)
-        if value is None and type(None) in options:
-            return None
-        for option in options:
-            if option is type(None):
-                continue
-            if dataclasses.is_dataclass(option) and isinstance(value, dict):
-                return coerce(value, option, where, strict=strict)  # the mapping's own problem, named
-            try:
-                return coerce(value, option, where, strict=strict)
-            except ConfigError:
-                continue
-    elif origin is Literal:
-        if value in typing.get_args(annotation) and not isinstance(value, bool):
-            return value
-    elif origin is tuple:
-        args = typing.get_args(annotation)
-        if isinstance(value, (list, tuple)):
-            if len(args) == 2 and args[1] is Ellipsis:
-                return tuple(coerce(item, args[0], where, strict=strict) for item in value)
-            if len(value) == len(args):
-                return tuple(coerce(item, arg, where, strict=strict) for item, arg in zip(value, args))
-    elif origin is list:
-        (item_type,) = typing.get_args(annotation) or (Any,)
-        if isinstance(value, (list, tuple)):
-            return [coerce(item, item_type, where, strict=strict) for item in value]
-    elif annotation is Any:
-        return value
-    elif isinstance(annotation, type) and dataclasses.is_dataclass(annotation):
-        if isinstance(value, annotation):
-            return value
-        if isinstance(value, dict):
-            return from_mapping(annotation, value, where)
-    elif annotation is bool:
-        if isinstance(value, bool):
-            return value
-    elif annotation is int:
-        if isinstance(value, numbers.Integral) and not isinstance(value, bool):  # numpy's integers too
-            return int(value)
-        if isinstance(value, str) and not strict:  # "12" from a flag; int() also refuses "²" and "+-5"
-            try:
-                return int(value)
-            except ValueError:
-                pass
-    elif annotation is float:
-        number: float | None = None
-        if isinstance(value, numbers.Real) and not isinstance(value, bool):
-            number = float(value)
-        elif isinstance(value, str) and not strict:  # YAML 1.1 reads "1e-3" as a string
-            try:
-                number = float(value)
-            except ValueError:
-                pass
-        if number is not None and (math.isfinite(number) or not strict):
-            return number
-    elif annotation is str:
-        if isinstance(value, str):
-            return value
-    else:
-        raise TypeError(f"unsupported config annotation {annotation!r}")
+    coerced = _coerce_to(value, annotation, where, strict)
+    if coerced is not _REFUSED:
+        return coerced
     choices = literal_values(annotation)
     hint = did_you_mean(value, choices) if isinstance(value, str) and choices else ""
     raise ConfigError(f"{where}: expected {describe(annotation)}, got {show(value)}{hint}")
+
+
+def _coerce_to(value: Any, annotation: Any, where: str, strict: bool) -> Any:
+    """coerce's answer by the kind of annotation, _REFUSED where the value does not fit it."""
+    origin = typing.get_origin(annotation)
+    if origin in (Union, types.UnionType):
+        return _coerce_union(value, typing.get_args(annotation), where, strict)
+    if origin is Literal:
+        fits = value in typing.get_args(annotation) and not isinstance(value, bool)
+        return value if fits else _REFUSED
+    if origin in (tuple, list):
+        return _coerce_sequence(value, origin, typing.get_args(annotation), where, strict)
+    if annotation is Any:
+        return value
+    if isinstance(annotation, type) and dataclasses.is_dataclass(annotation):
+        if isinstance(value, annotation):
+            return value
+        return from_mapping(annotation, value, where) if isinstance(value, dict) else _REFUSED
+    if annotation in (bool, int, float, str):
+        return _coerce_scalar(value, annotation, strict)
+    raise TypeError(f"unsupported config annotation {annotation!r}")
+
+
+def _coerce_union(value: Any, options: tuple[Any, ...], where: str, strict: bool) -> Any:
+    """The first option of a Union that admits `value`; a mapping for a dataclass option is that
+    dataclass's or its own error."""
+    if value is None and type(None) in options:
+        return None
+    for option in options:
+        if option is type(None):
+            continue
+        if dataclasses.is_dataclass(option) and isinstance(value, dict):
+            return coerce(value, option, where, strict=strict)  # the mapping's own problem, named
+        try:
+            return coerce(value, option, where, strict=strict)
+        except ConfigError:
+            continue
+    return _REFUSED
+
+
+def _coerce_sequence(value: Any, origin: type, args: tuple[Any, ...], where: str, strict: bool) -> Any:
+    """A list or tuple of `value`'s items, each coerced: tuple[X, ...], tuple[X, Y] (that many) or list[X]."""
+    if not isinstance(value, (list, tuple)):
+        return _REFUSED
+    if origin is list:
+        (item_type,) = args or (Any,)
+        return [coerce(item, item_type, where, strict=strict) for item in value]
+    if len(args) == 2 and args[1] is Ellipsis:
+        return tuple(coerce(item, args[0], where, strict=strict) for item in value)
+    if len(value) == len(args):
+        return tuple(coerce(item, arg, where, strict=strict) for item, arg in zip(value, args))
+    return _REFUSED
+
+
+def _coerce_scalar(value: Any, annotation: type, strict: bool) -> Any:
+    """A bool, int, float or str; numbers written as strings only when not `strict`."""
+    if annotation is bool or annotation is str:
+        return value if isinstance(value, annotation) else _REFUSED
+    if isinstance(value, numbers.Integral if annotation is int else numbers.Real) and not isinstance(value, bool):
+        number = annotation(value)  # numpy's integers and floats too
+    elif isinstance(value, str) and not strict:  # "12" from a flag; YAML 1.1 reads "1e-3" as a string
+        try:
+            number = annotation(value)  # int() also refuses "²" and "+-5"
+        except ValueError:
+            return _REFUSED
+    else:
+        return _REFUSED
+    if annotation is float and strict and not math.isfinite(number):
+        return _REFUSED
+    return number
 
 
 def from_mapping(cls: type, data: dict[str, Any], where: str) -> Any:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, Dataset
@@ -82,6 +83,25 @@ def build_model_and_data(
     preprocessing = resolve_preprocessing(
         vit_config.preprocessing, mean=data.mean, std=data.std, crop_pct=data.crop_pct, interpolation=data.interpolation
     )
+    splits, test_set = _load_splits(config, vit_config, preprocessing)
+    classes = _classes_to_learn(config, splits)
+    model_config = vit_config.replace(num_classes=len(classes), class_names=classes or None)
+    check_run_memory(config, model_config, processes, precision)  # before the model is allocated
+    if spec.init:
+        _replace_head(model, classes, spec.init)
+        model.config = model.config.replace(preprocessing=preprocessing)
+    else:
+        torch.manual_seed(config.run.seed)
+        model = create_untrained(model_config.replace(preprocessing=preprocessing))
+    _log_run(config, splits, model)
+    freeze_layers(model, spec.trainable_blocks)
+    return model.train(), splits, test_set
+
+
+def _load_splits(config: TrainConfig, vit_config: ViTConfig | BiTConfig, preprocessing: Any) -> tuple[DataSplits, Any]:
+    """(splits, test split or None) of data.source with the model's transforms; augmented on the GPU
+    where data.decode_device asks and the source holds encoded images."""
+    data = config.data
     cpu_transform = train_transform(vit_config.image_size, preprocessing, config.augment)
     on_device = data.decode_device == "cuda" and decodes_on_cuda(config)
     splits = load_datasets(
@@ -104,48 +124,50 @@ def build_model_and_data(
     test_set = None
     if splits.dev is not None:  # paper Appendix B.1.1 / Keras validation_split: validate on a dev split
         test_set, splits.val = splits.val, splits.dev
+    return splits, test_set
+
+
+def _classes_to_learn(config: TrainConfig, splits: DataSplits) -> list[str]:
+    """The class names the model's head predicts: the data's (at least 2), or none for an objective
+    that trains no classifier."""
     names = list(splits.class_names)
     if len(names) < 2 and config.objective.name == "classify":  # one class: every prediction right, nothing learned
         raise ConfigError(
-            f"data.source={data.source!r}: {len(names)} class ({', '.join(map(str, names))}); "
+            f"data.source={config.data.source!r}: {len(names)} class ({', '.join(map(str, names))}); "
             "classification needs at least 2"
         )
     # Masked patch prediction trains no classifier: its model has none (fine-tuning attaches one).
-    classes = names if config.objective.name == "classify" else []
-    model_config = vit_config.replace(num_classes=len(classes), class_names=classes or None)
-    check_run_memory(config, model_config, processes, precision)  # before the model is allocated
-    if spec.init:
-        before = "a representation layer and " if getattr(model.config, "representation_size", None) else ""
-        model.reset_classifier(
-            len(classes), class_names=classes or None
-        )  # paper 3.2: a zero-initialised head for the new classes
-        log.info(
-            "%s: new zero-initialised head: %d x %d (%d classes), replacing %sthe %d-class head",
-            spec.init,
-            model.config.feature_dim,
-            len(classes),
-            len(classes),
-            before,
-            vit_config.num_classes,
-        )
-        model.config = model.config.replace(preprocessing=preprocessing)
-    else:
-        torch.manual_seed(config.run.seed)
-        model = create_untrained(
-            vit_config.replace(num_classes=len(classes), class_names=classes or None, preprocessing=preprocessing)
-        )
+    return names if config.objective.name == "classify" else []
+
+
+def _replace_head(model: VisionTransformer | BiTResNet, classes: list[str], init: str) -> None:
+    """Paper 3.2: a zero-initialised head for the new classes in place of model.init's."""
+    before = "a representation layer and " if getattr(model.config, "representation_size", None) else ""
+    old_classes = model.config.num_classes
+    model.reset_classifier(len(classes), class_names=classes or None)
+    log.info(
+        "%s: new zero-initialised head: %d x %d (%d classes), replacing %sthe %d-class head",
+        init,
+        model.config.feature_dim,
+        len(classes),
+        len(classes),
+        before,
+        old_classes,
+    )
+
+
+def _log_run(config: TrainConfig, splits: DataSplits, model: VisionTransformer | BiTResNet) -> None:
+    """One line naming the data and the model the run trains."""
     log.info(
         "%s: %d training and %d validation images, %d classes; model %s at %s px, %.2fM parameters",
-        data.source,
+        config.data.source,
         len(splits.train),
         len(splits.val),
-        len(names),
+        len(splits.class_names),
         model.config.name or "ViT",
         "x".join(map(str, model.config.image_size)),
         sum(p.numel() for p in model.parameters()) / 1e6,
     )
-    freeze_layers(model, spec.trainable_blocks)
-    return model.train(), splits, test_set
 
 
 def check_run_memory(

@@ -87,6 +87,30 @@ def small_data() -> TrainConfig:
     )
 
 
+def _keras_example_model() -> ModelSpec:
+    """keras_example's network: no class token, the flattened patch outputs through an MLP head,
+    dropout where Keras' layers have it and nowhere else."""
+    return ModelSpec(
+        variant="Ti/6",
+        image_size=72,
+        dim=64,
+        depth=8,
+        num_heads=4,
+        head_dim=64,
+        mlp_dim=128,
+        mlp_out_act=True,
+        pool="flatten",
+        pos_embed="learned",
+        head_hidden=(2048, 1024),
+        head_dropout=0.5,
+        dropout=0.1,
+        attn_dropout=0.1,
+        drop_path=0.0,
+        embed_dropout=False,
+        proj_dropout=False,
+    )
+
+
 def keras_example() -> TrainConfig:
     """The Keras example "Image classification with Vision Transformer" (Khalid Salama, keras.io, CIFAR-100;
     keras-io examples/vision/image_classification_with_vision_transformer.py, the TF 2.4 version).
@@ -113,25 +137,7 @@ def keras_example() -> TrainConfig:
     """
     return TrainConfig(
         recipe="keras-example",
-        model=ModelSpec(
-            variant="Ti/6",
-            image_size=72,
-            dim=64,
-            depth=8,
-            num_heads=4,
-            head_dim=64,
-            mlp_dim=128,
-            mlp_out_act=True,
-            pool="flatten",
-            pos_embed="learned",
-            head_hidden=(2048, 1024),
-            head_dropout=0.5,
-            dropout=0.1,
-            attn_dropout=0.1,
-            drop_path=0.0,
-            embed_dropout=False,
-            proj_dropout=False,
-        ),
+        model=_keras_example_model(),
         data=DataSpec(
             batch_size=256,
             mean=(0.5071, 0.4865, 0.4409),

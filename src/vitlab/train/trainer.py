@@ -80,7 +80,21 @@ class Trainer:
         self.metrics = outputs.earlier_metrics(self.out, resume_state["step"]) if resume_state else []
         seed_everything(config.run.seed)
         self.precision = resolve_precision(config.run.precision, self.device)
+        self._build_model_and_data(resume_state)
+        self._build_optimisation()
+        self._start_progress()
+        if self.processes.rank:  # each process its own dropout, stochastic depth and Mixup (rng.py)
+            seed_everything(process_seed(config.run.seed, self.processes.rank))
+        elif self.processes.distributed:
+            log.info("process r draws its dropout, stochastic depth and Mixup from seed %d + r", config.run.seed)
+        if resume_state is not None:
+            with ckpt.checkpoint_problems(self.resumed_from):
+                self.load_state_dict(resume_state)
+            log.info("resuming %s from step %d (epoch %d)", self.out, self.step, self.epoch)
 
+    def _build_model_and_data(self, resume_state: dict[str, Any] | None) -> None:
+        """The model, its data splits and loaders, and the objective it trains for."""
+        config = self.config
         resumed = resumed_architecture(config, resume_state) if resume_state and not self.architecture else None
         self.model, splits, self.test_set = build_model_and_data(
             config, self.architecture or resumed, self.processes, self.precision.name
@@ -99,10 +113,12 @@ class Trainer:
         )
         self.image_shape = (self.model.config.in_channels, *self.model.config.image_size)
         self.best = BestWeights(config.run.keep_best_by or "val_top1") if config.run.keep_best else None
-        self.objective = build_objective(
-            config, self.model, len(self.class_names)
-        )  # before the optimiser sees its parameters
+        # Before the optimiser sees the model's parameters.
+        self.objective = build_objective(config, self.model, len(self.class_names))
 
+    def _build_optimisation(self) -> None:
+        """The model on its device, wrapped for the processes, with its optimiser, schedule and average."""
+        config = self.config
         accelerate(self.model.to(self.device), self.precision.compute_dtype)  # vitlab's CPU paths, in place
         self.model.set_grad_checkpointing(config.run.grad_checkpointing)
         self.parallel = distributed.wrap(self.model, self.processes, config.run.data_parallel, self.precision.dtype)
@@ -112,7 +128,8 @@ class Trainer:
         self.scaler = self.precision.grad_scaler()
         self.ema = build_ema(self.model, config.optim.ema_decay)
 
-        # Progress: optimiser steps done, and the position in the data order.
+    def _start_progress(self) -> None:
+        """Steps done and the place in the data order of a run yet to step (load_state_dict: a resumed one's)."""
         self.step, self.epoch = 0, 0
         self.batch_in_epoch = 0  # micro-batches of the current epoch already consumed
         self.loss_sum, self.loss_count = 0.0, 0  # training loss since the last evaluation
@@ -122,14 +139,6 @@ class Trainer:
         self.stop_signal: str | None = None
         self.summary: dict[str, Any] | None = None
         self.bad_steps, self.bad_steps_in_row = 0, 0  # skipped for a non-finite loss or gradient
-        if self.processes.rank:  # each process its own dropout, stochastic depth and Mixup (rng.py)
-            seed_everything(process_seed(config.run.seed, self.processes.rank))
-        elif self.processes.distributed:
-            log.info("process r draws its dropout, stochastic depth and Mixup from seed %d + r", config.run.seed)
-        if resume_state is not None:
-            with ckpt.checkpoint_problems(self.resumed_from):
-                self.load_state_dict(resume_state)
-            log.info("resuming %s from step %d (epoch %d)", self.out, self.step, self.epoch)
 
     def _resume_state(self) -> tuple[Path | None, dict[str, Any] | None]:
         """The checkpoint to continue (read_resume_state), the same step in every process: a refusal in
