@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from vitlab.errors import InputError
+
 from . import COMMANDS, add_checkpoint_argument, add_runtime_arguments, with_examples, worker_count
 
 if TYPE_CHECKING:
@@ -103,7 +105,7 @@ def load_images(paths: list[str] | None, transform, limit: int) -> torch.Tensor:
         except BadImageError as error:
             logger.warning("skipping %s", error)
     if not images:
-        raise ValueError(f"--images {' '.join(paths)}: none of the files could be read as an image")
+        raise InputError(f"--images {' '.join(paths)}: none of the files could be read as an image")
     return torch.stack(images)
 
 
@@ -172,12 +174,12 @@ def run(args: argparse.Namespace) -> int:
 
     what = parse_what(args.what)  # a bad --what fails before the model is loaded
     if args.show < 1 or (args.max_images is not None and args.max_images < 1) or args.batch_size < 1:
-        raise ValueError(
+        raise InputError(
             f"--show, --max-images and --batch-size must be positive, got {args.show}, "
             f"{args.max_images} and {args.batch_size}"
         )
     if args.images and args.data:
-        raise ValueError("--images and --data: give one of them")
+        raise InputError("--images and --data: give one of them")
     device = resolve_device(args.device)
     overrides = {"image_size": args.image_size} if args.image_size else {}
     model = load_checkpoint(args, **overrides)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import logging
 
+from vitlab.errors import InputError
+
 from . import COMMANDS, with_examples, worker_count
 
 REPORT = "report"  # not a case: assembles docs/benchmarks.md from result JSON files
@@ -69,7 +71,7 @@ def report(args: argparse.Namespace) -> int:
     from vitlab.bench.document import write_document
 
     if args.cases != [REPORT] or not args.runs or not args.out:
-        raise ValueError("usage: vitlab bench report --runs JSON... --out DOCUMENT.md (no cases)")
+        raise InputError("usage: vitlab bench report --runs JSON... --out DOCUMENT.md (no cases)")
     print(f"wrote {write_document(args.runs, args.out)}")
     return 0
 
@@ -85,10 +87,10 @@ def run(args: argparse.Namespace) -> int:
     if REPORT in args.cases:
         return report(args)
     if args.runs:
-        raise ValueError("--runs belongs to `vitlab bench report`")
+        raise InputError("--runs belongs to `vitlab bench report`")
     args.out = args.out or "build/bench"
     if args.pipeline and args.cases:
-        raise ValueError(f"--pipeline {args.pipeline} times an input pipeline, not the CASEs {' '.join(args.cases)}")
+        raise InputError(f"--pipeline {args.pipeline} times an input pipeline, not the CASEs {' '.join(args.cases)}")
     if args.pipeline == "train-input":
         from vitlab.bench.input_pipeline import main as pipeline_main
 
@@ -136,7 +138,7 @@ def bench_config(args: argparse.Namespace):
         wanted = [name for name in args.variants.split(",") if name]
         specs = [spec for spec in specs if spec.case.variant in wanted]
         if not specs:
-            raise ValueError(f"--variants {args.variants}: no case of the run is of these variants")
+            raise InputError(f"--variants {args.variants}: no case of the run is of these variants")
     config = BenchConfig(
         cases=specs,
         implementations=tuple(name for name in args.impls.split(",") if name),

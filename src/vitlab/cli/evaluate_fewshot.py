@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from vitlab.config_fields import Range
+from vitlab.errors import InputError
 
 from . import COMMANDS, add_checkpoint_argument, add_runtime_arguments, number, with_examples, worker_count
 
@@ -71,9 +72,9 @@ def run(args: argparse.Namespace) -> int:
     from vitlab.model.runtime import resolve_device
 
     if args.seeds < 1:
-        raise ValueError(f"--seeds must be at least 1, got {args.seeds}")
+        raise InputError(f"--seeds must be at least 1, got {args.seeds}")
     if args.batch_size < 1:
-        raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")
+        raise InputError(f"--batch-size must be >= 1, got {args.batch_size}")
     model = load_checkpoint(args)
     in_flight = batches_in_flight(args.batch_size, model.config.image_size, args.workers)
     check_memory(model.config, args.batch_size, limit=memory_limit(args), source=str(args.ckpt), in_flight=in_flight)

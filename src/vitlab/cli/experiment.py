@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from vitlab.errors import InputError
+
 from . import COMMANDS, with_examples
 
 NAMES = (
@@ -131,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
         from vitlab.experiments.document import write_document
 
         if not args.runs:
-            raise ValueError("vitlab experiment report needs --runs DIR (the --out folder the experiments wrote)")
+            raise InputError("vitlab experiment report needs --runs DIR (the --out folder the experiments wrote)")
         out, absent = write_document(args.runs, args.out, EXPERIMENTS)
         print(
             f"{out}: {len(EXPERIMENTS) - len(absent)} of {len(EXPERIMENTS)} experiments"
@@ -139,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
         )
         return 0
     if not args.data:
-        raise ValueError(f"vitlab experiment {args.name} needs --data (a source such as digits)")
+        raise InputError(f"vitlab experiment {args.name} needs --data (a source such as digits)")
 
     settings = Settings(
         data=args.data,

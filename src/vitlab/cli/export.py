@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+from vitlab.errors import InputError
+
 from . import COMMANDS, add_checkpoint_argument, with_examples
 
 EXAMPLES = (  # the end of --help
@@ -70,13 +72,13 @@ def run(args: argparse.Namespace) -> int:
     from vitlab.output_files import refuse_existing, staged
 
     if args.batch_size < 1:
-        raise ValueError(f"--batch-size must be at least 1, got {args.batch_size}")
+        raise InputError(f"--batch-size must be at least 1, got {args.batch_size}")
     if not args.tolerance >= 0:  # NaN too: no difference is ever within it
-        raise ValueError(f"--tolerance must be at least 0, got {args.tolerance}")
+        raise InputError(f"--tolerance must be at least 0, got {args.tolerance}")
     if args.speed is not None and (args.format != "onnx" or args.speed < 1):
-        raise ValueError("--speed BATCH needs --format onnx and a batch of at least 1")
+        raise InputError("--speed BATCH needs --format onnx and a batch of at least 1")
     if args.quantize is not None and args.format != "onnx":
-        raise ValueError(f"--quantize {args.quantize} needs --format onnx, got --format {args.format}")
+        raise InputError(f"--quantize {args.quantize} needs --format onnx, got --format {args.format}")
     refuse_existing(args.out, "--out", args.overwrite)  # one line before the model loads
     if args.quantize is not None:
         refuse_existing(quantized_path(args.out, args.quantize), "--quantize's output", args.overwrite)

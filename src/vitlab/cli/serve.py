@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 
 from vitlab.config_fields import Range
+from vitlab.errors import InputError
 
 from . import COMMANDS, POSITIVE, add_checkpoint_argument, number, with_examples
 
@@ -51,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     if args.max_megapixels is not None:
         limits = dataclasses.replace(limits, max_pixels=int(args.max_megapixels * 1e6))
     if limits.max_bytes <= 0 or limits.max_pixels <= 0:
-        raise ValueError("--max-upload-mb and --max-megapixels must be positive")
+        raise InputError("--max-upload-mb and --max-megapixels must be positive")
     model = load_checkpoint(args)
     title = args.title or f"vitlab: {model.config.name or args.ckpt}"
     serve(ImageClassifier(model, limits), title, host=args.host, port=args.port)

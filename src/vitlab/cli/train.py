@@ -11,6 +11,7 @@ import logging
 import sys
 
 from vitlab.config_options import declared_options
+from vitlab.errors import InputError
 from vitlab.train.config import TrainConfig
 
 from . import COMMANDS, add_declared_flag, with_examples
@@ -146,7 +147,7 @@ def build_config(args: argparse.Namespace):
         origins[key] = f"--set {text}"
         set_value(config, key, value, origins[key])
     if args.command == "finetune" and not config.model.init:
-        raise ValueError("finetune needs --ckpt CKPT")
+        raise InputError("finetune needs --ckpt CKPT")
     if not {"schedule.warmup_steps", "schedule.warmup_epochs"} & set(origins):  # a warm-up given stays
         warmup_for_length(config, get_recipe(recipe, **choices))
     return config.validate(origins)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from vitlab.errors import InputError
+
 from . import COMMANDS, with_examples
 
 LIST_EXAMPLES = (  # the end of --help
@@ -50,7 +52,7 @@ def run_list(args: argparse.Namespace) -> int:
 
     entries = list_pretrained(args.model)
     if not entries:
-        raise ValueError(f"no catalogue entries for model {args.model!r}")
+        raise InputError(f"no catalogue entries for model {args.model!r}")
     print(f"{'name':<34} {'size':>4} {'classes':>7}  {'checksum':<9} {'cached':<6} {'licence':<10} dataset")
     for entry in entries:
         cached = any(cache_path(download.url).is_file() for download in entry.downloads)
