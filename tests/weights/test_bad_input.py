@@ -91,9 +91,11 @@ def test_training_checkpoint_wrappers_are_unwrapped(tmp_path):
 @pytest.mark.unit
 @pytest.mark.fault("bad-checkpoint")
 def test_timm_models_vitlab_cannot_express_are_refused_with_their_keys(tmp_path):
-    layer_scale = save_state_dict(timm_tiny(init_values=1e-5), tmp_path / "ls.safetensors")
-    with pytest.raises(CheckpointError, match=r"ls\.safetensors: vitlab's ViT cannot hold layer scale .*ls1\.gamma"):
-        vitlab.load(layer_scale, num_heads=4)
+    registers = save_state_dict(timm_tiny(reg_tokens=2), tmp_path / "reg.safetensors")
+    with pytest.raises(
+        CheckpointError, match=r"reg\.safetensors: vitlab's ViT cannot hold register tokens .*reg_token"
+    ):
+        vitlab.load(registers, num_heads=4)
 
 
 @pytest.mark.integration

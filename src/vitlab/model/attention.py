@@ -56,6 +56,8 @@ class Attention(nn.Module):
         qkv_bias: bool = True,
         attn_dropout: float = 0.0,
         proj_dropout: float = 0.0,
+        qk_norm: bool = False,
+        norm_eps: float = 1e-6,
     ) -> None:
         super().__init__()
         self.num_heads = num_heads
@@ -63,6 +65,9 @@ class Attention(nn.Module):
         inner = self.num_heads * self.head_dim
         self.scale = self.head_dim**-0.5
         self.qkv = nn.Linear(dim, 3 * inner, bias=qkv_bias)  # U_qkv of Eq. 5, all heads at once
+        # qk-norm (ViT-22B, timm's qk_norm): each head's queries and keys normalised before the logits
+        self.q_norm = nn.LayerNorm(self.head_dim, eps=norm_eps) if qk_norm else nn.Identity()
+        self.k_norm = nn.LayerNorm(self.head_dim, eps=norm_eps) if qk_norm else nn.Identity()
         self.attn_dropout = attn_dropout
         self.proj = nn.Linear(inner, dim)  # U_msa of Eq. 8
         self.proj_drop = nn.Dropout(proj_dropout)
@@ -84,6 +89,7 @@ class Attention(nn.Module):
         batch, tokens, _ = x.shape
         qkv = self.qkv(x).reshape(batch, tokens, 3, self.num_heads, self.head_dim)
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, heads, T, head_dim)
+        q, k = self.q_norm(q), self.k_norm(k)
         if num_queries is not None:
             q = q[:, :, :num_queries]  # (B, heads, Q, head_dim)
             bias = bias[:, :num_queries] if bias is not None else None

@@ -56,6 +56,17 @@ class DropPath(nn.Module):
         return f"prob={self.prob}"
 
 
+class LayerScale(nn.Module):
+    """A learned per-channel gain on a residual branch (CaiT's layer scale), as timm's LayerScale."""
+
+    def __init__(self, dim: int, init_values: float) -> None:
+        super().__init__()
+        self.gamma = nn.Parameter(torch.full((dim,), float(init_values)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.gamma
+
+
 class EncoderBlock(nn.Module):
     """LN -> MSA -> residual, LN -> MLP -> residual. Like timm's Block, it takes keywords, and its
     parts are arguments (`norm_layer`, `attn_layer`, `mlp_layer`), so that a variant of one part (a
@@ -76,15 +87,21 @@ class EncoderBlock(nn.Module):
         act: str = "gelu",
         mlp_out_act: bool = False,
         norm_eps: float = 1e-6,
+        init_values: float | None = None,
+        qk_norm: bool = False,
         norm_layer: type[nn.Module] = nn.LayerNorm,
         attn_layer: type[Attention] = Attention,
         mlp_layer: type[Mlp] = Mlp,
     ) -> None:
         super().__init__()
         self.norm1 = norm_layer(dim, eps=norm_eps)
-        self.attn = attn_layer(dim, num_heads, head_dim, qkv_bias, attn_dropout, dropout if proj_dropout else 0.0)
+        self.attn = attn_layer(
+            dim, num_heads, head_dim, qkv_bias, attn_dropout, dropout if proj_dropout else 0.0, qk_norm, norm_eps
+        )
+        self.ls1 = LayerScale(dim, init_values) if init_values is not None else nn.Identity()
         self.norm2 = norm_layer(dim, eps=norm_eps)
         self.mlp = mlp_layer(dim, mlp_dim, act, dropout, mlp_out_act)
+        self.ls2 = LayerScale(dim, init_values) if init_values is not None else nn.Identity()
         self.drop_path = DropPath(drop_path)
 
     def forward(
@@ -99,6 +116,6 @@ class EncoderBlock(nn.Module):
         attended, weights = self.attn(self.norm1(z), attn_bias, need_weights, num_queries, relative)
         if num_queries is not None:
             z = z[:, :num_queries]
-        z = z + self.drop_path(attended)  # Eq. 2
-        z = z + self.drop_path(self.mlp(self.norm2(z)))  # Eq. 3
+        z = z + self.drop_path(self.ls1(attended))  # Eq. 2
+        z = z + self.drop_path(self.ls2(self.mlp(self.norm2(z))))  # Eq. 3
         return z, weights

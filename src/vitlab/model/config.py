@@ -136,6 +136,13 @@ class ViTConfig:
     embed_dropout: bool = True
     proj_dropout: bool = True
     qkv_bias: bool = True
+    # Later ViTs' parts, as timm's VisionTransformer names them. init_values: layer scale (CaiT, DeiT III),
+    # a learned per-channel gain on each residual branch starting at this value (None: none); qk_norm:
+    # a LayerNorm on each head's queries and keys (ViT-22B); pre_norm: a LayerNorm on z_0 before the
+    # blocks and no bias in the patch projection (CLIP's ViT).
+    init_values: float | None = None
+    qk_norm: bool = False
+    pre_norm: bool = False
     # Numerics that differ between the reference implementations.
     act: Activation = "gelu"
     mlp_out_act: bool = False  # GELU after the MLP's second dense too (the Keras example's MLP)
@@ -264,6 +271,10 @@ class ViTConfig:
             value = getattr(self, name)
             check(0.0 <= value < 1.0, f"{name} must be in [0, 1), got {value}")
         check(self.norm_eps > 0, f"norm_eps must be positive, got {self.norm_eps}")
+        check(
+            self.init_values is None or self.init_values > 0,
+            f"init_values (layer scale) must be positive or null, got {self.init_values}",
+        )
         check(
             self.representation_size is None or self.representation_size > 0,
             f"representation_size must be positive or None, got {self.representation_size}",

@@ -16,11 +16,11 @@ def patches(images: torch.Tensor, patch: int) -> torch.Tensor:
 class PatchEmbedding(nn.Module):
     """A convolution with kernel = stride = P is exactly a linear map of each flattened patch, E."""
 
-    def __init__(self, patch_size: int, in_channels: int, dim: int) -> None:
+    def __init__(self, patch_size: int, in_channels: int, dim: int, bias: bool = True) -> None:
         super().__init__()
         self.patch_size = patch_size
         self.in_channels = in_channels
-        self.proj = nn.Conv2d(in_channels, dim, kernel_size=patch_size, stride=patch_size)
+        self.proj = nn.Conv2d(in_channels, dim, kernel_size=patch_size, stride=patch_size, bias=bias)
 
     def check_input(self, images: torch.Tensor) -> None:
         if images.dim() != 4:

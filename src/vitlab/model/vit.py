@@ -70,7 +70,7 @@ class VisionTransformer(TimmInterface, nn.Module):
         self.patch_embed = (
             HybridEmbedding(config.backbone, config.patch_size, config.in_channels, dim)
             if config.backbone is not None
-            else PatchEmbedding(config.patch_size, config.in_channels, dim)
+            else PatchEmbedding(config.patch_size, config.in_channels, dim, bias=not config.pre_norm)
         )
         self.cls_token = nn.Parameter(torch.zeros(1, 1, dim)) if config.has_class_token else None
         # Table 8's columns: one E_pos for the input, or before every layer (shared), or one per layer.
@@ -83,6 +83,8 @@ class VisionTransformer(TimmInterface, nn.Module):
             self.layer_pos_embed = None
         # "right after adding E_pos" (Appendix B.1), at the input
         self.pos_drop = nn.Dropout(config.dropout if config.embed_dropout else 0.0)
+        # CLIP's ViT normalises z_0 before the first block (timm's norm_pre)
+        self.norm_pre = nn.LayerNorm(dim, eps=config.norm_eps) if config.pre_norm else nn.Identity()
         grid, heads, prefix = config.grid_size, config.num_heads, config.num_prefix_tokens
         resample = (config.pos_resample, config.pos_resample_antialias)
         self.relative_bias = (
@@ -127,6 +129,8 @@ class VisionTransformer(TimmInterface, nn.Module):
             act=config.act,
             mlp_out_act=config.mlp_out_act,
             norm_eps=config.norm_eps,
+            init_values=config.init_values,
+            qk_norm=config.qk_norm,
         )
 
     # -- initialisation (as the reference vit_jax code) -----------------------------------------
@@ -142,8 +146,8 @@ class VisionTransformer(TimmInterface, nn.Module):
         conv = self.patch_embed.proj
         fan_in = conv.in_channels * conv.kernel_size[0] * conv.kernel_size[1]
         nn.init.trunc_normal_(conv.weight, std=math.sqrt(1.0 / fan_in) / 0.87962566103423978)  # lecun_normal
-        assert conv.bias is not None  # PatchEmbedding's projection has a bias
-        nn.init.zeros_(conv.bias)
+        if conv.bias is not None:  # none with pre_norm
+            nn.init.zeros_(conv.bias)
         if isinstance(self.head, nn.Linear):
             nn.init.zeros_(self.head.weight)
             nn.init.zeros_(self.head.bias)
@@ -154,7 +158,7 @@ class VisionTransformer(TimmInterface, nn.Module):
         tokens, grid = self.patch_embed(images)
         if self.cls_token is not None:
             tokens = torch.cat([self.cls_token.expand(tokens.shape[0], -1, -1), tokens], dim=1)
-        return self.pos_drop(self.add_pos_embed(tokens, grid, 0)), grid
+        return self.norm_pre(self.pos_drop(self.add_pos_embed(tokens, grid, 0))), grid
 
     def add_pos_embed(self, tokens: torch.Tensor, grid: tuple[int, int], layer: int) -> torch.Tensor:
         """Add the E_pos that goes before `layer` (layer 0: the input of Eq. 1), if any."""

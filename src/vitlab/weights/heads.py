@@ -170,11 +170,10 @@ def _names(models: list[str], shown: int = 3) -> str:
 # (pattern on a timm key, what it is); the first key that matches names the refusal.
 UNHOLDABLE = [
     (r"^reg_token$", "register tokens (reg_token)"),
-    (r"\.ls\d?\.gamma$", "layer scale (ls1/ls2.gamma)"),
-    (r"\.[qk]_norm\.", "qk-norm (q_norm/k_norm)"),
     (r"\.mlp\.fc1_[gx]\.", "a SwiGLU MLP (mlp.fc1_g/fc1_x)"),
     (r"^attn_pool\.", "a MAP attention-pool head (attn_pool)"),
     (r"^(dist_token|head_dist\.)", "a distillation token (dist_token)"),
+    # norm_pre is CLIP's, whose quickgelu twins have the same keys: read it once the table tells them apart
     (r"^norm_pre\.", "a norm before the blocks (norm_pre)"),
     (r"^patch_embed\.norm\.", "a norm after the patch embedding (patch_embed.norm)"),
     (r"\.mlp\.norm\.", "a norm inside the MLP (mlp.norm)"),
@@ -186,8 +185,8 @@ UNHOLDABLE = [
 ]
 TIMM_KEYS = re.compile(
     r"^(cls_token|pos_embed|patch_embed\.proj\.(weight|bias)|patch_embed\.backbone\..+"
-    r"|blocks\.\d+\.(norm1|norm2|attn\.qkv|attn\.proj|mlp\.fc1|mlp\.fc2)\.(weight|bias)"
-    r"|(norm|fc_norm|head|pre_logits\.fc)\.(weight|bias))$"
+    r"|blocks\.\d+\.(norm1|norm2|attn\.qkv|attn\.proj|attn\.q_norm|attn\.k_norm|mlp\.fc1|mlp\.fc2)\.(weight|bias)"
+    r"|blocks\.\d+\.ls[12]\.gamma|(norm|norm_pre|fc_norm|head|pre_logits\.fc)\.(weight|bias))$"
 )
 
 
@@ -202,6 +201,13 @@ def refuse_unholdable(state: Mapping[str, Any], source: str) -> None:
         raise CheckpointError(  # timm's SwiGLUPacked: fc1 holds the gate and the value
             f"{source}: vitlab's ViT cannot hold a gated (SwiGLU) MLP: mlp.fc1 gives {fc1.shape[0]} features, "
             f"mlp.fc2 takes {fc2.shape[1]}"
+        )
+    if "blocks.0.attn.q_norm.weight" in state and "blocks.0.attn.q_norm.bias" not in state:
+        raise CheckpointError(f"{source}: vitlab's ViT cannot hold a qk-norm without bias (an RMSNorm q_norm)")
+    if ("norm_pre.weight" in state) == ("patch_embed.proj.bias" in state):
+        raise CheckpointError(  # timm's VisionTransformer: bias=not pre_norm
+            f"{source}: timm's ViT has norm_pre exactly when its patch projection has no bias; these weights have "
+            f"{'both' if 'norm_pre.weight' in state else 'neither'}"
         )
     unknown = sorted(key for key in state if not TIMM_KEYS.match(key))
     if unknown:

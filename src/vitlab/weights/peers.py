@@ -119,6 +119,9 @@ TIMM = Peer(
         "backbone",
         "embed_dropout",
         "class_token",
+        "init_values",
+        "qk_norm",
+        "pre_norm",
     ),
     checks=(standard_head_dim, integer_mlp_ratio, timm_hybrid_backbone),
 )

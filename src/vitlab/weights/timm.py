@@ -181,6 +181,25 @@ def regularisation(args: Mapping[str, Any]) -> dict[str, Any]:
     )
 
 
+def later_parts(state: Mapping[str, torch.Tensor], args: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """Layer scale, qk-norm and norm_pre as ViTConfig fields, from the keys that hold them."""
+    init_values = None
+    if "blocks.0.ls1.gamma" in state:
+        init_values = args.get("init_values")
+        if init_values is None:
+            init_values = 1e-5
+            log.info(
+                "%s: layer scale's init_values not recorded: 1e-5 (timm's LayerScale default); "
+                "the gains themselves are the weights'",
+                source,
+            )
+    return dict(
+        init_values=init_values,
+        qk_norm="blocks.0.attn.q_norm.weight" in state,
+        pre_norm="norm_pre.weight" in state,
+    )
+
+
 def convert_timm(
     state: Mapping[str, torch.Tensor], source: str, overrides: dict[str, Any], record: TimmRecord | None = None
 ) -> tuple[ViTConfig, dict[str, torch.Tensor]]:
@@ -234,6 +253,7 @@ def convert_timm(
         class_names=names,
         name=record.architecture or Path(source).stem,
         **regularisation(record.model_args),
+        **later_parts(state, record.model_args, source),
     )
     log.info(
         "%s: timm ViT with %d heads (%s), %s, %s pooling",

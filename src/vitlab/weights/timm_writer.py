@@ -58,6 +58,9 @@ def timm_config(model: VisionTransformer) -> dict[str, Any]:
         proj_drop_rate=config.dropout,
         attn_drop_rate=config.attn_dropout,
         drop_path_rate=config.drop_path,
+        init_values=config.init_values,
+        qk_norm=config.qk_norm,
+        pre_norm=config.pre_norm,
     )
     if (config.pos_resample, config.pos_resample_antialias) != ("bicubic", True) and config.pos_embed == "learned":
         log.info(
