@@ -72,3 +72,17 @@ def test_the_workers_bound_follows_the_cpus_this_process_may_use(monkeypatch):
     assert workers_range().high == 256 and "of the 64 this process may use" in workers_range().rule()
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
     assert workers_range().high == 8
+
+
+@pytest.mark.fault("hostile-input", kinds=1)
+def test_a_deleted_working_directory_is_one_line_naming_it(tmp_path, monkeypatch, capsys):
+    """Deleted under the shell, it made torch's libraries fail to load ("Intel oneMKL FATAL ERROR")."""
+    from vitlab.cli import main
+
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    assert main(["models"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "the working directory no longer exists" in err, err

@@ -299,7 +299,20 @@ def worker_death(error: BaseException) -> str | None:
     return None
 
 
+def missing_working_directory() -> str | None:
+    """Why the working directory cannot be used, or None: one that was deleted under the shell makes
+    torch's libraries fail to load with "Intel oneMKL FATAL ERROR", which names neither cause nor cure."""
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        return "the working directory no longer exists (deleted after the shell entered it): cd to a folder that does"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
+    if (missing := missing_working_directory()) is not None:
+        print(f"vitlab: error: {missing}", file=sys.stderr)
+        return 2
     parser = build_parser(named_command(sys.argv[1:] if argv is None else argv))
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(message)s", stream=sys.stderr)
