@@ -16,3 +16,8 @@ def test_patches_are_row_major_and_channel_first():
     assert tiles.shape == (2, 6, 3, 2, 2)
     torch.testing.assert_close(tiles[1, 4], images[1, :, 2:4, 2:4])  # second row, middle column
     torch.testing.assert_close(tiles[0, 2], images[0, :, 0:2, 4:6])
+
+
+def test_an_empty_batch_keeps_its_shape():
+    """A process's share of an uneven evaluation split may be empty; its forward must not fail."""
+    assert patches(torch.zeros(0, 3, 8, 12), 4).shape == (0, 6, 3, 4, 4)

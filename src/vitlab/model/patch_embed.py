@@ -7,10 +7,13 @@ from torch import nn
 
 
 def patches(images: torch.Tensor, patch: int) -> torch.Tensor:
-    """(B, C, H, W) -> (B, N, C, P, P): the P x P patches x_p in row-major order (H/P rows of W/P)."""
+    """(B, C, H, W) -> (B, N, C, P, P): the P x P patches x_p in row-major order (H/P rows of W/P).
+    N is spelled out rather than inferred, so that an empty batch (a process's share of an uneven
+    evaluation split) keeps its shape."""
     batch, channels, _, _ = images.shape
     grid = images.unfold(2, patch, patch).unfold(3, patch, patch)  # (B, C, H/P, W/P, P, P)
-    return grid.permute(0, 2, 3, 1, 4, 5).reshape(batch, -1, channels, patch, patch)
+    count = grid.shape[2] * grid.shape[3]
+    return grid.permute(0, 2, 3, 1, 4, 5).reshape(batch, count, channels, patch, patch)
 
 
 class PatchEmbedding(nn.Module):
