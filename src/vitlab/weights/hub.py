@@ -1,4 +1,5 @@
-"""`vitlab.load("hf://org/name[@revision]")`: a Hugging Face Hub repository through huggingface_hub.
+"""`vitlab.load("hf://org/name[@revision]")`: a Hugging Face Hub repository through huggingface_hub;
+and the weights file of a repository already in the local HF cache, which the catalogue reads first.
 
 The repository is any folder `vitlab.load` reads: one that `save_pretrained` wrote and was uploaded,
 a transformers ViT, or a timm model repository (config.json with "architecture", "model_args",
@@ -13,7 +14,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from huggingface_hub import snapshot_download
+from huggingface_hub import snapshot_download, try_to_load_from_cache
 from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
 
 from vitlab.errors import CheckpointError
@@ -31,6 +32,8 @@ REFERENCE = re.compile(r"^hf://(?P<repo>[\w.-]+/[\w.-]+)(?:@(?P<revision>[\w./-]
 # Configs, safetensors weights and the model card; pytorch_model.bin only for repositories without
 # safetensors (many old ones hold .bin, .h5 and .msgpack copies of the same weights).
 WANTED = ["*.json", "*.safetensors", "README.md"]
+# A timm repository's weights, in the order timm's own loader (load_state_dict_from_hf) tries them.
+TIMM_WEIGHTS = ("model.safetensors", PICKLE)
 
 
 def parse_reference(source: str) -> tuple[str, str | None]:
@@ -63,3 +66,13 @@ def download_repo(source: str) -> Path:
 def load_hub(source: str, **overrides: Any) -> VisionTransformer | BiTResNet:
     """A model from the Hub; overrides as in `vitlab.load`."""
     return load_file(download_repo(source), **overrides)
+
+
+def cached_weights(repo_id: str) -> Path | None:
+    """The weights file of `repo_id`'s default branch if the local HF cache (HF_HUB_CACHE, under
+    HF_HOME) holds it, as `timm.create_model(..., pretrained=True)` leaves it there; never downloads."""
+    for filename in TIMM_WEIGHTS:
+        found = try_to_load_from_cache(repo_id, filename)
+        if isinstance(found, str):  # not the marker of a file the Hub is known not to have
+            return Path(found)
+    return None
