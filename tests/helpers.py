@@ -24,7 +24,7 @@ import zipfile
 import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pytest
@@ -626,3 +626,40 @@ def gnu_sparse_member(name: str, real_size: int) -> bytes:
     header[148:156] = b"        "  # the checksum is of the header with spaces in its place
     header[148:156] = b"%06o\0 " % sum(header[:512])
     return bytes(header) + b"x" + b"\0" * (tarfile.BLOCKSIZE - 1)
+
+
+# -- the Hugging Face Hub, recorded instead of reached ----------------------------------------------------
+class HubCall(NamedTuple):
+    """One call push made on huggingface_hub's HfApi: its name and keyword arguments; for upload_folder,
+    a copy of the folder taken while it existed."""
+
+    name: str
+    arguments: dict[str, Any]
+    copy: Path | None = None
+
+
+def record_hub_calls(monkeypatch: pytest.MonkeyPatch, copies: Path) -> list[HubCall]:
+    """Replace vitlab's HfApi with one that records each call (copying uploaded folders under `copies`)
+    and sends nothing; returns the list the calls are appended to."""
+    import shutil
+
+    calls: list[HubCall] = []
+
+    class RecordingHfApi:
+        def __init__(self, **options: Any) -> None:
+            calls.append(HubCall("HfApi", options))
+
+        def create_repo(self, repo_id: str, **options: Any) -> str:
+            calls.append(HubCall("create_repo", {"repo_id": repo_id, **options}))
+            return f"https://huggingface.co/{repo_id}"
+
+        def create_branch(self, repo_id: str, **options: Any) -> None:
+            calls.append(HubCall("create_branch", {"repo_id": repo_id, **options}))
+
+        def upload_folder(self, **options: Any) -> str:
+            copy = shutil.copytree(options["folder_path"], copies / f"upload-{len(calls)}")
+            calls.append(HubCall("upload_folder", options, Path(copy)))
+            return f"https://huggingface.co/{options['repo_id']}/commit/0123abcd"
+
+    monkeypatch.setattr("vitlab.weights.push.HfApi", RecordingHfApi)
+    return calls
