@@ -35,6 +35,13 @@ def as_vit(model: VisionTransformer | BiTResNet, entry: Pretrained, path: Path) 
     return model
 
 
+def registry_config(entry: Pretrained) -> ViTConfig:
+    """The registry's config of the entry's model."""
+    config = config_for(entry.model)
+    assert isinstance(config, ViTConfig)  # the catalogue's models are ViTs and hybrids
+    return config
+
+
 def check_matches(entry: Pretrained, path: Path) -> VisionTransformer:
     """Load `path` and check it is the model the entry names: a file recorded under the wrong name
     (or replaced at its source) is refused before it enters the cache."""
@@ -49,8 +56,7 @@ def check_model(
     entry: Pretrained, model: VisionTransformer, path: Path, overrides: dict[str, Any] | None = None
 ) -> VisionTransformer:
     """`model`, read from `path`, is the model the entry names (what `overrides` changed aside)."""
-    config, expected = model.config, config_for(entry.model)
-    assert isinstance(expected, ViTConfig)  # the catalogue's models are ViTs and hybrids
+    config, expected = model.config, registry_config(entry)
     found = {
         "patch size": (config.patch_size, expected.patch_size),
         "width": (config.dim, expected.dim),
@@ -120,7 +126,9 @@ def load_pretrained(name: str, **overrides: Any) -> VisionTransformer:
     entry = find(name)
     hub_file = hub_cache_file(entry)
     path = hub_file or fetch(entry, check=lambda file: check_matches(entry, file))
-    options = dict(VIT_JAX_NUMERICS, preprocessing=entry.preprocessing, name=entry.name)
+    options: dict[str, Any] = dict(VIT_JAX_NUMERICS, preprocessing=entry.preprocessing, name=entry.name)
+    if hub_file is not None:  # a timm file does not record its head count; the entry's model does
+        options["num_heads"] = registry_config(entry).num_heads
     if entry.num_classes == IN1K_CLASSES and "num_classes" not in overrides:  # a new head has its own names
         options["class_names"] = imagenet_class_names()
     options.update(overrides)
