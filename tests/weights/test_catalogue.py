@@ -120,8 +120,9 @@ def test_every_entry_names_timms_hub_repository_exactly_where_timm_has_one(entry
     name = timm_hub_id(entry.model, entry.image_size, entry.tag).removeprefix("timm/")
     on_timm = timm.list_pretrained(name) == [name]
     assert entry.timm_id == (timm.models.get_pretrained_cfg(name).hf_hub_id if on_timm else None)
-    # the HF cache is read only where timm's file is the entry's model: not the zeroed-head ones
-    assert entry.hub_repo == (None if entry.zeroed_head else entry.timm_id)
+    # the HF cache is searched, timm's first, where the Hub's files are the entry's model: not the zeroed-head ones
+    expected = () if entry.zeroed_head else tuple(repo for repo in (entry.timm_id, entry.hf_id) if repo)
+    assert entry.hub_repos == expected
 
 
 @pytest.mark.unit

@@ -3,6 +3,7 @@ from a Hub cache laid out as huggingface_hub keeps it (no network)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -240,15 +241,14 @@ def timm_weights_file(tmp_path: Path, model: torch.nn.Module) -> Path:
 
 @pytest.mark.unit
 def test_catalogue_name_loads_from_the_hf_cache_offline_without_network(tmp_path, offline_hub, no_network, caplog):
-    assert vitlab.weights.catalogue.find(CATALOGUE_NAME).hub_repo == CATALOGUE_REPO
+    assert vitlab.weights.catalogue.find(CATALOGUE_NAME).hub_repos == (CATALOGUE_REPO,)
     model = randomise_(vitlab.create_model("Ti/16", num_classes=1000, act="gelu_tanh"), std=0.05).eval()
     snapshot = hub_cache(offline_hub, CATALOGUE_REPO, {"model.safetensors": timm_weights_file(tmp_path, model)})
     batch = torch.randn(1, 3, 224, 224, generator=torch.Generator().manual_seed(0))
 
     with caplog.at_level("INFO", logger="vitlab"):
         loaded = vitlab.load(CATALOGUE_NAME)
-    assert f"reading {CATALOGUE_REPO}'s model.safetensors from the Hugging Face cache" in caplog.text
-    assert str(snapshot / "model.safetensors") in caplog.text
+    assert f"reading {CATALOGUE_REPO} from the Hugging Face cache ({snapshot / 'model.safetensors'})" in caplog.text
     assert loaded.config.name == CATALOGUE_NAME and len(loaded.config.class_names) == 1000
     with torch.no_grad():
         assert torch.equal(loaded(batch), model(batch))
@@ -287,3 +287,30 @@ def test_weights_list_says_which_entries_the_hf_cache_holds(tmp_path, offline_hu
     assert main(["weights", "list", "--model", "Ti/16"]) == 0
     rows = {line.split()[0]: line.split()[4] for line in capsys.readouterr().out.splitlines() if line.startswith("Ti/")}
     assert rows[CATALOGUE_NAME] == "hf" and rows["Ti/16:augreg-in21k"] == "-"
+
+
+@pytest.mark.unit
+def test_a_transformers_copy_in_the_hf_cache_is_read_as_a_folder(
+    tmp_path, offline_hub, no_network, monkeypatch, caplog
+):
+    """An entry with Google's transformers repository and no timm one (as L/16:orig-in21k-ft-in1k-224):
+    its snapshot folder, config.json beside the weights, as from_pretrained leaves it."""
+    from vitlab.weights import catalogue
+
+    entry = dataclasses.replace(catalogue.find(CATALOGUE_NAME), timm_id=None, hf_id="google/vit-tiny-test")
+    monkeypatch.setitem(catalogue.CATALOGUE, CATALOGUE_NAME, entry)
+    model = randomise_(vitlab.create_model("Ti/16", num_classes=1000, act="gelu_tanh"), std=0.05).eval()
+    folder = model.save_pretrained(tmp_path / "hf-format", format="hf")
+    snapshot = hub_cache(offline_hub, "google/vit-tiny-test", {p.name: p for p in folder.iterdir()})
+    batch = torch.randn(1, 3, 224, 224, generator=torch.Generator().manual_seed(0))
+
+    with caplog.at_level("INFO", logger="vitlab"):
+        loaded = vitlab.load(CATALOGUE_NAME)
+    assert f"reading google/vit-tiny-test from the Hugging Face cache ({snapshot})" in caplog.text
+    assert loaded.config.preprocessing == entry.preprocessing and loaded.config.act == "gelu_tanh"
+    with torch.no_grad():
+        assert (loaded(batch) - model(batch)).abs().max().item() <= 1e-5
+
+    (snapshot / "config.json").unlink()  # the weights alone are not a transformers model: the bucket instead
+    with pytest.raises(AssertionError, match="the network was used"):
+        vitlab.load(CATALOGUE_NAME)

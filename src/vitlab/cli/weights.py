@@ -49,7 +49,7 @@ def _checksum(entry) -> str:
 def run_list(args: argparse.Namespace) -> int:
     from vitlab.weights.catalogue import list_pretrained
     from vitlab.weights.fetch import cache_dir, cache_path
-    from vitlab.weights.hub import cached_weights
+    from vitlab.weights.pretrained import hub_cache_copy
 
     entries = list_pretrained(args.model)
     if not entries:
@@ -60,7 +60,7 @@ def run_list(args: argparse.Namespace) -> int:
             "yes"
             if any(cache_path(download.url).is_file() for download in entry.downloads)
             else "hf"
-            if entry.hub_repo is not None and cached_weights(entry.hub_repo) is not None
+            if hub_cache_copy(entry) is not None
             else "-"
         )
         print(

@@ -20,7 +20,7 @@ that prefix as their checksum.
 
 Each entry also names its Hugging Face Hub repositories: timm's (`timm/ARCH.TAG`, named by
 `timm_hub_id`), where timm publishes the weights, and Google's transformers conversion (`google/...`)
-of the paper's weights. `hub_repo` is looked for in the local HF cache before any download.
+of the paper's weights. `hub_repos` are looked for in the local HF cache before any download.
 
 The paper's ImageNet-21k files carry a pre-logits (tanh) layer and a 21843-way head that is all
 zeros (timm's records: "classifier not valid", served with num_classes=0). Those entries are
@@ -84,13 +84,15 @@ class Pretrained:
         return f"{self.model}:{self.tag}"
 
     @property
-    def hub_repo(self) -> str | None:
-        """The Hub repository whose weights file is this entry's model, looked for in the HF cache first.
+    def hub_repos(self) -> tuple[str, ...]:
+        """The Hub repositories whose files are this entry's model, in the order the HF cache is searched
+        before any download: timm's, then Google's transformers conversion.
 
-        None for the paper's ImageNet-21k files: timm's conversion dropped their pre-logits layer
-        (its checkpoint filter skips `pre_logits`), the representation those entries are read for.
+        None for the paper's ImageNet-21k files: timm's conversion dropped their pre-logits layer (its
+        checkpoint filter skips `pre_logits`), the representation those entries are read for, and
+        Google's are transformers' ViTModel, whose head the catalogue's check cannot see.
         """
-        return None if self.zeroed_head else self.timm_id
+        return () if self.zeroed_head else tuple(repo for repo in (self.timm_id, self.hf_id) if repo)
 
     @property
     def file_num_classes(self) -> int:

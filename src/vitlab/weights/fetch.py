@@ -135,10 +135,12 @@ def _fetch(download: Download, name: str, check: Callable[[Path], object]) -> Pa
 
 
 def hub_hint(entry: Pretrained) -> str:
-    """How to put the entry's Hub repository into the HF cache, which is read first; empty without one."""
-    if entry.hub_repo is None:
+    """How to put the entry's first Hub repository into the HF cache, which is read first; empty without one."""
+    if not entry.hub_repos:
         return ""
-    return f"; or, online, `hf download {entry.hub_repo} model.safetensors` puts its Hub copy in the HF cache"
+    repo = entry.hub_repos[0]
+    files = " model.safetensors" if repo == entry.timm_id else ""  # transformers' repositories: the whole folder
+    return f"; or, online, `hf download {repo}{files}` puts its Hub copy in the HF cache"
 
 
 def fetch(entry: Pretrained, check: Callable[[Path], object]) -> Path:
@@ -151,9 +153,9 @@ def fetch(entry: Pretrained, check: Callable[[Path], object]) -> Path:
         if cached is not None:
             return cached
     if is_offline():
+        hub = f" nor in the HF cache ({', '.join(entry.hub_repos)})" if entry.hub_repos else ""
         raise CheckpointError(
-            f"{entry.name}: not in the cache ({cache_path(entry.downloads[0].url)})"
-            f"{'' if entry.hub_repo is None else f' nor in the HF cache ({entry.hub_repo})'} and offline "
+            f"{entry.name}: not in the cache ({cache_path(entry.downloads[0].url)}){hub} and offline "
             f"({' / '.join(OFFLINE_ENVS)} set){hub_hint(entry)}"
         )
     failures = []

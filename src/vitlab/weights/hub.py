@@ -68,11 +68,24 @@ def load_hub(source: str, **overrides: Any) -> VisionTransformer | BiTResNet:
     return load_file(download_repo(source), **overrides)
 
 
-def cached_weights(repo_id: str) -> Path | None:
-    """The weights file of `repo_id`'s default branch if the local HF cache (HF_HUB_CACHE, under
-    HF_HOME) holds it, as `timm.create_model(..., pretrained=True)` leaves it there; never downloads."""
-    for filename in TIMM_WEIGHTS:
+def _cached_file(repo_id: str, filenames: tuple[str, ...]) -> Path | None:
+    """The first of `filenames` that the local HF cache (HF_HUB_CACHE, under HF_HOME) holds for
+    `repo_id`'s default branch; never downloads."""
+    for filename in filenames:
         found = try_to_load_from_cache(repo_id, filename)
         if isinstance(found, str):  # not the marker of a file the Hub is known not to have
             return Path(found)
     return None
+
+
+def cached_model(repo_id: str, weights_alone: bool) -> Path | None:
+    """What `load_file` reads of `repo_id` in the local HF cache: its snapshot folder when config.json is
+    there beside the weights (a transformers or timm folder, as from_pretrained leaves it), else, if
+    `weights_alone` reads (timm's state dicts), the weights file alone, as timm.create_model leaves it."""
+    weights = _cached_file(repo_id, TIMM_WEIGHTS)
+    if weights is None:
+        return None
+    config = _cached_file(repo_id, ("config.json",))
+    if config is not None and config.parent == weights.parent:
+        return weights.parent
+    return weights if weights_alone else None

@@ -18,7 +18,7 @@ from vitlab.model.factory import resolved_config
 
 from .catalogue import CATALOGUE, IN1K_CLASSES, CatalogueError, Pretrained, find, list_pretrained
 from .fetch import fetch
-from .hub import cached_weights
+from .hub import cached_model
 from .local import load_file
 
 log = logging.getLogger("vitlab")
@@ -108,12 +108,22 @@ def imagenet_folders(names: list[str]) -> bool:
     return len(names) == IN1K_CLASSES and digest == IMAGENET_WNIDS_SHA256
 
 
-def hub_cache_file(entry: Pretrained) -> Path | None:
-    """The entry's weights file in the local Hugging Face cache (its Hub repository's), if there."""
-    path = None if entry.hub_repo is None else cached_weights(entry.hub_repo)
-    if path is not None:
-        log.info("%s: reading %s's %s from the Hugging Face cache (%s)", entry.name, entry.hub_repo, path.name, path)
-    return path
+def hub_cache_copy(entry: Pretrained) -> tuple[str, Path] | None:
+    """(repository, what load_file reads) of the first of the entry's Hub repositories in the local
+    Hugging Face cache; None when none is there."""
+    for repo in entry.hub_repos:
+        path = cached_model(repo, weights_alone=repo == entry.timm_id)
+        if path is not None:
+            return repo, path
+    return None
+
+
+def read_hub_cache_first(entry: Pretrained) -> Path | None:
+    """The entry's model in the local Hugging Face cache, logged, if one of its repositories is there."""
+    found = hub_cache_copy(entry)
+    if found is not None:
+        log.info("%s: reading %s from the Hugging Face cache (%s)", entry.name, *found)
+    return None if found is None else found[1]
 
 
 def load_pretrained(name: str, **overrides: Any) -> VisionTransformer:
@@ -124,16 +134,18 @@ def load_pretrained(name: str, **overrides: Any) -> VisionTransformer:
     image_size=384 resamples E_pos.
     """
     entry = find(name)
-    hub_file = hub_cache_file(entry)
-    path = hub_file or fetch(entry, check=lambda file: check_matches(entry, file))
+    hub_copy = read_hub_cache_first(entry)
+    path = hub_copy or fetch(entry, check=lambda file: check_matches(entry, file))
     options: dict[str, Any] = dict(VIT_JAX_NUMERICS, preprocessing=entry.preprocessing, name=entry.name)
-    if hub_file is not None:  # a timm file does not record its head count; the entry's model does
+    if (
+        hub_copy is not None and hub_copy.is_file()
+    ):  # a timm file does not record its head count; the entry's model does
         options["num_heads"] = registry_config(entry).num_heads
     if entry.num_classes == IN1K_CLASSES and "num_classes" not in overrides:  # a new head has its own names
         options["class_names"] = imagenet_class_names()
     options.update(overrides)
     model = as_vit(load_file(path, **options), entry, path)
-    if hub_file is not None:  # huggingface_hub verified the download; whether it is this model, not
+    if hub_copy is not None:  # huggingface_hub verified the download; whether it is this model, not
         check_model(entry, model, path, overrides)
     if entry.zeroed_head and "num_classes" not in overrides:  # a new head (fine-tuning) replaces it anyway
         model = as_feature_extractor(model, entry)
