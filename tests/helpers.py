@@ -640,25 +640,34 @@ class HubCall(NamedTuple):
 
 def record_hub_calls(monkeypatch: pytest.MonkeyPatch, copies: Path) -> list[HubCall]:
     """Replace vitlab's HfApi with one that records each call (copying uploaded folders under `copies`)
-    and sends nothing; returns the list the calls are appended to."""
+    and sends nothing; returns the list the calls are appended to. Each call is bound to the real
+    HfApi method's signature first, so that an argument huggingface_hub does not take fails the test."""
+    import inspect
     import shutil
+
+    from huggingface_hub import HfApi
 
     calls: list[HubCall] = []
 
+    def record(name: str, *args: Any, **options: Any) -> None:
+        method = HfApi.__init__ if name == "HfApi" else getattr(HfApi, name)
+        inspect.signature(method).bind(None, *args, **options)  # None stands for self
+        calls.append(HubCall(name, {**dict(zip(["repo_id"], args)), **options}))
+
     class RecordingHfApi:
         def __init__(self, **options: Any) -> None:
-            calls.append(HubCall("HfApi", options))
+            record("HfApi", **options)
 
-        def create_repo(self, repo_id: str, **options: Any) -> str:
-            calls.append(HubCall("create_repo", {"repo_id": repo_id, **options}))
-            return f"https://huggingface.co/{repo_id}"
+        def create_repo(self, *args: Any, **options: Any) -> None:
+            record("create_repo", *args, **options)
 
-        def create_branch(self, repo_id: str, **options: Any) -> None:
-            calls.append(HubCall("create_branch", {"repo_id": repo_id, **options}))
+        def create_branch(self, *args: Any, **options: Any) -> None:
+            record("create_branch", *args, **options)
 
         def upload_folder(self, **options: Any) -> str:
+            record("upload_folder", **options)
             copy = shutil.copytree(options["folder_path"], copies / f"upload-{len(calls)}")
-            calls.append(HubCall("upload_folder", options, Path(copy)))
+            calls[-1] = calls[-1]._replace(copy=Path(copy))
             return f"https://huggingface.co/{options['repo_id']}/commit/0123abcd"
 
     monkeypatch.setattr("vitlab.weights.push.HfApi", RecordingHfApi)
