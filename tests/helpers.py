@@ -24,7 +24,7 @@ import zipfile
 import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pytest
@@ -626,3 +626,49 @@ def gnu_sparse_member(name: str, real_size: int) -> bytes:
     header[148:156] = b"        "  # the checksum is of the header with spaces in its place
     header[148:156] = b"%06o\0 " % sum(header[:512])
     return bytes(header) + b"x" + b"\0" * (tarfile.BLOCKSIZE - 1)
+
+
+# -- the Hugging Face Hub, recorded instead of reached ----------------------------------------------------
+class HubCall(NamedTuple):
+    """One call push made on huggingface_hub's HfApi: its name and keyword arguments; for upload_folder,
+    a copy of the folder taken while it existed."""
+
+    name: str
+    arguments: dict[str, Any]
+    copy: Path | None = None
+
+
+def record_hub_calls(monkeypatch: pytest.MonkeyPatch, copies: Path) -> list[HubCall]:
+    """Replace vitlab's HfApi with one that records each call (copying uploaded folders under `copies`)
+    and sends nothing; returns the list the calls are appended to. Each call is bound to the real
+    HfApi method's signature first, so that an argument huggingface_hub does not take fails the test."""
+    import inspect
+    import shutil
+
+    from huggingface_hub import HfApi
+
+    calls: list[HubCall] = []
+
+    def record(name: str, *args: Any, **options: Any) -> None:
+        method = HfApi.__init__ if name == "HfApi" else getattr(HfApi, name)
+        inspect.signature(method).bind(None, *args, **options)  # None stands for self
+        calls.append(HubCall(name, {**dict(zip(["repo_id"], args)), **options}))
+
+    class RecordingHfApi:
+        def __init__(self, **options: Any) -> None:
+            record("HfApi", **options)
+
+        def create_repo(self, *args: Any, **options: Any) -> None:
+            record("create_repo", *args, **options)
+
+        def create_branch(self, *args: Any, **options: Any) -> None:
+            record("create_branch", *args, **options)
+
+        def upload_folder(self, **options: Any) -> str:
+            record("upload_folder", **options)
+            copy = shutil.copytree(options["folder_path"], copies / f"upload-{len(calls)}")
+            calls[-1] = calls[-1]._replace(copy=Path(copy))
+            return f"https://huggingface.co/{options['repo_id']}/commit/0123abcd"
+
+    monkeypatch.setattr("vitlab.weights.push.HfApi", RecordingHfApi)
+    return calls

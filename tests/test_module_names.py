@@ -26,6 +26,7 @@ ONE_IDEA = {
     "document.py": "the package's generated document",
     "posemb.py": "position embeddings: their experiment and their analysis",
     "predict.py": "prediction for images: the command and the library call",
+    "push.py": "uploading to the Hugging Face Hub: a model, a run, the command",
     "stream.py": "image files streamed in order: their loading and their prediction",
 }
 

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from .accel import accelerate, optimize_for_inference
     from .model import VisionTransformer, ViTConfig, config_for, list_models
     from .train import evaluate_run
+    from .train.push import push_to_hub
     from .weights import create_model, export_npz, list_pretrained, load, save_pretrained
 
 # Each public name and the module that defines it.
@@ -33,6 +34,7 @@ LAZY = {
     "load": "vitlab.weights",
     "save_pretrained": "vitlab.weights",
     "evaluate_run": "vitlab.train",
+    "push_to_hub": "vitlab.train.push",
 }
 
 
@@ -61,5 +63,6 @@ __all__ = [
     "evaluate_run",
     "list_models",
     "optimize_for_inference",
+    "push_to_hub",
     "train",
 ]

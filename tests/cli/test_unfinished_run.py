@@ -9,7 +9,7 @@ import signal
 import pytest
 
 import vitlab
-from helpers import SignalAt, tiny_config, write_class_folders
+from helpers import SignalAt, record_hub_calls, tiny_config, write_class_folders
 from vitlab.cli import main
 from vitlab.train import Interrupted, Trainer
 
@@ -63,3 +63,16 @@ def test_a_paper_scale_finetune_refused_by_memory_names_the_image_size(stopped_r
     assert main([*argv, "--set", "run.memory_limit=4", "--out", str(tmp_path / "tuned")]) == 2
     line = capsys.readouterr().err.strip().splitlines()[-1]
     assert "--image-size 384 (model.image_size of paper-finetune:pets, unless given) resamples" in line, line
+
+
+def test_push_uploads_a_stopped_runs_newest_checkpoint(stopped_run, tmp_path, monkeypatch, caplog):
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("VITLAB_OFFLINE", raising=False)
+    calls = record_hub_calls(monkeypatch, tmp_path)  # no network: HfApi's calls are recorded
+    with caplog.at_level(logging.INFO, logger="vitlab"):
+        assert main(["push", str(stopped_run), "vitlab-test/stopped"]) == 0
+    assert any(m.endswith("using checkpoint step-00000007.pt, step 7 (of a run of 20 steps)") for m in caplog.messages)
+    upload = calls[-1]
+    assert upload.name == "upload_folder" and upload.arguments["repo_id"] == "vitlab-test/stopped"
+    assert sorted(path.name for path in upload.copy.iterdir()) == ["README.md", "config.json", "model.safetensors"]
+    assert vitlab.load(upload.copy).config.image_size == (8, 8)

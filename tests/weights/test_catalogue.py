@@ -20,7 +20,15 @@ from helpers import randomise_
 from vitlab.cli import main
 from vitlab.model import ConfigError, config_for
 from vitlab.weights import CatalogueError, CheckpointError
-from vitlab.weights.catalogue import CATALOGUE, Download, Pretrained, find, is_catalogue_name, list_pretrained
+from vitlab.weights.catalogue import (
+    CATALOGUE,
+    Download,
+    Pretrained,
+    find,
+    is_catalogue_name,
+    list_pretrained,
+    timm_hub_id,
+)
 from vitlab.weights.fetch import cache_path, fetch
 from vitlab.weights.pretrained import default_tag, resolve_pretrained
 
@@ -102,6 +110,19 @@ def test_augreg_files_and_sizes_agree_with_timms_records():
     assert checked == sum("augreg" in entry.tag for entry in list_pretrained()) == 35
     hybrids = {entry.model for entry in list_pretrained() if "augreg" in entry.tag and "+" in entry.model}
     assert hybrids == {"R+Ti/16", "R26+S/32", "R50+L/32"}
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("entry", list(CATALOGUE.values()), ids=lambda e: e.name)
+def test_every_entry_names_timms_hub_repository_exactly_where_timm_has_one(entry: Pretrained):
+    """timm_hub_id's rule against timm's own pretrained configs: their hf_hub_id where timm has the weights."""
+    timm = pytest.importorskip("timm")
+    name = timm_hub_id(entry.model, entry.image_size, entry.tag).removeprefix("timm/")
+    on_timm = timm.list_pretrained(name) == [name]
+    assert entry.timm_id == (timm.models.get_pretrained_cfg(name).hf_hub_id if on_timm else None)
+    # the HF cache is searched, timm's first, where the Hub's files are the entry's model: not the zeroed-head ones
+    expected = () if entry.zeroed_head else tuple(repo for repo in (entry.timm_id, entry.hf_id) if repo)
+    assert entry.hub_repos == expected
 
 
 @pytest.mark.unit

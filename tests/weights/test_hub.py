@@ -3,6 +3,7 @@ from a Hub cache laid out as huggingface_hub keeps it (no network)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -215,3 +216,101 @@ def test_hub_environment_variables_reach_the_command_line(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert "wrote" in result.stdout and (tmp_path / "shapes.npz").is_file()
+
+
+# -- catalogue names read from the HF cache first ----------------------------------------------------------
+CATALOGUE_NAME = "Ti/16:augreg-in21k-ft-in1k"  # the smallest catalogue model
+CATALOGUE_REPO = "timm/vit_tiny_patch16_224.augreg_in21k_ft_in1k"
+
+
+@pytest.fixture
+def no_network(monkeypatch) -> None:
+    """Any connection, and any download from the catalogue's own sources, raises."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the network was used")
+
+    monkeypatch.setattr("socket.socket.connect", refuse)
+    monkeypatch.setattr("vitlab.weights.pretrained.fetch", refuse)
+
+
+def timm_weights_file(tmp_path: Path, model: torch.nn.Module) -> Path:
+    """`model` in timm's format: the model.safetensors of a timm Hub repository."""
+    return model.save_pretrained(tmp_path / "timm-format", format="timm") / "model.safetensors"
+
+
+@pytest.mark.unit
+def test_catalogue_name_loads_from_the_hf_cache_offline_without_network(tmp_path, offline_hub, no_network, caplog):
+    assert vitlab.weights.catalogue.find(CATALOGUE_NAME).hub_repos == (CATALOGUE_REPO,)
+    model = randomise_(vitlab.create_model("Ti/16", num_classes=1000, act="gelu_tanh"), std=0.05).eval()
+    snapshot = hub_cache(offline_hub, CATALOGUE_REPO, {"model.safetensors": timm_weights_file(tmp_path, model)})
+    batch = torch.randn(1, 3, 224, 224, generator=torch.Generator().manual_seed(0))
+
+    with caplog.at_level("INFO", logger="vitlab"):
+        loaded = vitlab.load(CATALOGUE_NAME)
+    assert f"reading {CATALOGUE_REPO} from the Hugging Face cache ({snapshot / 'model.safetensors'})" in caplog.text
+    assert loaded.config.name == CATALOGUE_NAME and len(loaded.config.class_names) == 1000
+    with torch.no_grad():
+        assert torch.equal(loaded(batch), model(batch))
+    # overrides as for the catalogue's own files: a new head, a resampled E_pos
+    tuned = vitlab.create_model("Ti/16", pretrained="augreg-in21k-ft-in1k", num_classes=10, image_size=384)
+    assert tuned.config.num_classes == 10 and tuned.config.image_size == (384, 384)
+
+
+@pytest.mark.unit
+def test_a_file_in_the_hf_cache_that_is_not_the_named_model_is_refused(tmp_path, offline_hub, no_network):
+    other = vitlab.create_model("Ti/16", num_classes=1000, image_size=384)  # another release's resolution
+    hub_cache(offline_hub, CATALOGUE_REPO, {"model.safetensors": timm_weights_file(tmp_path, other)})
+    with pytest.raises(
+        CheckpointError, match=r"model.safetensors is not this model: image size \(384, 384\) \(expected"
+    ):
+        vitlab.load(CATALOGUE_NAME)
+
+
+@pytest.mark.unit
+def test_offline_and_not_in_either_cache_names_the_hub_repository(tmp_path, offline_hub, monkeypatch):
+    monkeypatch.setenv("VITLAB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr("socket.socket.connect", lambda *a: pytest.fail("the network was used"))
+    with pytest.raises(CheckpointError) as error:
+        vitlab.load(CATALOGUE_NAME)
+    message = str(error.value)
+    assert "\n" not in message and f"nor in the HF cache ({CATALOGUE_REPO}) and offline" in message
+    assert f"`hf download {CATALOGUE_REPO} model.safetensors`" in message
+
+
+@pytest.mark.unit
+def test_weights_list_says_which_entries_the_hf_cache_holds(tmp_path, offline_hub, monkeypatch, capsys):
+    from vitlab.cli import main
+
+    monkeypatch.setenv("VITLAB_CACHE", str(tmp_path / "cache"))
+    hub_cache(offline_hub, CATALOGUE_REPO, {"model.safetensors": timm_weights_file(tmp_path, tiny_model())})
+    assert main(["weights", "list", "--model", "Ti/16"]) == 0
+    rows = {line.split()[0]: line.split()[4] for line in capsys.readouterr().out.splitlines() if line.startswith("Ti/")}
+    assert rows[CATALOGUE_NAME] == "hf" and rows["Ti/16:augreg-in21k"] == "-"
+
+
+@pytest.mark.unit
+def test_a_transformers_copy_in_the_hf_cache_is_read_as_a_folder(
+    tmp_path, offline_hub, no_network, monkeypatch, caplog
+):
+    """An entry with Google's transformers repository and no timm one (as L/16:orig-in21k-ft-in1k-224):
+    its snapshot folder, config.json beside the weights, as from_pretrained leaves it."""
+    from vitlab.weights import catalogue
+
+    entry = dataclasses.replace(catalogue.find(CATALOGUE_NAME), timm_id=None, hf_id="google/vit-tiny-test")
+    monkeypatch.setitem(catalogue.CATALOGUE, CATALOGUE_NAME, entry)
+    model = randomise_(vitlab.create_model("Ti/16", num_classes=1000, act="gelu_tanh"), std=0.05).eval()
+    folder = model.save_pretrained(tmp_path / "hf-format", format="hf")
+    snapshot = hub_cache(offline_hub, "google/vit-tiny-test", {p.name: p for p in folder.iterdir()})
+    batch = torch.randn(1, 3, 224, 224, generator=torch.Generator().manual_seed(0))
+
+    with caplog.at_level("INFO", logger="vitlab"):
+        loaded = vitlab.load(CATALOGUE_NAME)
+    assert f"reading google/vit-tiny-test from the Hugging Face cache ({snapshot})" in caplog.text
+    assert loaded.config.preprocessing == entry.preprocessing and loaded.config.act == "gelu_tanh"
+    with torch.no_grad():
+        assert (loaded(batch) - model(batch)).abs().max().item() <= 1e-5
+
+    (snapshot / "config.json").unlink()  # the weights alone are not a transformers model: the bucket instead
+    with pytest.raises(AssertionError, match="the network was used"):
+        vitlab.load(CATALOGUE_NAME)

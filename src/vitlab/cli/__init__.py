@@ -55,6 +55,7 @@ COMMANDS: dict[str, Command] = {
     ),
     "serve": Command("serve", "web page (upload -> top-5 + attention rollout) and POST /predict JSON endpoint"),
     "weights": Command("weights", "the pretrained-weights catalogue (MODEL:TAG names)"),
+    "push": Command("push", "upload a run's model folder with its model card to the Hugging Face Hub"),
     "train": Command("train", "train a ViT from scratch"),
     "finetune": Command("train", "fine-tune a checkpoint on new data (paper Sec. 3.2)"),
     "predict": Command("predict", "class probabilities for image files"),

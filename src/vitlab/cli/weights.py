@@ -49,16 +49,23 @@ def _checksum(entry) -> str:
 def run_list(args: argparse.Namespace) -> int:
     from vitlab.weights.catalogue import list_pretrained
     from vitlab.weights.fetch import cache_dir, cache_path
+    from vitlab.weights.pretrained import hub_cache_copy
 
     entries = list_pretrained(args.model)
     if not entries:
         raise InputError(f"no catalogue entries for model {args.model!r}")
     print(f"{'name':<34} {'size':>4} {'classes':>7}  {'checksum':<9} {'cached':<6} {'licence':<10} dataset")
     for entry in entries:
-        cached = any(cache_path(download.url).is_file() for download in entry.downloads)
+        cached = (
+            "yes"
+            if any(cache_path(download.url).is_file() for download in entry.downloads)
+            else "hf"
+            if hub_cache_copy(entry) is not None
+            else "-"
+        )
         print(
             f"{entry.name:<34} {entry.image_size:>4} {entry.num_classes or 'feature':>7}  {_checksum(entry):<9} "
-            f"{'yes' if cached else '-':<6} {entry.license:<10} {entry.dataset}"
+            f"{cached:<6} {entry.license:<10} {entry.dataset}"
         )
         if args.urls:
             for download in entry.downloads:
@@ -69,7 +76,8 @@ def run_list(args: argparse.Namespace) -> int:
     print(f"cache: {cache_dir()}")
     print(
         "tofu: no published checksum, the first download's sha256 is recorded; +alt: a second source, "
-        "timm's conversion, whose name carries its sha256 prefix (see --urls)"
+        "timm's conversion, whose name carries its sha256 prefix (see --urls); cached hf: its Hub repository "
+        "is in the Hugging Face cache, which is read first"
     )
     if any(entry.zeroed_head for entry in entries):
         print(

@@ -8,6 +8,7 @@ from .folder import save_pretrained
 from .load import load
 from .npz import export_npz
 from .pretrained import create_model, load_pretrained
+from .push import push_model  # also gives models their push_to_hub method
 
 __all__ = [
     "CatalogueError",
@@ -17,5 +18,6 @@ __all__ = [
     "list_pretrained",
     "load",
     "load_pretrained",
+    "push_model",
     "save_pretrained",
 ]

@@ -156,7 +156,7 @@ def _classes(config: ViTConfig | BiTConfig) -> str:
 USAGE = """```python
 import vitlab
 
-model = vitlab.load("{source}")  # this folder, or "hf://ORG/NAME" once uploaded to the Hub
+model = vitlab.load("{source}")  # {where}
 logits = model(images)  # images (B, 3, {height}, {width}), normalised as above
 ```
 
@@ -194,13 +194,21 @@ def model_card(config: ViTConfig | BiTConfig, num_params: int, extra: dict[str, 
     if metrics:
         parts += ["## Results", _table(sorted(metrics.items()))]
     height, width = config.image_size
-    parts += ["## Usage", USAGE.format(source=source, height=height, width=width)]
+    where = (
+        "this Hub repository"
+        if source.startswith("hf://")
+        else 'this folder, or "hf://ORG/NAME" once uploaded to the Hub'
+    )
+    parts += ["## Usage", USAGE.format(source=source, where=where, height=height, width=width)]
     return "\n\n".join(parts) + "\n"
 
 
-def write_model_card(directory: Path, config: ViTConfig | BiTConfig, num_params: int, extra: dict[str, Any]) -> Path:
+def write_model_card(
+    directory: Path, config: ViTConfig | BiTConfig, num_params: int, extra: dict[str, Any], source: str | None = None
+) -> Path:
+    """README.md in `directory`; its usage loads `source` (default: the folder's name; "hf://ORG/NAME" for an upload)."""
     path = Path(directory) / CARD_FILE
-    text = model_card(config, num_params, extra, source=Path(directory).resolve().name)
+    text = model_card(config, num_params, extra, source=source or Path(directory).resolve().name)
     # a path that is not UTF-8 (its odd bytes come as surrogates) is shown escaped: the card stays UTF-8
     path.write_text(text, encoding="utf-8", errors="backslashreplace")
     return path

@@ -18,6 +18,10 @@ original weights were also converted by timm into release files whose names carr
 8 hex digits of their sha256 (torch.hub's convention); those are listed as a second source with
 that prefix as their checksum.
 
+Each entry also names its Hugging Face Hub repositories: timm's (`timm/ARCH.TAG`, named by
+`timm_hub_id`), where timm publishes the weights, and Google's transformers conversion (`google/...`)
+of the paper's weights. `hub_repos` are looked for in the local HF cache before any download.
+
 The paper's ImageNet-21k files carry a pre-logits (tanh) layer and a 21843-way head that is all
 zeros (timm's records: "classifier not valid", served with num_classes=0). Those entries are
 feature extractors: the head is dropped on loading, and the model's output is the pre-logits
@@ -71,13 +75,24 @@ class Pretrained:
     license: str = APACHE
     mean: tuple[float, float, float] = (0.5, 0.5, 0.5)
     std: tuple[float, float, float] = (0.5, 0.5, 0.5)
-    timm_id: str | None = None  # the same weights on the Hugging Face Hub, converted by timm
+    timm_id: str | None = None  # the same weights on the Hugging Face Hub, converted by timm (timm_hub_id)
     hf_id: str | None = None  # ... and converted by transformers
     zeroed_head: bool = False  # the file's head is all zeros: a feature extractor (num_classes 0)
 
     @property
     def name(self) -> str:
         return f"{self.model}:{self.tag}"
+
+    @property
+    def hub_repos(self) -> tuple[str, ...]:
+        """The Hub repositories whose files are this entry's model, in the order the HF cache is searched
+        before any download: timm's, then Google's transformers conversion.
+
+        None for the paper's ImageNet-21k files: timm's conversion dropped their pre-logits layer (its
+        checkpoint filter skips `pre_logits`), the representation those entries are read for, and
+        Google's are transformers' ViTModel, whose head the catalogue's check cannot see.
+        """
+        return () if self.zeroed_head else tuple(repo for repo in (self.timm_id, self.hf_id) if repo)
 
     @property
     def file_num_classes(self) -> int:
@@ -96,7 +111,11 @@ TIMM_SIZES = {"Ti": "tiny", "S": "small", "B": "base", "L": "large", "H": "huge"
 TIMM_HYBRID_NAMES = {model: architecture for architecture, model in TIMM_HYBRIDS.items()}
 
 
-def _timm_name(model: str, image_size: int, tag: str) -> str:
+def timm_hub_id(model: str, image_size: int, tag: str) -> str:
+    """timm's Hub repository of an entry, by timm's naming rule ("B/16", 224, "augreg-in21k-ft-in1k" ->
+    "timm/vit_base_patch16_224.augreg_in21k_ft_in1k"); the tag's size suffix is in the architecture's name.
+    A test checks it against every entry's `hf_hub_id` in timm's pretrained configs."""
+    tag = tag.removesuffix(f"-{image_size}")
     if model in TIMM_HYBRID_NAMES:
         architecture = f"{TIMM_HYBRID_NAMES[model]}_{image_size}"
     else:
@@ -106,7 +125,7 @@ def _timm_name(model: str, image_size: int, tag: str) -> str:
 
 
 def _original(
-    model: str, tag: str, file: str, image_size: int, timm_file: str | None, timm_id: str | None, hf_id: str | None
+    model: str, tag: str, file: str, image_size: int, timm_file: str | None, on_timm_hub: bool, hf_id: str | None
 ) -> Pretrained:
     in1k = tag.startswith("orig-in21k-ft-in1k")
     folder = "imagenet21k+imagenet2012" if in1k else "imagenet21k"
@@ -122,21 +141,22 @@ def _original(
         num_classes=IN1K_CLASSES if in1k else 0,
         dataset="ImageNet-21k, fine-tuned on ImageNet-1k" if in1k else "ImageNet-21k",
         paper=ORIGINAL,
-        timm_id=timm_id and f"timm/{timm_id}",
+        timm_id=timm_hub_id(model, image_size, tag) if on_timm_hub else None,
         hf_id=hf_id,
         zeroed_head=not in1k,
     )
 
 
 ORIGINAL_WEIGHTS = [
-    # model, tag, vit_models file, image size, timm's release file (sha256 prefix in its name), timm id, transformers id
+    # model, tag, vit_models file, image size, timm's release file (sha256 prefix in its name), whether timm's
+    # Hub has it (timm_hub_id names it), transformers id
     (
         "B/16",
         "orig-in21k",
         "ViT-B_16.npz",
         224,
         "jx_vit_base_patch16_224_in21k-e5005f0a.pth",
-        "vit_base_patch16_224.orig_in21k",
+        True,
         "google/vit-base-patch16-224-in21k",
     ),
     (
@@ -145,7 +165,7 @@ ORIGINAL_WEIGHTS = [
         "ViT-B_32.npz",
         224,
         "jx_vit_base_patch32_224_in21k-8db57226.pth",
-        "vit_base_patch32_224.orig_in21k",
+        True,
         "google/vit-base-patch32-224-in21k",
     ),
     (
@@ -154,7 +174,7 @@ ORIGINAL_WEIGHTS = [
         "ViT-L_16.npz",
         224,
         "jx_vit_large_patch16_224_in21k-606da67d.pth",
-        "vit_large_patch16_224.orig_in21k",
+        True,
         "google/vit-large-patch16-224-in21k",
     ),
     (
@@ -163,7 +183,7 @@ ORIGINAL_WEIGHTS = [
         "ViT-L_32.npz",
         224,
         "jx_vit_large_patch32_224_in21k-9046d2e7.pth",
-        "vit_large_patch32_224.orig_in21k",
+        True,
         "google/vit-large-patch32-224-in21k",
     ),
     (
@@ -172,17 +192,17 @@ ORIGINAL_WEIGHTS = [
         "ViT-H_14.npz",
         224,
         None,
-        "vit_huge_patch14_224.orig_in21k",
+        True,
         "google/vit-huge-patch14-224-in21k",
     ),
-    ("R50+B/16", "orig-in21k", "R50+ViT-B_16.npz", 224, None, "vit_base_r50_s16_224.orig_in21k", None),
+    ("R50+B/16", "orig-in21k", "R50+ViT-B_16.npz", 224, None, True, None),
     (
         "B/16",
         "orig-in21k-ft-in1k",
         "ViT-B_16.npz",
         384,
         "jx_vit_base_p16_384-83fb41ba.pth",
-        "vit_base_patch16_384.orig_in21k_ft_in1k",
+        True,
         "google/vit-base-patch16-384",
     ),
     (
@@ -191,7 +211,7 @@ ORIGINAL_WEIGHTS = [
         "ViT-B_32.npz",
         384,
         "jx_vit_base_p32_384-830016f5.pth",
-        None,
+        False,
         "google/vit-base-patch32-384",
     ),
     (
@@ -200,7 +220,7 @@ ORIGINAL_WEIGHTS = [
         "ViT-L_16.npz",
         384,
         "jx_vit_large_p16_384-b3be5167.pth",
-        None,
+        False,
         "google/vit-large-patch16-384",
     ),
     (
@@ -209,17 +229,17 @@ ORIGINAL_WEIGHTS = [
         "ViT-L_32.npz",
         384,
         "jx_vit_large_p32_384-9b920ba8.pth",
-        "vit_large_patch32_384.orig_in21k_ft_in1k",
+        True,
         "google/vit-large-patch32-384",
     ),
-    ("R50+B/16", "orig-in21k-ft-in1k", "R50+ViT-B_16.npz", 384, None, "vit_base_r50_s16_384.orig_in21k_ft_in1k", None),
+    ("R50+B/16", "orig-in21k-ft-in1k", "R50+ViT-B_16.npz", 384, None, True, None),
     (
         "B/16",
         "orig-in21k-ft-in1k-224",
         "ViT-B_16-224.npz",
         224,
         "jx_vit_base_p16_224-80ecf9dd.pth",
-        "vit_base_patch16_224.orig_in21k_ft_in1k",
+        True,
         "google/vit-base-patch16-224",
     ),
     (
@@ -228,7 +248,7 @@ ORIGINAL_WEIGHTS = [
         "ViT-L_16-224.npz",
         224,
         "jx_vit_large_p16_224-4ee7a4dc.pth",
-        None,
+        False,
         "google/vit-large-patch16-224",
     ),
 ]
@@ -291,7 +311,7 @@ def _augreg(model: str, tag: str, file: str, image_size: int, in21k_head: bool) 
         if tag.startswith("augreg-in1k")
         else "ImageNet-21k, fine-tuned on ImageNet-1k",
         paper=AUGREG,
-        timm_id=_timm_name(model, image_size, tag.removesuffix("-384")),
+        timm_id=timm_hub_id(model, image_size, tag),
     )
 
 

@@ -5,6 +5,8 @@
     mirror:  $VITLAB_WEIGHTS_MIRROR, a base URL (file:// or http://) laid out as HOST/PATH; it
              replaces every download's scheme and host
     offline: $VITLAB_OFFLINE=1 (or HF_HUB_OFFLINE=1) never touches the network
+    Hub:     an entry whose Hub repository is in the HF cache is read from there instead
+             (pretrained.py); the errors below say how to put it there
 
 A file whose checksum the catalogue knows is verified against it. Google publishes none for its
 vit_models files: their first download is trusted ("trust on first use"), must load as a
@@ -132,6 +134,15 @@ def _fetch(download: Download, name: str, check: Callable[[Path], object]) -> Pa
     return path
 
 
+def hub_hint(entry: Pretrained) -> str:
+    """How to put the entry's first Hub repository into the HF cache, which is read first; empty without one."""
+    if not entry.hub_repos:
+        return ""
+    repo = entry.hub_repos[0]
+    files = " model.safetensors" if repo == entry.timm_id else ""  # transformers' repositories: the whole folder
+    return f"; or, online, `hf download {repo}{files}` puts its Hub copy in the HF cache"
+
+
 def fetch(entry: Pretrained, check: Callable[[Path], object]) -> Path:
     """A verified local copy of `entry`'s file: from the cache, else from its first reachable source.
 
@@ -142,9 +153,10 @@ def fetch(entry: Pretrained, check: Callable[[Path], object]) -> Path:
         if cached is not None:
             return cached
     if is_offline():
+        hub = f" nor in the HF cache ({', '.join(entry.hub_repos)})" if entry.hub_repos else ""
         raise CheckpointError(
-            f"{entry.name}: not in the cache ({cache_path(entry.downloads[0].url)}) and offline "
-            f"({' / '.join(OFFLINE_ENVS)} set)"
+            f"{entry.name}: not in the cache ({cache_path(entry.downloads[0].url)}){hub} and offline "
+            f"({' / '.join(OFFLINE_ENVS)} set){hub_hint(entry)}"
         )
     failures = []
     for download in entry.downloads:
@@ -157,5 +169,5 @@ def fetch(entry: Pretrained, check: Callable[[Path], object]) -> Path:
     raise CheckpointError(
         f"{entry.name}: could not download the weights: {'; '.join(failures)}. Set {MIRROR_ENV} to a "
         f"mirror, or put the file at {cache_path(entry.downloads[0].url)} with its sha256 in a "
-        f"{DIGEST_SUFFIX} file beside it"
+        f"{DIGEST_SUFFIX} file beside it{hub_hint(entry)}"
     )

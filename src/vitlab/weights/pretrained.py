@@ -18,6 +18,7 @@ from vitlab.model.factory import resolved_config
 
 from .catalogue import CATALOGUE, IN1K_CLASSES, CatalogueError, Pretrained, find, list_pretrained
 from .fetch import fetch
+from .hub import cached_model
 from .local import load_file
 
 log = logging.getLogger("vitlab")
@@ -34,12 +35,28 @@ def as_vit(model: VisionTransformer | BiTResNet, entry: Pretrained, path: Path) 
     return model
 
 
+def registry_config(entry: Pretrained) -> ViTConfig:
+    """The registry's config of the entry's model."""
+    config = config_for(entry.model)
+    assert isinstance(config, ViTConfig)  # the catalogue's models are ViTs and hybrids
+    return config
+
+
 def check_matches(entry: Pretrained, path: Path) -> VisionTransformer:
     """Load `path` and check it is the model the entry names: a file recorded under the wrong name
     (or replaced at its source) is refused before it enters the cache."""
-    model = as_vit(load_file(path), entry, path)
-    config, expected = model.config, config_for(entry.model)
-    assert isinstance(expected, ViTConfig)  # the catalogue's models are ViTs and hybrids
+    return check_model(entry, as_vit(load_file(path), entry, path), path)
+
+
+# The checks an override decides instead of the file: a new head, a resampled E_pos.
+OVERRIDDEN_BY = {"classes": "num_classes", "image size": "image_size"}
+
+
+def check_model(
+    entry: Pretrained, model: VisionTransformer, path: Path, overrides: dict[str, Any] | None = None
+) -> VisionTransformer:
+    """`model`, read from `path`, is the model the entry names (what `overrides` changed aside)."""
+    config, expected = model.config, registry_config(entry)
     found = {
         "patch size": (config.patch_size, expected.patch_size),
         "width": (config.dim, expected.dim),
@@ -47,7 +64,10 @@ def check_matches(entry: Pretrained, path: Path) -> VisionTransformer:
         "classes": (config.num_classes, entry.file_num_classes),
         "image size": (config.image_size, (entry.image_size, entry.image_size)),
     }
-    wrong = [f"{what} {got} (expected {want})" for what, (got, want) in found.items() if got != want]
+    decided = {what for what, key in OVERRIDDEN_BY.items() if key in (overrides or {})}
+    wrong = [
+        f"{what} {got} (expected {want})" for what, (got, want) in found.items() if got != want and what not in decided
+    ]
     if entry.zeroed_head and isinstance(model.head, nn.Linear) and (model.head.weight.any() or model.head.bias.any()):
         wrong.append("a head that is not zero (the catalogue records this release's head as zeroed)")
     if wrong:
@@ -88,19 +108,45 @@ def imagenet_folders(names: list[str]) -> bool:
     return len(names) == IN1K_CLASSES and digest == IMAGENET_WNIDS_SHA256
 
 
+def hub_cache_copy(entry: Pretrained) -> tuple[str, Path] | None:
+    """(repository, what load_file reads) of the first of the entry's Hub repositories in the local
+    Hugging Face cache; None when none is there."""
+    for repo in entry.hub_repos:
+        path = cached_model(repo, weights_alone=repo == entry.timm_id)
+        if path is not None:
+            return repo, path
+    return None
+
+
+def read_hub_cache_first(entry: Pretrained) -> Path | None:
+    """The entry's model in the local Hugging Face cache, logged, if one of its repositories is there."""
+    found = hub_cache_copy(entry)
+    if found is not None:
+        log.info("%s: reading %s from the Hugging Face cache (%s)", entry.name, *found)
+    return None if found is None else found[1]
+
+
 def load_pretrained(name: str, **overrides: Any) -> VisionTransformer:
-    """The model of catalogue entry "MODEL:TAG", downloaded into the cache on first use.
+    """The model of catalogue entry "MODEL:TAG": from the Hugging Face cache when its Hub repository
+    is there, else from vitlab's cache, downloaded into it on first use.
 
     Overrides work as in `vitlab.load`: e.g. num_classes=10 resets the head for fine-tuning and
     image_size=384 resamples E_pos.
     """
     entry = find(name)
-    path = fetch(entry, check=lambda file: check_matches(entry, file))
-    options = dict(VIT_JAX_NUMERICS, preprocessing=entry.preprocessing, name=entry.name)
+    hub_copy = read_hub_cache_first(entry)
+    path = hub_copy or fetch(entry, check=lambda file: check_matches(entry, file))
+    options: dict[str, Any] = dict(VIT_JAX_NUMERICS, preprocessing=entry.preprocessing, name=entry.name)
+    if (
+        hub_copy is not None and hub_copy.is_file()
+    ):  # a timm file does not record its head count; the entry's model does
+        options["num_heads"] = registry_config(entry).num_heads
     if entry.num_classes == IN1K_CLASSES and "num_classes" not in overrides:  # a new head has its own names
         options["class_names"] = imagenet_class_names()
     options.update(overrides)
     model = as_vit(load_file(path, **options), entry, path)
+    if hub_copy is not None:  # huggingface_hub verified the download; whether it is this model, not
+        check_model(entry, model, path, overrides)
     if entry.zeroed_head and "num_classes" not in overrides:  # a new head (fine-tuning) replaces it anyway
         model = as_feature_extractor(model, entry)
     return model
