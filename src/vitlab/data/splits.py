@@ -35,6 +35,13 @@ class DataSplits:
     def num_classes(self) -> int:
         return len(self.class_names)
 
+    def fingerprints(self) -> dict[str, str | None]:
+        """The training and validation splits in a few words each, which a resumed run must find again."""
+        return {
+            part: dataset.fingerprint() if isinstance(dataset, LabelledImages) else None
+            for part, dataset in (("train", self.train), ("val", self.val))
+        }
+
 
 @dataclass(frozen=True)
 class SplitPlan:
