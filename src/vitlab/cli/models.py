@@ -19,7 +19,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("models", help=COMMANDS["models"].help, **with_examples(*EXAMPLES))
     parser.add_argument("--family", choices=(*FAMILIES, "all"), default="all", help="which family to list")
     parser.add_argument(
-        "--filter", nargs="+", default=[], metavar="GLOB", help="only names matching one of these globs, e.g. 'S/*'"
+        "--filter", nargs="+", metavar="GLOB", help="only names matching one of these globs, e.g. 'S/*'"
     )
     parser.add_argument(
         "--pretrained", action="store_true", help="only names with pretrained weights (vitlab weights list)"
@@ -42,7 +42,7 @@ def describe(config) -> str:
 def run(args: argparse.Namespace) -> int:
     from vitlab.weights.listing import model_rows
 
-    rows = model_rows(args.filter, args.family, args.pretrained)
+    rows = model_rows(args.filter or "", args.family, args.pretrained)
     if not rows:
         print("no model matches; vitlab models lists them all")
         return 0
