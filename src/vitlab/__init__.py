@@ -15,10 +15,11 @@ from .version import __version__ as __version__
 if TYPE_CHECKING:
     from . import train
     from .accel import accelerate, optimize_for_inference
-    from .model import VisionTransformer, ViTConfig, config_for, list_models
+    from .model import VisionTransformer, ViTConfig, config_for
     from .train import evaluate_run
     from .train.push import push_to_hub
     from .weights import create_model, export_npz, list_pretrained, load, save_pretrained
+    from .weights.listing import list_models
 
 # Each public name and the module that defines it.
 LAZY = {
@@ -27,7 +28,7 @@ LAZY = {
     "VisionTransformer": "vitlab.model",
     "ViTConfig": "vitlab.model",
     "config_for": "vitlab.model",
-    "list_models": "vitlab.model",
+    "list_models": "vitlab.weights.listing",  # the registry's, with pretrained=
     "create_model": "vitlab.weights",
     "export_npz": "vitlab.weights",
     "list_pretrained": "vitlab.weights",

@@ -49,7 +49,7 @@ FIGURES = {
 
 
 def tiny(family: str) -> torch.nn.Module:
-    name = next(n for n in list_models(family) if family == "vit" or "small" in n)
+    name = next(n for n in list_models(family=family) if family == "vit" or "small" in n)
     model = create_untrained(name, num_classes=len(NAMES), class_names=NAMES, **TINY[family])
     model.config.preprocessing.crop_pct = 1.0
     return randomise_(model, std=0.1).eval()

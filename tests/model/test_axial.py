@@ -16,7 +16,7 @@ from vitlab.model import AxialConfig, AxialViT, config_for, create_untrained, li
 from vitlab.model.axial import AxialBlock
 
 SMALL = 20_000_000
-SMALL_VARIANTS = [name for name in list_models("axial") if parameter_count(config_for(name)) < SMALL]
+SMALL_VARIANTS = [name for name in list_models(family="axial") if parameter_count(config_for(name)) < SMALL]
 GRID = (3, 2)  # rows x columns of patches: not square, so rows and columns cannot be confused
 
 
@@ -40,7 +40,7 @@ def random_model(config: AxialConfig) -> AxialViT:
 
 @pytest.mark.unit
 def test_registered_names_and_the_class_token_choice():
-    assert SMALL_VARIANTS and {"Axial-Ti/16", "Axial-S/16", "Axial-B/16"} <= set(list_models("axial"))
+    assert SMALL_VARIANTS and {"Axial-Ti/16", "Axial-S/16", "Axial-B/16"} <= set(list_models(family="axial"))
     model = vitlab.create_model("Axial-Ti/16", image_size=32)
     assert isinstance(model, AxialViT) and model.cls_token is None and model.config.pool == "gap"
     b16 = axial("Axial-B/16")

@@ -178,7 +178,7 @@ def test_r50_b16_has_timm_layout_and_paper_sequence_length():
 
 
 @pytest.mark.unit
-@pytest.mark.parametrize("name", list_models("hybrid"))
+@pytest.mark.parametrize("name", list_models(family="hybrid"))
 def test_registered_hybrids(name):
     config = config_for(name)
     if name == "R+Ti/16":  # AugReg's name: the ResNet stem alone (stride 4) and 8x8 patches on its map
@@ -192,7 +192,7 @@ def test_registered_hybrids(name):
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("name", [n for n in list_models("hybrid") if "-small" in n])
+@pytest.mark.parametrize("name", [n for n in list_models(family="hybrid") if "-small" in n])
 def test_small_image_hybrids_train_and_explain_at_32px(name):
     model = create_untrained(name, num_classes=3)
     x = images(32)
@@ -229,4 +229,4 @@ def test_hybrid_errors():
     with pytest.raises(ConfigError, match="unknown ResNet config keys: depth"):
         ViTConfig.from_dict({**tiny_hybrid().to_dict(), "backbone": {"depth": 50}})
     with pytest.raises(ConfigError, match="unknown model family"):
-        list_models("cnn")
+        list_models(family="cnn")

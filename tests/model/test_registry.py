@@ -52,15 +52,15 @@ def test_every_model_class_is_registered_and_built_from_registered_names():
     exported = [getattr(vitlab.model, name) for name in vitlab.model.__all__]
     model_classes = {obj for obj in exported if isinstance(obj, type) and issubclass(obj, torch.nn.Module)}
     assert model_classes and model_classes == set(ARCHITECTURES.values())
-    assert {architecture_for(config_for(name)) for name in list_models("all")} == model_classes
+    assert {architecture_for(config_for(name)) for name in list_models(family="all")} == model_classes
 
 
 @pytest.mark.unit
 def test_every_family_is_listed_and_claims_its_own_names():
     assert list(FAMILIES)[:3] == ["vit", "hybrid", "bit"]  # the order `vitlab models` lists them in
-    assert list_models("all") == [name for family in FAMILIES.values() for name in family.names]
+    assert list_models(family="all") == [name for family in FAMILIES.values() for name in family.names]
     for family in FAMILIES.values():
-        assert family.names and list_models(family.name) == list(family.names)
+        assert family.names and list_models(family=family.name) == list(family.names)
         small = [name for name in family.names if parameter_count(config_for(name)) < SMALL]
         assert small, f"family {family.name} has no variant under {SMALL:,} parameters to save and load"
         for name in family.names:

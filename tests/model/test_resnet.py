@@ -129,7 +129,7 @@ def test_pad_same_is_tensorflow_same():
 
 
 @pytest.mark.unit
-@pytest.mark.parametrize("name", list_models("bit"))
+@pytest.mark.parametrize("name", list_models(family="bit"))
 def test_registered_bit_models(name):
     config = config_for(name)
     assert isinstance(config, BiTConfig) and config.resnet.preact
@@ -141,7 +141,7 @@ def test_registered_bit_models(name):
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("name", [n for n in list_models("bit") if n.endswith("-small")])
+@pytest.mark.parametrize("name", [n for n in list_models(family="bit") if n.endswith("-small")])
 def test_small_image_bit_models_train_at_32px(name):
     model = create_untrained(name, num_classes=3)
     images = torch.randn(2, 3, 32, 32)

@@ -23,7 +23,7 @@ def small_image_size(name: str) -> int:
             n,
             marks=[pytest.mark.slow, pytest.mark.timeout(600)] if n.split("/")[0] in HEAVY else pytest.mark.integration,
         )
-        for n in list_models()
+        for n in list_models(family="vit")
     ],
 )
 def test_every_registered_variant(name):

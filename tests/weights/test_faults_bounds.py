@@ -68,7 +68,7 @@ def architecture(**fields):
 @pytest.mark.parametrize(
     "name",
     [
-        *list_models("all"),
+        *list_models(family="all"),
         "Ti/16:2d",
         "Ti/16:relative",
         "Ti/16:relative_bias",

@@ -2,7 +2,7 @@
 
 Over a dataset: --data SRC (any source `vitlab train` takes), or, for a training run's folder, the
 run's own data and validation split (its run.yaml). The validation images stream through a
-DataLoader batch by batch (at most --max-images of them): the mean attention distance over all of
+DataLoader batch by batch (at most --max-images of them, spread over the classes): the mean attention distance over all of
 them, it and Attention Rollout averaged per class, and every layer and head of the first image.
 With --images, those files instead; with neither and no run.yaml, the first 128 validation images
 of the built-in `digits` source (128 is the number the paper averages the attention distance over).
@@ -82,8 +82,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--max-images",
         type=int,
         default=None,
-        help=f"images read at most, all used for the attention distance (default: all of a "
-        f"dataset's validation split; {DEFAULT_IMAGES} of digits or --images)",
+        help=f"images read at most, all used for the attention distance; from a dataset, spread over its "
+        f"classes by the run's seed (default: all of a dataset's validation split; {DEFAULT_IMAGES} of digits "
+        f"or --images)",
     )
     add_runtime_arguments(parser, precision=False)
     parser.set_defaults(func=run)
@@ -125,6 +126,7 @@ def dataset_batches(
 ):
     """The DataLoader over the validation split of `source` (analysed_data), and its class names."""
     from vitlab.data import load_datasets
+    from vitlab.data.splits import take_count
     from vitlab.train.config import TrainConfig
     from vitlab.train.loader import eval_loader
     from vitlab.train.run_evaluation import check_classes, run_split
@@ -141,9 +143,9 @@ def dataset_batches(
         check_splits=("val",),
     )
     check_classes(config, splits.class_names, args.ckpt, source)
-    val: torch.utils.data.Dataset = splits.val
-    if args.max_images is not None and args.max_images < len(splits.val):
-        val = torch.utils.data.Subset(splits.val, range(args.max_images))
+    val = splits.val
+    if args.max_images is not None:
+        val = take_count(val, args.max_images, base.run.seed, splits.class_names)
     return eval_loader(val, args.batch_size, args.workers), [str(n) for n in splits.class_names]
 
 

@@ -39,7 +39,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "k examples per class (and on all of them), and report top-1 on the validation split.",
     )
     add_checkpoint_argument(parser)
-    parser.add_argument("--data", required=True, help="data source: digits, an ImageFolder root, CIFAR, shards")
+    parser.add_argument(
+        "--data", required=True, help="data source: digits, an ImageFolder root, CIFAR, shards, hf:NAME[:SPLIT]"
+    )
     parser.add_argument(
         "--shots",
         type=parse_shots,

@@ -1,10 +1,9 @@
-"""`vitlab models`: the registered models and their sizes."""
+"""`vitlab models`: the registered models, their sizes and which have pretrained weights."""
 
 from __future__ import annotations
 
 import argparse
 
-from vitlab.model import list_models  # importing vitlab.model registers every family
 from vitlab.model.registry import FAMILIES
 
 from . import COMMANDS, with_examples
@@ -12,14 +11,22 @@ from . import COMMANDS, with_examples
 EXAMPLES = (  # the end of --help
     "vitlab models",
     "vitlab models --family bit",
-    "vitlab models --family vit --params",
+    "vitlab models --filter 'S/*' 'B/*' --pretrained",
 )
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("models", help=COMMANDS["models"].help, **with_examples(*EXAMPLES))
     parser.add_argument("--family", choices=(*FAMILIES, "all"), default="all", help="which family to list")
-    parser.add_argument("--params", action="store_true", help="also count parameters (builds each model)")
+    parser.add_argument(
+        "--filter", nargs="+", metavar="GLOB", help="only names matching one of these globs, e.g. 'S/*'"
+    )
+    parser.add_argument(
+        "--pretrained", action="store_true", help="only names with pretrained weights (vitlab weights list)"
+    )
+    parser.add_argument(
+        "--params", action="store_true", help="accepted for old scripts: parameter counts are always shown"
+    )
     parser.set_defaults(func=run)
 
 
@@ -33,16 +40,14 @@ def describe(config) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
+    from vitlab.weights.listing import model_rows
 
-    from vitlab.model import config_for, create_untrained
-
-    for name in list_models(args.family):
-        config = config_for(name)
-        line = f"{name:<16} {describe(config)}"
-        if args.params:
-            with torch.device("meta"):
-                model = create_untrained(name)
-            line += f"  params {sum(p.numel() for p in model.parameters()) / 1e6:7.1f}M"
-        print(line)
+    rows = model_rows(args.filter or "", args.family, args.pretrained)
+    if not rows:
+        print("no model matches; vitlab models lists them all")
+        return 0
+    print(f"{'name':<16} {'params':>8}  {'weights':<7}  config")
+    for row in rows:
+        weights = f"{len(row.weights)} tag{'s' if len(row.weights) > 1 else ''}" if row.weights else "-"
+        print(f"{row.name:<16} {row.parameters / 1e6:>7.1f}M  {weights:<7}  {describe(row.config)}")
     return 0

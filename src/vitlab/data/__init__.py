@@ -1,4 +1,5 @@
-"""Data sources (digits, ImageFolder, CIFAR, WebDataset) and transforms; knows nothing of models."""
+"""Data sources (digits, ImageFolder, CIFAR, WebDataset, Hugging Face datasets, Dataset objects) and
+transforms; knows nothing of models."""
 
 from .datasets import TooManyBadImagesError
 from .images import BadImageError, read_image

@@ -6,6 +6,7 @@ SRC is one of
   [cifar10:|cifar100:]DIR     the python-pickle release (cifar-10-batches-py/ or cifar-100-python/);
                               plain "cifar10" / "cifar100" look in (or download to) the working folder
   [wds:]SHARDS                WebDataset tars: "shards-{000000..000009}.tar", one .tar, or a folder
+  hf:NAME[:SPLIT]             a Hugging Face `datasets` dataset: a save_to_disk folder or a Hub name
 Without a prefix the kind is recognised from what is on disk. Every problem with the spec or the
 files raises one ValueError / FileNotFoundError naming the path, before any training starts.
 """
@@ -14,17 +15,18 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 from .datasets import Transform
 from .scan import CHECKS, SPLITS
 from .splits import DataSplits, SplitPlan
 
-KINDS = ("digits", "imagefolder", "cifar10", "cifar100", "wds")
+KINDS = ("digits", "imagefolder", "cifar10", "cifar100", "wds", "hf")
 SPEC_HELP = (
     "expected 'digits', an ImageFolder root, a CIFAR-10/100 python folder or WebDataset "
-    "shards, optionally prefixed with imagefolder:, cifar10:, cifar100: or wds:"
+    "shards, optionally prefixed with imagefolder:, cifar10:, cifar100: or wds:, or hf:NAME[:SPLIT] "
+    "(a Hugging Face datasets folder or Hub name)"
 )
 
 
@@ -40,6 +42,11 @@ def parse_source(source: str) -> tuple[str, str]:
     prefix, sep, rest = source.partition(":")
     if sep and prefix.lower() in KINDS and prefix.lower() != "digits":
         return prefix.lower(), rest
+    if sep and prefix == "dataset":
+        raise ValueError(
+            f"data source {source!r} was a dataset object given to vitlab.train(dataset=...), which no "
+            "command can read back; give the data again (--data SRC, or dataset=)"
+        )
     # "name:rest" with an unknown name (not a Windows drive letter, not a real path) is a typo.
     if sep and re.fullmatch(r"[A-Za-z][\w-]+", prefix) and not os.path.exists(source):
         raise ValueError(f"unknown data source kind {prefix!r} in {source!r}; {SPEC_HELP}")
@@ -61,6 +68,21 @@ def _guess_kind(location: str) -> str:
     if found is not None:
         return found[0]
     return "imagefolder"
+
+
+def _loader(kind: str) -> Callable[..., DataSplits]:
+    """The function that lists, splits and checks a source of encoded images of this kind."""
+    if kind == "imagefolder":
+        from .image_folder import load_folder_splits
+
+        return load_folder_splits
+    if kind == "hf":
+        from .hf_datasets import load_hf_splits
+
+        return load_hf_splits
+    from .shards import load_shard_splits
+
+    return load_shard_splits
 
 
 def load_datasets(
@@ -109,11 +131,7 @@ def load_datasets(
         return splits
     if download:
         raise ValueError(f"--download only fetches CIFAR-10/100, not {kind} source {location!r}")
-    if kind == "imagefolder":
-        from .image_folder import load_folder_splits as load_splits
-    else:
-        from .shards import load_shard_splits as load_splits
-    return load_splits(
+    return _loader(kind)(
         location,
         train_transform,
         eval_transform,

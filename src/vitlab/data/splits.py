@@ -35,6 +35,13 @@ class DataSplits:
     def num_classes(self) -> int:
         return len(self.class_names)
 
+    def fingerprints(self) -> dict[str, str | None]:
+        """The training and validation splits in a few words each, which a resumed run must find again."""
+        return {
+            part: dataset.fingerprint() if isinstance(dataset, LabelledImages) else None
+            for part, dataset in (("train", self.train), ("val", self.val))
+        }
+
 
 @dataclass(frozen=True)
 class SplitPlan:
@@ -99,6 +106,41 @@ def take_fraction(dataset: LabelledImages, fraction: float, seed: int) -> Labell
         members = order[labels[order] == label]
         keep.append(members[: max(1, round(fraction * len(members)))])
     return dataset.subset(np.sort(np.concatenate(keep)), dataset.transform)
+
+
+def take_count(
+    dataset: LabelledImages, count: int, seed: int = 0, class_names: Sequence[str] | None = None
+) -> LabelledImages:
+    """`count` images of a dataset with `labels` and `subset`, spread over the classes in proportion to
+    their sizes (scikit-learn's stratified split, seeded), so that a sample of a class-ordered split
+    still shows every class; a seeded plain sample when there are fewer images than classes (or a
+    class of one). Logs how many of each class were taken, and keeps the images' stored order."""
+    labels = np.asarray(dataset.labels)
+    if count >= len(labels):
+        return dataset
+    indices = np.arange(len(labels))
+    try:
+        _, taken = train_test_split(indices, test_size=count, random_state=seed, stratify=labels)
+    except ValueError:
+        logger.info("%d images are too few to take from every class; taking them at random (seed %d)", count, seed)
+        _, taken = train_test_split(indices, test_size=count, random_state=seed)
+    taken = np.sort(taken)
+    names = list(class_names) if class_names is not None else [str(label) for label in range(labels.max() + 1)]
+    classes, counts = np.unique(labels[taken], return_counts=True)
+    missing = len(np.unique(labels)) - len(classes)
+    if len(classes) <= 20:
+        each = ", ".join(f"{names[c]} {n}" for c, n in zip(classes, counts, strict=True))
+    else:
+        each = f"{counts.min()} to {counts.max()} per class"
+    logger.info(
+        "%d of %d images, spread over the classes (seed %d): %s%s",
+        count,
+        len(labels),
+        seed,
+        each,
+        f"; {missing} classes have none" if missing else "",
+    )
+    return dataset.subset(taken, dataset.transform)
 
 
 HoldOut = Literal["stratified", "last"]  # the ways hold_out takes a dev split; a run's data.dev_split

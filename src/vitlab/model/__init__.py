@@ -6,7 +6,7 @@ pretrained weights come from the weights layer: `vitlab.create_model(name, pretr
 
 from vitlab.errors import ConfigError
 
-# The model families register themselves when imported, in the order list_models("all") lists them:
+# The model families register themselves when imported, in the order list_models(family="all") lists them:
 # the ViT, the ResNet + ViT hybrids, the BiT ResNet baseline, Axial-ViT.
 # isort: off
 from . import variants, hybrid, bit, axial  # noqa: F401

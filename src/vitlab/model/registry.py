@@ -4,13 +4,15 @@
 Each family module registers itself when it is imported: its names and how a name becomes a config
 (`register_family`: variants.py the ViT, hybrid.py the ResNet+ViT hybrids, bit.py the BiT ResNets),
 and each model class the config type it is built from (`register_architecture`: vit.py, bit.py).
-vitlab.model's __init__ imports the families in the order `list_models("all")` lists them.
+vitlab.model's __init__ imports the families in the order `list_models(family="all")` lists them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 from typing import Any, TypeVar
 
 from vitlab.errors import ConfigError
@@ -58,13 +60,34 @@ def register_architecture(config_type: type, model_class: type) -> type:
     return model_class
 
 
-def list_models(family: str = "vit") -> list[str]:
-    """Registered names of one family: "vit" ("B/16"), "hybrid" ("R50+B/16"), "bit" ("BiT-R50x1"), or "all"."""
+def family_argument(filter: object, family: str, stacklevel: int) -> tuple[Any, str]:
+    """`list_models("hybrid")`, written when the first argument was the family, read as such with a
+    DeprecationWarning (no model is named like a family); any other call unchanged."""
+    if isinstance(filter, str) and filter in (*FAMILIES, "all") and family == "all":
+        warnings.warn(
+            f"list_models({filter!r}) reads {filter!r} as a family; write list_models(family={filter!r})",
+            DeprecationWarning,
+            stacklevel=stacklevel,
+        )
+        return "", filter
+    return filter, family
+
+
+def list_models(filter: str | Sequence[str] = "", family: str = "all") -> list[str]:
+    """Registered names, as timm's `list_models`: those matching any of the fnmatch globs `filter`
+    ("S/*", ["B/*", "L/*"]; "" keeps all) in one family ("vit", "hybrid", "bit", ...) or "all"."""
+    filter, family = family_argument(filter, family, stacklevel=3)
     if family == "all":
-        return [name for registered in FAMILIES.values() for name in registered.names]
-    if family not in FAMILIES:
+        names = [name for registered in FAMILIES.values() for name in registered.names]
+    elif family in FAMILIES:
+        names = list(FAMILIES[family].names)
+    else:
         raise ConfigError(f"unknown model family {family!r}; choose one of {', '.join(FAMILIES)}, all")
-    return list(FAMILIES[family].names)
+    patterns = [filter] if isinstance(filter, str) else list(filter)
+    if any(not isinstance(pattern, str) for pattern in patterns):
+        raise ConfigError(f"list_models filter: globs are strings, not {filter!r}")
+    patterns = [pattern for pattern in patterns if pattern]
+    return [name for name in names if not patterns or any(fnmatchcase(name, p) for p in patterns)]
 
 
 def family_of(name: str) -> Family:
@@ -92,4 +115,12 @@ def architecture_for(config: Any) -> type:
     raise ConfigError(f"a model is built from a model name or a config ({known}), not {type(config).__name__}")
 
 
-__all__ = ["Family", "architecture_for", "family_of", "list_models", "register_architecture", "register_family"]
+__all__ = [
+    "Family",
+    "architecture_for",
+    "family_argument",
+    "family_of",
+    "list_models",
+    "register_architecture",
+    "register_family",
+]

@@ -11,9 +11,10 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from vitlab.data import DataSplits, load_datasets
+from vitlab.data import DataSplits, SplitPlan, load_datasets
 from vitlab.data.datasets import EncodedImages, LabelledImages
 from vitlab.data.device_decode import DeviceDecodedImages, DrawCrop, device_transform, unsupported_augmentation
+from vitlab.data.given import GivenData
 from vitlab.data.transforms import eval_transform, resolve_preprocessing, train_transform
 from vitlab.memory.budget import attention_is_fused, batches_in_flight, check_memory
 from vitlab.model import BiTConfig, BiTResNet, ConfigError, VisionTransformer, ViTConfig, config_for, create_untrained
@@ -68,10 +69,12 @@ def build_model_and_data(
     architecture: ViTConfig | BiTConfig | None = None,
     processes: Processes = Processes(),
     precision: str = "fp32",
+    given: GivenData | None = None,
 ) -> tuple[VisionTransformer | BiTResNet, DataSplits, Dataset | None]:
     """(model in train mode, splits, test split or None). With a development split
     (data.dev_fraction) the source's validation split becomes the test split. `processes` and
-    `precision` (the resolved one) say where each process trains, for the memory check."""
+    `precision` (the resolved one) say where each process trains, for the memory check; `given`, the
+    datasets that take data.source's place."""
     spec = config.model
     torch.manual_seed(config.run.seed)  # the initial weights depend on the seed alone
     if spec.init:
@@ -83,7 +86,7 @@ def build_model_and_data(
     preprocessing = resolve_preprocessing(
         vit_config.preprocessing, mean=data.mean, std=data.std, crop_pct=data.crop_pct, interpolation=data.interpolation
     )
-    splits, test_set = _load_splits(config, vit_config, preprocessing)
+    splits, test_set = _load_splits(config, vit_config, preprocessing, given)
     classes = _classes_to_learn(config, splits)
     model_config = vit_config.replace(num_classes=len(classes), class_names=classes or None)
     check_run_memory(config, model_config, processes, precision)  # before the model is allocated
@@ -98,24 +101,33 @@ def build_model_and_data(
     return model.train(), splits, test_set
 
 
-def _load_splits(config: TrainConfig, vit_config: ViTConfig | BiTConfig, preprocessing: Any) -> tuple[DataSplits, Any]:
-    """(splits, test split or None) of data.source with the model's transforms; augmented on the GPU
-    where data.decode_device asks and the source holds encoded images."""
+def _load_splits(
+    config: TrainConfig, vit_config: ViTConfig | BiTConfig, preprocessing: Any, given: GivenData | None = None
+) -> tuple[DataSplits, Any]:
+    """(splits, test split or None) of data.source (or of the `given` datasets) with the model's
+    transforms; augmented on the GPU where data.decode_device asks and the source holds encoded images."""
     data = config.data
     cpu_transform = train_transform(vit_config.image_size, preprocessing, config.augment)
     on_device = data.decode_device == "cuda" and decodes_on_cuda(config)
-    splits = load_datasets(
-        data.source,
+    transforms = (
         device_transform(vit_config.image_size, preprocessing, config.augment) if on_device else cpu_transform,
         eval_transform(vit_config.image_size, preprocessing),
-        val_fraction=data.val_fraction,
-        seed=config.run.seed,
-        download=data.download,
-        train_fraction=data.train_fraction,
-        dev_fraction=data.dev_fraction,
-        dev_split=data.dev_split,
-        max_bad_fraction=data.max_bad_fraction,
     )
+    plan = SplitPlan(data.val_fraction, config.run.seed, data.train_fraction, data.dev_fraction, data.dev_split)
+    if given is not None:
+        splits = given.splits(*transforms, plan=plan)
+    else:
+        splits = load_datasets(
+            data.source,
+            *transforms,
+            val_fraction=plan.val_fraction,
+            seed=plan.seed,
+            download=data.download,
+            train_fraction=plan.train_fraction,
+            dev_fraction=plan.dev_fraction,
+            dev_split=plan.dev_split,
+            max_bad_fraction=data.max_bad_fraction,
+        )
     if on_device and not isinstance(splits.train, EncodedImages):
         log.warning(
             "data.decode_device='cuda': %s holds decoded pixels, so the CPU pipeline augments them", data.source

@@ -116,7 +116,7 @@ class DataSpec:
         "digits",
         flags=("--data",),
         metavar="SRC",
-        help="digits | [imagefolder:]DIR | cifar10:DIR | cifar100:DIR | [wds:]SHARDS",
+        help="digits | [imagefolder:]DIR | cifar10:DIR | cifar100:DIR | [wds:]SHARDS | hf:NAME[:SPLIT]",
     )
     batch_size: int = option(
         128,

@@ -20,8 +20,8 @@ from typing import Any
 import torch
 
 from vitlab.accel import accelerate
-from vitlab.data.datasets import LabelledImages
 from vitlab.data.device_decode import device_batches
+from vitlab.data.given import GivenData
 from vitlab.model import BiTConfig, ConfigError, ViTConfig
 from vitlab.model.runtime import resolve_device, resolve_precision, torch_threads
 from vitlab.runlock import RunLock
@@ -48,15 +48,20 @@ log = logging.getLogger("vitlab")
 class Trainer:
     """`architecture`, when given, is trained from scratch in place of model.variant and its fields:
     any ViTConfig, hybrid or BiTConfig (the experiments build BiT ResNets and hybrids of chosen
-    sizes); its class count and names come from the data."""
+    sizes); its class count and names come from the data. `given`, when given, is the data in place
+    of data.source (vitlab.train(dataset=...))."""
 
     resumed_from: Path | None  # the checkpoint this session continues, if any
 
     def __init__(
-        self, config: TrainConfig, callbacks: Sequence[Callback] = (), architecture: ViTConfig | BiTConfig | None = None
+        self,
+        config: TrainConfig,
+        callbacks: Sequence[Callback] = (),
+        architecture: ViTConfig | BiTConfig | None = None,
+        given: GivenData | None = None,
     ) -> None:
         self.config = check_run(config.validate(), architecture)
-        self.architecture = architecture
+        self.architecture, self.given = architecture, given
         self.out = run_folder(self.config)
         self.processes = processes.from_environment()  # under torchrun, one of several
         # One run per folder, from before the resume checkpoint is read until fit() ends; process 0 holds it.
@@ -97,14 +102,11 @@ class Trainer:
         config = self.config
         resumed = resumed_architecture(config, resume_state) if resume_state and not self.architecture else None
         self.model, splits, self.test_set = build_model_and_data(
-            config, self.architecture or resumed, self.processes, self.precision.name
+            config, self.architecture or resumed, self.processes, self.precision.name, self.given
         )
         self.class_names, self.train_images, self.val_images = splits.class_names, len(splits.train), len(splits.val)
         self.train_split = splits.train  # its images' digests go to DIR as the run starts (fit)
-        self.data_fingerprint: Mapping[str, str | None] = {
-            part: dataset.fingerprint() if isinstance(dataset, LabelledImages) else None
-            for part, dataset in (("train", splits.train), ("val", splits.val))
-        }
+        self.data_fingerprint: Mapping[str, str | None] = splits.fingerprints()
         self.steps_per_epoch = steps_per_epoch(config, len(splits.train))
         self.total_steps = total_steps(config.schedule, self.steps_per_epoch)
         # With a development split (data.dev_fraction), the source's validation split is the test split.
