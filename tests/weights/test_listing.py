@@ -50,7 +50,7 @@ def test_bad_family_and_filter_are_one_line_errors():
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_listed_parameter_counts_equal_the_built_models():
-    rows = model_rows()
+    rows = list(model_rows())
     assert [row.name for row in rows] == vitlab.list_models()
     for row in rows:
         assert row.parameters == built_parameters(config_for(row.name)), row.name

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import itertools
 
 from vitlab.model.registry import FAMILIES
 
@@ -43,11 +44,12 @@ def run(args: argparse.Namespace) -> int:
     from vitlab.weights.listing import model_rows
 
     rows = model_rows(args.filter or "", args.family, args.pretrained)
-    if not rows:
+    first = next(rows, None)
+    if first is None:
         print("no model matches; vitlab models lists them all")
         return 0
     print(f"{'name':<16} {'params':>8}  {'weights':<7}  config")
-    for row in rows:
+    for row in itertools.chain([first], rows):
         weights = f"{len(row.weights)} tag{'s' if len(row.weights) > 1 else ''}" if row.weights else "-"
         print(f"{row.name:<16} {row.parameters / 1e6:>7.1f}M  {weights:<7}  {describe(row.config)}")
     return 0

@@ -3,7 +3,7 @@ keeping those the pretrained catalogue has weights for (the registry itself know
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,14 +42,13 @@ class ModelRow:
     weights: tuple[str, ...]  # the catalogue's tags for this name
 
 
-def model_rows(filter: str | Sequence[str] = "", family: str = "all", pretrained: bool = False) -> list[ModelRow]:
-    """What `vitlab models` prints: each listed name with its config, parameter count and catalogue tags."""
-    rows = []
+def model_rows(filter: str | Sequence[str] = "", family: str = "all", pretrained: bool = False) -> Iterator[ModelRow]:
+    """What `vitlab models` prints: each listed name with its config, parameter count and catalogue tags,
+    one at a time, so that a table of every family starts at once."""
     for name in list_models(filter, family, pretrained):
         config = config_for(name)
         tags = tuple(entry.tag for entry in list_pretrained(name))
-        rows.append(ModelRow(name, config, parameter_count(config), tags))
-    return rows
+        yield ModelRow(name, config, parameter_count(config), tags)
 
 
 __all__ = ["ModelRow", "list_models", "model_rows", "models_with_weights"]
