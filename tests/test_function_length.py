@@ -17,8 +17,6 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 # module path under src/ :: function name, each still over the limit
 NOT_YET_SPLIT = {
     "vitlab/model/config.py::validate",
-    "vitlab/weights/bit.py::convert_timm_resnetv2",
-    "vitlab/weights/hf_processor.py::from_processor",
     "vitlab/weights/timm.py::convert_timm",
 }
 
