@@ -31,10 +31,7 @@ ONE_IDEA = {
 }
 
 # shared for different ideas, not yet renamed: module name -> its packages' ideas
-NOT_YET_RENAMED = {
-    "build.py": "weights/: a model from (config, state dict); train/: a run's model, data and loaders",
-    "peers.py": "weights/: what timm and transformers can hold; export/: checking a folder with them",
-}
+NOT_YET_RENAMED: dict[str, str] = {}
 
 
 def shared_names() -> dict[str, list[str]]:

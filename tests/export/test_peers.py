@@ -228,10 +228,10 @@ class Shifted(torch.nn.Module):
 @pytest.mark.unit
 @pytest.mark.parametrize("fmt", ["timm", "hf"])
 def test_a_folder_that_fails_its_check_is_removed(tmp_path, monkeypatch, fmt):
-    import vitlab.export.peers as peers
+    import vitlab.export.peer_check as peer_check
 
     model = tiny()
-    monkeypatch.setattr(peers, "open_peer", lambda folder, format: Shifted(model, 1e-3))
+    monkeypatch.setattr(peer_check, "open_peer", lambda folder, format: Shifted(model, 1e-3))
     with pytest.raises(ExportMismatchError, match="disagrees"):
         export_model(model, fmt, tmp_path / fmt)
     assert not (tmp_path / fmt).exists()  # nothing half-checked is left to be used

@@ -18,7 +18,7 @@ from vitlab.data.device_decode import DeviceDecodedImages, EncodedBatch, device_
 from vitlab.data.transforms import train_transform
 from vitlab.model import ConfigError
 from vitlab.model.config import Preprocessing
-from vitlab.train import build
+from vitlab.train import run_parts
 from vitlab.train.config import AugmentSpec
 from vitlab.train.loader import train_loader
 
@@ -108,29 +108,29 @@ def test_the_comparison_sees_a_wrong_pipeline(tmp_path, monkeypatch):
 def test_without_cuda_the_cpu_pipeline_decodes_and_says_so(tmp_path, caplog):
     config = tiny_config(tmp_path / "run", data={"decode_device": "cuda"}, augment=PLAIN, run={"device": "cpu"})
     with caplog.at_level(logging.WARNING, logger="vitlab"):
-        _, splits, test_set = build.build_model_and_data(config)
+        _, splits, test_set = run_parts.build_model_and_data(config)
     notes = [r.getMessage() for r in caplog.records if "decode_device" in r.getMessage()]
     assert len(notes) == 1 and "the CPU pipeline decodes" in notes[0] and "\n" not in notes[0]
-    loader, _, _ = build.build_loaders(config, splits, test_set, False, build.Processes())
+    loader, _, _ = run_parts.build_loaders(config, splits, test_set, False, run_parts.Processes())
     images, _ = next(iter(loader))
     assert isinstance(images, torch.Tensor) and images.shape[1:] == (3, 8, 8)
 
 
 def test_on_a_cuda_run_the_loader_hands_over_encoded_batches(tmp_path, monkeypatch, caplog):
     write_files(tmp_path / "images", 8)
-    monkeypatch.setattr(build, "decodes_on_cuda", lambda config: True)  # as on a GPU machine
+    monkeypatch.setattr(run_parts, "decodes_on_cuda", lambda config: True)  # as on a GPU machine
     config = tiny_config(
         tmp_path / "run",
         data={"decode_device": "cuda", "source": f"imagefolder:{tmp_path / 'images'}", "batch_size": 4},
         augment=PLAIN,
     )
-    _, splits, test_set = build.build_model_and_data(config)
-    loader, _, _ = build.build_loaders(config, splits, test_set, False, build.Processes())
+    _, splits, test_set = run_parts.build_model_and_data(config)
+    loader, _, _ = run_parts.build_loaders(config, splits, test_set, False, run_parts.Processes())
     images, labels = next(iter(loader))
     assert isinstance(images, EncodedBatch) and images.to("cpu").shape == (4, 3, 8, 8) and labels.shape == (4,)
     digits = tiny_config(tmp_path / "digits", data={"decode_device": "cuda"}, augment=PLAIN)
     with caplog.at_level(logging.WARNING, logger="vitlab"):
-        _, splits, _ = build.build_model_and_data(digits)
+        _, splits, _ = run_parts.build_model_and_data(digits)
     assert "holds decoded pixels" in caplog.text and isinstance(splits.train[0][0], torch.Tensor)
 
 
@@ -139,4 +139,4 @@ def test_on_a_cuda_run_the_loader_hands_over_encoded_batches(tmp_path, monkeypat
 def test_augmentation_the_device_does_not_run_is_refused(tmp_path, augment):
     config = tiny_config(tmp_path, data={"decode_device": "cuda"}, augment={**PLAIN, **augment})
     with pytest.raises(ConfigError, match=f"augment.{next(iter(augment))}: data.decode_device='cuda'"):
-        build.check_run(config)
+        run_parts.check_run(config)

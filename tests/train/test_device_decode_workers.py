@@ -19,10 +19,10 @@ resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024))
 sys.path.insert(0, sys.argv[2])
 import time
 from helpers import tiny_config
-from vitlab.train import build
+from vitlab.train import run_parts
 from vitlab.train.callbacks import Callback
 from vitlab.train.trainer import Trainer
-build.decodes_on_cuda = lambda config: True  # the device pipeline, its decoding run on the CPU
+run_parts.decodes_on_cuda = lambda config: True  # the device pipeline, its decoding run on the CPU
 
 
 class SlowSteps(Callback):  # as a real model's step takes: the workers fill their two batches ahead

@@ -13,8 +13,8 @@ from vitlab.data.transforms import train_transform
 from vitlab.model import create_untrained
 from vitlab.model.config import Preprocessing
 from vitlab.train import get_recipe
-from vitlab.train.build import scratch_config
 from vitlab.train.optim import TfaAdamW, build_optimizer
+from vitlab.train.run_parts import scratch_config
 
 
 def keras_model(**changes):

@@ -12,8 +12,8 @@ from helpers import tiny_config
 from vitlab.bench.memory import cpu_peak_bytes
 from vitlab.memory import budget
 from vitlab.model import ConfigError, config_for, create_untrained
-from vitlab.train.build import check_run_memory
 from vitlab.train.processes import Processes
+from vitlab.train.run_parts import check_run_memory
 
 GPU = "NVIDIA H100 80GB HBM3"
 GPU_BYTES = 80 * 10**9  # the 80 GB a datasheet states, all of it taken as free (CUDA's context aside)

@@ -12,9 +12,9 @@ from torch import nn
 from helpers import state_of
 from vitlab.model import ViTConfig, create_untrained
 from vitlab.train import RECIPES, TrainConfig, Trainer, get_recipe
-from vitlab.train.build import scratch_config
 from vitlab.train.config import ModelSpec, apply_mapping
 from vitlab.train.optim import TfaAdamW, build_optimizer, build_schedule, param_groups
+from vitlab.train.run_parts import scratch_config
 
 pytestmark = pytest.mark.unit
 

@@ -17,7 +17,7 @@ from vitlab.weights.hybrid import export_hybrid_npz
 from .metadata import config_from_metadata, metadata_strings
 from .onnx import export_onnx
 from .onnx_runtime import RUNTIMES, OnnxModel, open_model
-from .peers import Unchecked, check_peer_folder
+from .peer_check import Unchecked, check_peer_folder
 from .program import export_program, read_program_config
 from .quantize import INT8_TOLERANCE, QUANTIZATIONS, export_quantized, quantize_onnx, quantized_path
 from .validate import (

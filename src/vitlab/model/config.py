@@ -73,6 +73,12 @@ def _hints(cls: type) -> dict[str, Any]:
     return _HINTS[cls]
 
 
+def check(ok: bool, message: str) -> None:
+    """ConfigError(message) unless ok: one line per rule keeps validate a readable list."""
+    if not ok:
+        raise ConfigError(message)
+
+
 @dataclass
 class Preprocessing:
     """How images are turned into model inputs; stored with the weights (as timm does)."""
@@ -217,10 +223,7 @@ class ViTConfig:
         return self.dim
 
     def validate(self) -> None:
-        def check(ok: bool, message: str) -> None:
-            if not ok:
-                raise ConfigError(message)
-
+        """ConfigError naming the first field out of range, so that a bad config stops before the model is built."""
         check(self.patch_size > 0, f"patch_size must be positive, got {self.patch_size}")
         for side, size in zip(("height", "width"), self.image_size):
             check(size > 0, f"image {side} must be positive, got {size}")
@@ -248,6 +251,11 @@ class ViTConfig:
                 self.dim % self.num_heads == 0,
                 f"width {self.dim} is not divisible by {self.num_heads} heads; set num_heads or head_dim",
             )
+        self.validate_choices()
+
+    def validate_choices(self) -> None:
+        """The named choices, their combinations and the rates, apart from the sizes that validate checks first
+        because the choices' rules (pos_embed's width) assume valid sizes."""
         # pool, pos_embed, pos_embed_at, pos_resample, act, gap_norm: each against its Literal type
         for name, annotation in _hints(type(self)).items():
             allowed, value = literal_values(annotation), getattr(self, name)

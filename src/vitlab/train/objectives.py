@@ -197,7 +197,7 @@ class MaskedPatchPrediction:
 
 
 def check_model(model: nn.Module, target: str) -> VisionTransformer:
-    """ConfigError unless masked patch prediction can train `model` with `target` (build.check_run
+    """ConfigError unless masked patch prediction can train `model` with `target` (run_parts.check_run
     refuses it under torchrun: its forward bypasses the DDP wrapper)."""
     if not isinstance(model, VisionTransformer) or model.config.backbone is not None:
         kind = (

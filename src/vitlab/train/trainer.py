@@ -29,7 +29,6 @@ from vitlab.weights import CheckpointError
 
 from . import checkpoint as ckpt
 from . import default_callbacks, distributed, outputs, processes
-from .build import build_loaders, build_model_and_data, check_run, resumed_architecture, run_folder, steps_per_epoch
 from .cadence import checkpoint_due, evaluation_due
 from .callbacks import Callback
 from .config import TrainConfig
@@ -39,6 +38,7 @@ from .optim import build_ema, build_optimizer, build_schedule, clip_gradients, t
 from .outcomes import Diverged, Interrupted, TrainResult
 from .outputs import RUN_FILE
 from .rng import capture_rng, process_seed, seed_everything
+from .run_parts import build_loaders, build_model_and_data, check_run, resumed_architecture, run_folder, steps_per_epoch
 from .selection import BestWeights
 from .signals import stop_requests
 

@@ -56,29 +56,13 @@ def convert_timm_resnetv2(
     state: Mapping[str, torch.Tensor], source: str, overrides: dict[str, Any], record: TimmRecord | None = None
 ) -> tuple[BiTConfig, dict[str, torch.Tensor]]:
     """timm ResNetV2 (BiT) state dict -> (BiTConfig, vitlab state dict); consumes pretrained_tag=."""
-    if not any(key.startswith("stages.0.blocks.0.conv1.") for key in state):
-        first = sorted(key for key in state if UNIT.match(key))[0]
-        raise CheckpointError(
-            f"{source}: timm stage/block keys without ResNetV2 bottleneck units ({first}): a timm model vitlab does "
-            "not hold (DaViT, MetaFormer, ConvNeXt, ...)"
-        )
-    for pattern, what in NOT_BIT:
-        keys = [key for key in state if re.search(pattern, key)]
-        if keys:
-            raise CheckpointError(f"{source}: a timm ResNetV2 with {what} is not BiT (key {keys[0]})")
+    check_timm_bit(state, source)
     root = state["stem.conv.weight"]
     width, in_channels, kernel, _ = root.shape
     if kernel != 7:
         raise CheckpointError(f"{source}: a {kernel}x{kernel} root convolution; timm's BiT has a 7x7 one")
     state = dict(state)
-    num_classes = 0
-    if "head.fc.weight" in state:
-        head = state.pop("head.fc.weight")
-        if head.dim() != 4 or head.shape[-2:] != (1, 1):
-            raise CheckpointError(f"{source}: head.fc.weight {tuple(head.shape)} is not a 1x1 convolution")
-        state["head.weight"] = head.flatten(1)
-        state["head.bias"] = state.pop("head.fc.bias")
-        num_classes = head.shape[0]
+    num_classes = move_timm_bit_head(state, source)
     layers = count_units({(int(m[1]), int(m[2])) for key in state if (m := UNIT.match(key))}, 0, source)
     record = record or TimmRecord()
     tag = overrides.pop("pretrained_tag", None)
@@ -92,14 +76,7 @@ def convert_timm_resnetv2(
             source,
             BIT_IMAGE_SIZE,
         )
-    preprocessing, origin = (
-        (from_timm_cfg(record.pretrained_cfg, source), record.origin)
-        if record.pretrained_cfg is not None
-        else (
-            dataclasses.replace(BIT_PREPROCESSING),
-            "assumed, timm's BiT default: pass pretrained_tag= for the weights' own",
-        )
-    )
+    preprocessing, origin = timm_bit_preprocessing(record, source)
     names = record.label_names or None
     if names is not None and len(names) != num_classes:
         raise CheckpointError(f"{source}: label_names lists {len(names)} names for a head of {num_classes} classes")
@@ -115,3 +92,42 @@ def convert_timm_resnetv2(
     )
     log_preprocessing(source, preprocessing, origin)
     return config, state
+
+
+def check_timm_bit(state: Mapping[str, torch.Tensor], source: str) -> None:
+    """CheckpointError unless the keys are a ResNetV2 of BiT's bottleneck units, since timm's other
+    stage/block models share the key layout but not the network."""
+    if not any(key.startswith("stages.0.blocks.0.conv1.") for key in state):
+        first = sorted(key for key in state if UNIT.match(key))[0]
+        raise CheckpointError(
+            f"{source}: timm stage/block keys without ResNetV2 bottleneck units ({first}): a timm model vitlab does "
+            "not hold (DaViT, MetaFormer, ConvNeXt, ...)"
+        )
+    for pattern, what in NOT_BIT:
+        keys = [key for key in state if re.search(pattern, key)]
+        if keys:
+            raise CheckpointError(f"{source}: a timm ResNetV2 with {what} is not BiT (key {keys[0]})")
+
+
+def move_timm_bit_head(state: dict[str, torch.Tensor], source: str) -> int:
+    """Rename timm's 1x1-convolution head (head.fc) in place to vitlab's linear head, because BiTResNet
+    classifies with a Linear; returns its class count (0 without a head)."""
+    if "head.fc.weight" not in state:
+        return 0
+    head = state.pop("head.fc.weight")
+    if head.dim() != 4 or head.shape[-2:] != (1, 1):
+        raise CheckpointError(f"{source}: head.fc.weight {tuple(head.shape)} is not a 1x1 convolution")
+    state["head.weight"] = head.flatten(1)
+    state["head.bias"] = state.pop("head.fc.bias")
+    return head.shape[0]
+
+
+def timm_bit_preprocessing(record: TimmRecord, source: str) -> tuple[Preprocessing, str]:
+    """The weights' preprocessing and where it came from: their pretrained_cfg when timm recorded one,
+    else timm's BiT default, said to be assumed so that the log never hides a guess."""
+    if record.pretrained_cfg is not None:
+        return from_timm_cfg(record.pretrained_cfg, source), record.origin
+    return (
+        dataclasses.replace(BIT_PREPROCESSING),
+        "assumed, timm's BiT default: pass pretrained_tag= for the weights' own",
+    )

@@ -95,6 +95,29 @@ def from_processor(
     if kind not in DEFAULTS:
         raise CheckpointError(f"{source}: image processor {kind}; vitlab reads {', '.join(DEFAULTS)}")
     defaults = DEFAULTS[kind]
+    mean, std, resample = pixel_steps(document, kind, defaults, image_size, source)
+    unsized = "size" not in document and kind == "ViTImageProcessor" and image_size is not None
+    if unsized:  # ViTImageProcessor resizes to its size: a file without one is read at the model's
+        assert image_size is not None
+        document = {**document, "size": {"height": image_size[0], "width": image_size[1]}}
+    size, crop = resize_and_crop(document, kind, defaults, source)
+    crop_mode, crop_pct, (height, width), note = crop_rule(kind, size, crop, image_size, source)
+    pre = Preprocessing(
+        mean=tuple(float(m) for m in mean),  # type: ignore[arg-type]
+        std=tuple(float(s) for s in std),  # type: ignore[arg-type]
+        crop_pct=crop_pct,
+        interpolation=PIL_RESAMPLE[resample],  # type: ignore[arg-type]
+        crop_mode=crop_mode,  # type: ignore[arg-type]
+    )
+    sized = "; no size: the model's" if unsized else ""
+    return pre, (height, width), f"{kind} of preprocessor_config.json{sized}{note}"
+
+
+def pixel_steps(
+    document: dict[str, Any], kind: str, defaults: dict[str, Any], image_size: tuple[int, int] | None, source: str
+) -> tuple[list[float], list[float], int]:
+    """The processor's mean, std and resample filter, after refusing the steps vitlab's transform
+    always takes (rescale by 1/255, resize) when the processor skips them."""
     mean, std = document.get("image_mean", defaults["stats"][0]), document.get("image_std", defaults["stats"][1])
     if not document.get("do_normalize", True):
         mean, std = [0.0] * 3, [1.0] * 3
@@ -105,17 +128,19 @@ def from_processor(
     resample = document.get("resample", defaults["resample"])
     if resample not in PIL_RESAMPLE:
         raise CheckpointError(f"{source}: resample {resample!r}; vitlab resizes {', '.join(PIL_RESAMPLE.values())}")
-    unsized = "size" not in document and kind == "ViTImageProcessor" and image_size is not None
-    if unsized:  # ViTImageProcessor resizes to its size: a file without one is read at the model's
-        assert image_size is not None
-        document = {**document, "size": {"height": image_size[0], "width": image_size[1]}}
+    return mean, std, resample
+
+
+def resize_and_crop(
+    document: dict[str, Any], kind: str, defaults: dict[str, Any], source: str
+) -> tuple[dict[str, int], dict[str, int] | None]:
+    """The processor's resize and centre crop as size dicts (crop None: no crop), with
+    ConvNextImageProcessor's own crop_pct rule turned into the same two steps so one reading serves all."""
     size = size_dict(document.get("size", defaults["size"]), kind in SQUARE_BY_DEFAULT, "size", source)
     cropping = document.get("do_center_crop", defaults["do_center_crop"])
     crop = (
         size_dict(document.get("crop_size", defaults.get("crop_size")), True, "crop_size", source) if cropping else None
     )
-    note = ""
-    crop_pct: float | None
     if kind == "ConvNextImageProcessor" and "shortest_edge" in size:  # its own crop_pct rule
         edge = size["shortest_edge"]
         if edge < 384:
@@ -123,6 +148,15 @@ def from_processor(
             size, crop = {"shortest_edge": math.floor(edge / convnext_crop)}, {"height": edge, "width": edge}
         else:
             size, crop = {"height": edge, "width": edge}, None
+    return size, crop
+
+
+def crop_rule(
+    kind: str, size: dict[str, int], crop: dict[str, int] | None, image_size: tuple[int, int] | None, source: str
+) -> tuple[str, float, tuple[int, int], str]:
+    """vitlab's crop_mode and crop_pct for this resize and crop, the model's size and a note on the
+    rounding, because vitlab's transform makes only crops that one crop_pct of a mode describes."""
+    crop_pct: float | None
     if "shortest_edge" in size and len(size) == 1:
         height, width = image_size or ((crop["height"], crop["width"]) if crop else (0, 0))
         if crop is None or crop["height"] != crop["width"] or (crop["height"], crop["width"]) != (height, width):
@@ -152,15 +186,7 @@ def from_processor(
         raise CheckpointError(
             f"{source}: {kind} resizes to {size} and crops {crop}: not a crop vitlab's transform makes"
         )
-    pre = Preprocessing(
-        mean=tuple(float(m) for m in mean),  # type: ignore[arg-type]
-        std=tuple(float(s) for s in std),  # type: ignore[arg-type]
-        crop_pct=crop_pct,
-        interpolation=PIL_RESAMPLE[resample],  # type: ignore[arg-type]
-        crop_mode=crop_mode,  # type: ignore[arg-type]
-    )
-    sized = "; no size: the model's" if unsized else ""
-    return pre, (height, width), f"{kind} of preprocessor_config.json{sized}{note}"
+    return crop_mode, crop_pct, (height, width), note
 
 
 def to_processor(pre: Preprocessing, image_size: tuple[int, int]) -> dict[str, Any]:

@@ -213,18 +213,7 @@ def convert_timm(
     pool = pooling(signature, record, table_pool, source)
     hint = recorded_image_size(record) or overrides.get("image_size")
     state = rename_keys(state, RULES)
-    image_size: Any
-    if "pos_embed.weight" in state:
-        image_size, class_slot = position_layout(
-            state["pos_embed.weight"].shape[1], signature.class_token, signature.patch_size, hint, source
-        )
-        if signature.class_token and not class_slot:
-            pos = state["pos_embed.weight"]
-            state["pos_embed.weight"] = torch.cat([pos.new_zeros(1, 1, pos.shape[-1]), pos], dim=1)
-    else:  # timm's pos_embed='none': nothing records the size the weights were trained at
-        image_size = hint or TIMM_DEFAULT_IMAGE_SIZE
-        if hint is None:
-            log.info("%s: no position embedding; image size %d assumed (timm's default)", source, image_size)
+    image_size = trained_image_size(state, signature, hint, source)
     preprocessing, preprocessing_origin = recorded_preprocessing(record, source)
     num_classes = state["head.weight"].shape[0] if "head.weight" in state else 0
     names = record.label_names or None
@@ -265,3 +254,21 @@ def convert_timm(
     )
     log_preprocessing(source, preprocessing, preprocessing_origin)
     return config, state
+
+
+def trained_image_size(state: dict[str, torch.Tensor], signature: Signature, hint: Any, source: str) -> Any:
+    """The image size the weights were trained at, read from E_pos's length since timm files record none,
+    giving E_pos in place the zero class-token slot timm leaves out (no_embed_class) so vitlab's layout holds."""
+    image_size: Any
+    if "pos_embed.weight" in state:
+        image_size, class_slot = position_layout(
+            state["pos_embed.weight"].shape[1], signature.class_token, signature.patch_size, hint, source
+        )
+        if signature.class_token and not class_slot:
+            pos = state["pos_embed.weight"]
+            state["pos_embed.weight"] = torch.cat([pos.new_zeros(1, 1, pos.shape[-1]), pos], dim=1)
+    else:  # timm's pos_embed='none': nothing records the size the weights were trained at
+        image_size = hint or TIMM_DEFAULT_IMAGE_SIZE
+        if hint is None:
+            log.info("%s: no position embedding; image size %d assumed (timm's default)", source, image_size)
+    return image_size
