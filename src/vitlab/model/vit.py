@@ -73,6 +73,8 @@ class VisionTransformer(TimmInterface, nn.Module):
             else PatchEmbedding(config.patch_size, config.in_channels, dim, bias=not config.pre_norm)
         )
         self.cls_token = nn.Parameter(torch.zeros(1, 1, dim)) if config.has_class_token else None
+        registers = config.register_tokens  # Darcet et al. 2023; timm's reg_token, small random as timm's
+        self.reg_token = nn.Parameter(torch.randn(1, registers, dim) * 1e-6) if registers else None
         # Table 8's columns: one E_pos for the input, or before every layer (shared), or one per layer.
         self.layer_pos_embed: nn.ModuleList | None
         if config.pos_embed_at == "every_layer":
@@ -156,8 +158,9 @@ class VisionTransformer(TimmInterface, nn.Module):
     def embed(self, images: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int]]:
         """(B, C, H, W) -> z_0 (B, prefix + N, D) and the patch grid."""
         tokens, grid = self.patch_embed(images)
-        if self.cls_token is not None:
-            tokens = torch.cat([self.cls_token.expand(tokens.shape[0], -1, -1), tokens], dim=1)
+        prefix = [token for token in (self.cls_token, self.reg_token) if token is not None]
+        if prefix:  # [x_class; registers; patches], timm's order
+            tokens = torch.cat([token.expand(tokens.shape[0], -1, -1) for token in prefix] + [tokens], dim=1)
         return self.norm_pre(self.pos_drop(self.add_pos_embed(tokens, grid, 0))), grid
 
     def add_pos_embed(self, tokens: torch.Tensor, grid: tuple[int, int], layer: int) -> torch.Tensor:
@@ -261,7 +264,9 @@ class VisionTransformer(TimmInterface, nn.Module):
             name
             for name, param in self.named_parameters()
             if param.dim() <= 1
-            or name.startswith(("cls_token", "pos_embed", "layer_pos_embed", "relative_bias", "relative_attention"))
+            or name.startswith(
+                ("cls_token", "reg_token", "pos_embed", "layer_pos_embed", "relative_bias", "relative_attention")
+            )
         }
 
     def set_grad_checkpointing(self, enabled: bool = True) -> None:
