@@ -171,7 +171,6 @@ def _names(models: list[str], shown: int = 3) -> str:
 UNHOLDABLE = [
     (r"\.mlp\.fc1_[gx]\.", "a SwiGLU MLP (mlp.fc1_g/fc1_x)"),
     (r"^attn_pool\.", "a MAP attention-pool head (attn_pool)"),
-    (r"^(dist_token|head_dist\.)", "a distillation token (dist_token)"),
     # norm_pre is CLIP's, whose quickgelu twins have the same keys: read it once the table tells them apart
     (r"^norm_pre\.", "a norm before the blocks (norm_pre)"),
     (r"^patch_embed\.norm\.", "a norm after the patch embedding (patch_embed.norm)"),
@@ -186,7 +185,7 @@ UNHOLDABLE = [
 TIMM_KEYS = re.compile(
     r"^(cls_token|reg_token|pos_embed|patch_embed\.proj\.(weight|bias)|patch_embed\.backbone\..+"
     r"|blocks\.\d+\.(norm1|norm2|attn\.qkv|attn\.proj|attn\.q_norm|attn\.k_norm|mlp\.fc1|mlp\.fc2)\.(weight|bias)"
-    r"|blocks\.\d+\.ls[12]\.gamma|(norm|norm_pre|fc_norm|head|pre_logits\.fc)\.(weight|bias))$"
+    r"|dist_token|blocks\.\d+\.ls[12]\.gamma|(norm|norm_pre|fc_norm|head|head_dist|pre_logits\.fc)\.(weight|bias))$"
 )
 
 

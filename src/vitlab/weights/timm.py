@@ -218,7 +218,7 @@ def convert_timm(
     registers = state["reg_token"].shape[1] if "reg_token" in state else 0
     image_size: Any
     if "pos_embed.weight" in state:
-        prefix = int(signature.class_token) + registers
+        prefix = int(signature.class_token) + int("dist_token" in state) + registers
         image_size, prefix_slots = position_layout(
             state["pos_embed.weight"].shape[1], prefix, signature.patch_size, hint, source
         )
@@ -246,6 +246,7 @@ def convert_timm(
         pool=pool,
         class_token=signature.class_token,
         register_tokens=registers,
+        distillation_token="dist_token" in state,
         gap_norm="after_pool" if signature.fc_norm else "before_pool",
         representation_size=signature.representation_size,
         pos_embed="learned" if "pos_embed.weight" in state else "none",
