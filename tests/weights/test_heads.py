@@ -119,13 +119,12 @@ def test_shapes_shared_by_several_head_counts_ask_for_num_heads(tmp_path):
 @pytest.mark.parametrize(
     "options, named",
     [
-        (dict(reg_tokens=2), "register tokens"),
         (dict(pre_norm=True), "a norm before the blocks"),
         (dict(mlp_layer=timm.layers.SwiGLU, act_layer=torch.nn.SiLU), "a SwiGLU MLP"),
         (dict(mlp_layer=timm.layers.SwiGLUPacked, act_layer=torch.nn.SiLU), r"a gated \(SwiGLU\) MLP"),
         (dict(global_pool="map", class_token=False), "a MAP attention-pool head"),
     ],
-    ids=["reg_tokens", "norm_pre", "swiglu", "swiglu_packed", "map"],
+    ids=["norm_pre", "swiglu", "swiglu_packed", "map"],
 )
 def test_what_vitlab_cannot_hold_is_refused_by_name(tmp_path, options, named):
     peer = timm_vit.VisionTransformer(img_size=32, patch_size=8, embed_dim=64, depth=1, num_heads=4, **options)

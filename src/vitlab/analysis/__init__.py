@@ -6,6 +6,7 @@ from .filters import EmbeddingFilters, embedding_filters, filters_as_images
 from .flow import MAX_FLOW_TOKENS, attention_flow
 from .plots import plot_attention_distance, plot_attention_maps, plot_filters, plot_position_similarity
 from .posemb import position_embedding_table, position_similarity
+from .registers import register_attention_share
 from .relevance import RelevanceMaps, class_relevance, relevance_rule
 from .report import ReportFigure, write_report
 from .rollout import (
@@ -47,6 +48,7 @@ __all__ = [
     "plot_position_similarity",
     "position_embedding_table",
     "position_similarity",
+    "register_attention_share",
     "relevance_rule",
     "upsample_map",
     "write_report",

@@ -100,7 +100,12 @@ def dataset_attention(
             )
             result.head_maps = torch.stack(
                 [
-                    torch.stack([output_token_map(layer[:1, head], grid, prefix)[0] for head in range(layer.shape[1])])
+                    torch.stack(
+                        [
+                            output_token_map(layer[:1, head], grid, prefix, config.has_class_token)[0]
+                            for head in range(layer.shape[1])
+                        ]
+                    )
                     for layer in maps.attentions
                 ]
             ).cpu()  # (layers, heads, h, w)

@@ -37,9 +37,9 @@ def flow_map(model: nn.Module, images: torch.Tensor) -> tuple[torch.Tensor, torc
             f"token pair); choose a smaller --image-size, or call attention_flow(max_tokens=...)"
         )
     prefix = config.num_prefix_tokens
-    rows = [0] if prefix else None  # the class token's row alone, or every patch row for GAP
+    rows = [0] if config.has_class_token else None  # the class token's row alone, or every row for GAP
     flow = attention_flow(attentions, rows=rows)
-    return logits, output_token_map(flow, config.grid_for(images.shape), prefix)
+    return logits, output_token_map(flow, config.grid_for(images.shape), prefix, config.has_class_token)
 
 
 def explanation_figures(

@@ -110,5 +110,5 @@ def class_relevance(model: nn.Module, images: torch.Tensor, target: int | Sequen
         logits=logits.detach(),
         target=chosen,
         relevance=relevance,
-        maps=output_token_map(relevance, grid, config.num_prefix_tokens),
+        maps=output_token_map(relevance, grid, config.num_prefix_tokens, config.has_class_token),
     )

@@ -101,17 +101,21 @@ def attention_rollout(
     return rollout
 
 
-def output_token_map(matrix: torch.Tensor, grid: tuple[int, int], num_prefix_tokens: int) -> torch.Tensor:
+def output_token_map(
+    matrix: torch.Tensor, grid: tuple[int, int], num_prefix_tokens: int, class_token: bool = True
+) -> torch.Tensor:
     """(B, T, T) token-to-token weights -> (B, h, w): what the classifier's input attends to.
 
     With a class token that is its row; a GAP model has none, so the rows of the patches it
-    averages are averaged. Only the patch columns are kept (the class token has no place in the image).
+    averages are averaged (not the register tokens', which GAP skips). Only the patch columns are
+    kept (the class token and the registers have no place in the image).
     """
     if matrix.shape[-1] != num_prefix_tokens + grid[0] * grid[1]:
         raise ValueError(
             f"{matrix.shape[-1]} tokens do not match a {grid[0]}x{grid[1]} grid plus {num_prefix_tokens} prefix"
         )
-    rows = matrix[:, 0] if num_prefix_tokens else matrix.mean(dim=1)  # (B, T)
+    has_class = class_token and num_prefix_tokens > 0
+    rows = matrix[:, 0] if has_class else matrix[:, num_prefix_tokens:].mean(dim=1)  # (B, T)
     return rows[:, num_prefix_tokens:].reshape(-1, *grid)
 
 
@@ -171,8 +175,8 @@ def attention_maps(model: nn.Module, images: torch.Tensor, layer: int = -1, head
     return AttentionMaps(
         logits=logits,
         attentions=attentions,
-        rollout=output_token_map(attention_rollout(attentions), grid, prefix),
-        raw=output_token_map(chosen, grid, prefix),
+        rollout=output_token_map(attention_rollout(attentions), grid, prefix, config.has_class_token),
+        raw=output_token_map(chosen, grid, prefix, config.has_class_token),
         layer=layer,
         head=head,
     )

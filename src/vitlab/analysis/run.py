@@ -25,6 +25,7 @@ from .dataset_figures import add_dataset_figures
 from .display import display_images
 from .explain import EXPLANATIONS
 from .image_figures import add_attention_figures, add_explanations
+from .registers import add_register_numbers
 from .report import write_report
 from .result import AnalysisResult
 from .rollout import require_attention
@@ -102,6 +103,8 @@ def analyze(
     if "rollout" in per_image or "distance" in per_image:
         vit = require_attention(model)
         add_attention_figures(vit, images, out, per_image, layer, head, show, batch_size, result)
+    if isinstance(config, ViTConfig) and config.register_tokens and ("rollout" in chosen or "distance" in chosen):
+        add_register_numbers(require_attention(model), images[:batch_size], result)
     if any(name in chosen for name in EXPLANATIONS):
         add_explanations(require_attention(model), images[: min(show, len(images))], out, chosen, result)
     if "posemb" in chosen:

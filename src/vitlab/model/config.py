@@ -149,6 +149,12 @@ class ViTConfig:
     init_values: float | None = None
     qk_norm: bool = False
     pre_norm: bool = False
+    # register tokens (Darcet et al. 2023, timm's reg_tokens): learned tokens after the class token that
+    # give the attention somewhere other than background patches to store global information
+    register_tokens: int = 0
+    # DeiT's distillation token (timm's dist_token): a second class token, after the first, read by its own
+    # head (head_dist); the logits are the mean of the two heads'
+    distillation_token: bool = False
     # Numerics that differ between the reference implementations.
     act: Activation = "gelu"
     mlp_out_act: bool = False  # GELU after the MLP's second dense too (the Keras example's MLP)
@@ -204,7 +210,8 @@ class ViTConfig:
 
     @property
     def num_prefix_tokens(self) -> int:
-        return 1 if self.has_class_token else 0
+        """Tokens before the patches: the class token, then the distillation token or the registers (timm's order)."""
+        return int(self.has_class_token) + int(self.distillation_token) + self.register_tokens
 
     @property
     def norm_after_pool(self) -> bool:
@@ -279,6 +286,11 @@ class ViTConfig:
             value = getattr(self, name)
             check(0.0 <= value < 1.0, f"{name} must be in [0, 1), got {value}")
         check(self.norm_eps > 0, f"norm_eps must be positive, got {self.norm_eps}")
+        check(self.register_tokens >= 0, f"register_tokens must be 0 or more, got {self.register_tokens}")
+        check(
+            not self.distillation_token or (self.pool == "token" and not self.register_tokens),
+            "distillation_token needs pool 'token' (DeiT's two heads read the first two tokens) and no registers",
+        )
         check(
             self.init_values is None or self.init_values > 0,
             f"init_values (layer scale) must be positive or null, got {self.init_values}",

@@ -73,6 +73,9 @@ class VisionTransformer(TimmInterface, nn.Module):
             else PatchEmbedding(config.patch_size, config.in_channels, dim, bias=not config.pre_norm)
         )
         self.cls_token = nn.Parameter(torch.zeros(1, 1, dim)) if config.has_class_token else None
+        registers = config.register_tokens  # Darcet et al. 2023; timm's reg_token, small random as timm's
+        self.reg_token = nn.Parameter(torch.randn(1, registers, dim) * 1e-6) if registers else None
+        self.dist_token = nn.Parameter(torch.zeros(1, 1, dim)) if config.distillation_token else None
         # Table 8's columns: one E_pos for the input, or before every layer (shared), or one per layer.
         self.layer_pos_embed: nn.ModuleList | None
         if config.pos_embed_at == "every_layer":
@@ -110,6 +113,7 @@ class VisionTransformer(TimmInterface, nn.Module):
         )
         self.head_drop = nn.Dropout(0.0 if config.head_hidden else config.head_dropout)
         self.head = nn.Linear(config.feature_dim, config.num_classes) if config.num_classes else nn.Identity()
+        self.head_dist = self.distillation_head()
         self.grad_checkpointing = False
         self.sync_patch_embed()
         self.init_weights()
@@ -148,16 +152,24 @@ class VisionTransformer(TimmInterface, nn.Module):
         nn.init.trunc_normal_(conv.weight, std=math.sqrt(1.0 / fan_in) / 0.87962566103423978)  # lecun_normal
         if conv.bias is not None:  # none with pre_norm
             nn.init.zeros_(conv.bias)
-        if isinstance(self.head, nn.Linear):
-            nn.init.zeros_(self.head.weight)
-            nn.init.zeros_(self.head.bias)
+        for head in (self.head, self.head_dist):
+            if isinstance(head, nn.Linear):
+                nn.init.zeros_(head.weight)
+                nn.init.zeros_(head.bias)
+
+    def distillation_head(self) -> nn.Module | None:
+        """DeiT's head on the distillation token, as the classifier (timm's head_dist); None without one."""
+        if not self.config.distillation_token:
+            return None
+        return nn.Linear(self.config.feature_dim, self.config.num_classes) if self.config.num_classes else nn.Identity()
 
     # -- Eq. 1 ---------------------------------------------------------------------------------
     def embed(self, images: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int]]:
         """(B, C, H, W) -> z_0 (B, prefix + N, D) and the patch grid."""
         tokens, grid = self.patch_embed(images)
-        if self.cls_token is not None:
-            tokens = torch.cat([self.cls_token.expand(tokens.shape[0], -1, -1), tokens], dim=1)
+        prefix = [token for token in (self.cls_token, self.dist_token, self.reg_token) if token is not None]
+        if prefix:  # [x_class; x_distil or registers; patches], timm's order
+            tokens = torch.cat([token.expand(tokens.shape[0], -1, -1) for token in prefix] + [tokens], dim=1)
         return self.norm_pre(self.pos_drop(self.add_pos_embed(tokens, grid, 0))), grid
 
     def add_pos_embed(self, tokens: torch.Tensor, grid: tuple[int, int], layer: int) -> torch.Tensor:
@@ -204,7 +216,10 @@ class VisionTransformer(TimmInterface, nn.Module):
         """Pool the encoder tokens; return the representation (pre_logits=True) or the logits."""
         pooled = self.fc_norm(pool_tokens(tokens, self.config.pool, self.config.num_prefix_tokens))
         features = self.head_drop(self.pre_logits(pooled))
-        return features if pre_logits else self.head(features)
+        if self.head_dist is None:
+            return features if pre_logits else self.head(features)
+        distilled = self.head_drop(self.pre_logits(tokens[:, 1]))  # DeiT: the mean of the two heads
+        return (features + distilled) / 2 if pre_logits else (self.head(features) + self.head_dist(distilled)) / 2
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         tokens, _ = self.encode(images, prefix_only=self.config.pool == "token")
@@ -241,6 +256,11 @@ class VisionTransformer(TimmInterface, nn.Module):
             nn.init.zeros_(self.head.bias)
         else:
             self.head = nn.Identity()
+        self.head_dist = self.distillation_head()
+        if self.head_dist is not None:
+            self.head_dist.to(reference.device, reference.dtype)
+            for param in self.head_dist.parameters():
+                nn.init.zeros_(param)
 
     def set_image_size(self, image_size: int | tuple[int, int]) -> None:
         """Change the native resolution; learned position embeddings are resampled in 2-D."""
@@ -261,7 +281,9 @@ class VisionTransformer(TimmInterface, nn.Module):
             name
             for name, param in self.named_parameters()
             if param.dim() <= 1
-            or name.startswith(("cls_token", "pos_embed", "layer_pos_embed", "relative_bias", "relative_attention"))
+            or name.startswith(
+                ("cls_token", "reg_token", "pos_embed", "layer_pos_embed", "relative_bias", "relative_attention")
+            )
         }
 
     def set_grad_checkpointing(self, enabled: bool = True) -> None:

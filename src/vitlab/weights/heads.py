@@ -169,10 +169,8 @@ def _names(models: list[str], shown: int = 3) -> str:
 # -- what vitlab's ViT cannot hold ---------------------------------------------------------------
 # (pattern on a timm key, what it is); the first key that matches names the refusal.
 UNHOLDABLE = [
-    (r"^reg_token$", "register tokens (reg_token)"),
     (r"\.mlp\.fc1_[gx]\.", "a SwiGLU MLP (mlp.fc1_g/fc1_x)"),
     (r"^attn_pool\.", "a MAP attention-pool head (attn_pool)"),
-    (r"^(dist_token|head_dist\.)", "a distillation token (dist_token)"),
     # norm_pre is CLIP's, whose quickgelu twins have the same keys: read it once the table tells them apart
     (r"^norm_pre\.", "a norm before the blocks (norm_pre)"),
     (r"^patch_embed\.norm\.", "a norm after the patch embedding (patch_embed.norm)"),
@@ -181,12 +179,13 @@ UNHOLDABLE = [
     (r"\.(attns|ffns)\.\d", "parallel blocks (attns/ffns)"),
     (r"\.(in_proj|in_norm|attn_out_proj|mlp_out_proj|mlp_bias)\b", "fused parallel blocks (in_proj)"),
     (r"(lambda_[qk]\d|sub_norm)", "differential attention (lambda_q/k, sub_norm)"),
+    (r"\.gamma_[12]$", "timm's Eva block (gamma_1/gamma_2), as its rotary-embedding (rope) ViTs use"),
     (r"^patch_embed\.backbone\.(?!(stem|stages|conv|norm)\.)", "a hybrid backbone other than ResNetV2"),
 ]
 TIMM_KEYS = re.compile(
-    r"^(cls_token|pos_embed|patch_embed\.proj\.(weight|bias)|patch_embed\.backbone\..+"
+    r"^(cls_token|reg_token|pos_embed|patch_embed\.proj\.(weight|bias)|patch_embed\.backbone\..+"
     r"|blocks\.\d+\.(norm1|norm2|attn\.qkv|attn\.proj|attn\.q_norm|attn\.k_norm|mlp\.fc1|mlp\.fc2)\.(weight|bias)"
-    r"|blocks\.\d+\.ls[12]\.gamma|(norm|norm_pre|fc_norm|head|pre_logits\.fc)\.(weight|bias))$"
+    r"|dist_token|blocks\.\d+\.ls[12]\.gamma|(norm|norm_pre|fc_norm|head|head_dist|pre_logits\.fc)\.(weight|bias))$"
 )
 
 

@@ -122,6 +122,7 @@ TIMM = Peer(
         "init_values",
         "qk_norm",
         "pre_norm",
+        "register_tokens",
     ),
     checks=(standard_head_dim, integer_mlp_ratio, timm_hybrid_backbone),
 )

@@ -36,24 +36,26 @@ def infer_image_size(
 
 
 def position_layout(
-    table_length: int, class_token: bool, patch_size: int, hint: Any, source: str
+    table_length: int, prefix: int, patch_size: int, hint: Any, source: str
 ) -> tuple[tuple[int, int], bool]:
-    """(native image size, whether E_pos has a class-token slot) for a (1, T, D) table.
+    """(native image size, whether E_pos has slots for the `prefix` tokens: class token, registers) for a
+    (1, T, D) table.
 
     timm's `no_embed_class` models and big_vision's `pool_type="tok"` add E_pos to the patches only
     and the class token afterwards; it then has no position vector, which is the same as a zero one
     in vitlab's table. A table of h*w + 1 (a square and one) holds a slot for the class token.
     """
-    if class_token:
+    if prefix:
         try:
-            return infer_image_size(table_length - 1, patch_size, hint, source), True
+            return infer_image_size(table_length - prefix, patch_size, hint, source), True
         except CheckpointError:
             size = infer_image_size(table_length, patch_size, hint, source)
             log.info(
-                "%s: %d position embeddings and a class token: read as a %dx%d grid with no position vector for "
-                "the class token (big_vision's pool_type 'tok', timm's no_embed_class); pass image_size= if not",
+                "%s: %d position embeddings and %d prefix tokens: read as a %dx%d grid with no position vector "
+                "for the class token or registers (big_vision's pool_type 'tok', timm's no_embed_class); pass image_size= if not",
                 source,
                 table_length,
+                prefix,
                 size[0] // patch_size,
                 size[1] // patch_size,
             )

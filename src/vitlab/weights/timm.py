@@ -64,8 +64,10 @@ class TimmRecord:
 
 
 def is_timm_state_dict(state: Mapping[str, torch.Tensor]) -> bool:
-    """timm's ViT keys: patch_embed.proj and blocks, E_pos as a bare `pos_embed` or none at all."""
-    return "patch_embed.proj.weight" in state and "pos_embed.weight" not in state and "blocks.0.norm1.weight" in state
+    """timm's ViT keys: patch_embed.proj and blocks (fused parallel ones have no norm1: refused by name later),
+    E_pos as a bare `pos_embed` or none at all."""
+    has_blocks = any(key.startswith("blocks.0.") for key in state)
+    return "patch_embed.proj.weight" in state and "pos_embed.weight" not in state and has_blocks
 
 
 def timm_signature(state: Mapping[str, torch.Tensor], source: str) -> Signature:
@@ -230,6 +232,8 @@ def convert_timm(
         mlp_dim=signature.mlp_dim,
         pool=pool,
         class_token=signature.class_token,
+        register_tokens=state["reg_token"].shape[1] if "reg_token" in state else 0,
+        distillation_token="dist_token" in state,
         gap_norm="after_pool" if signature.fc_norm else "before_pool",
         representation_size=signature.representation_size,
         pos_embed="learned" if "pos_embed.weight" in state else "none",
@@ -258,15 +262,18 @@ def convert_timm(
 
 def trained_image_size(state: dict[str, torch.Tensor], signature: Signature, hint: Any, source: str) -> Any:
     """The image size the weights were trained at, read from E_pos's length since timm files record none,
-    giving E_pos in place the zero class-token slot timm leaves out (no_embed_class) so vitlab's layout holds."""
+    giving E_pos in place the zero slots of the prefix tokens (class, distillation, registers) that timm leaves
+    out (no_embed_class) so vitlab's layout holds."""
     image_size: Any
     if "pos_embed.weight" in state:
-        image_size, class_slot = position_layout(
-            state["pos_embed.weight"].shape[1], signature.class_token, signature.patch_size, hint, source
+        registers = state["reg_token"].shape[1] if "reg_token" in state else 0
+        prefix = int(signature.class_token) + int("dist_token" in state) + registers
+        image_size, prefix_slots = position_layout(
+            state["pos_embed.weight"].shape[1], prefix, signature.patch_size, hint, source
         )
-        if signature.class_token and not class_slot:
+        if prefix and not prefix_slots:  # timm's no_embed_class: E_pos of the prefix tokens is zero
             pos = state["pos_embed.weight"]
-            state["pos_embed.weight"] = torch.cat([pos.new_zeros(1, 1, pos.shape[-1]), pos], dim=1)
+            state["pos_embed.weight"] = torch.cat([pos.new_zeros(1, prefix, pos.shape[-1]), pos], dim=1)
     else:  # timm's pos_embed='none': nothing records the size the weights were trained at
         image_size = hint or TIMM_DEFAULT_IMAGE_SIZE
         if hint is None:

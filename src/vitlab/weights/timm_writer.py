@@ -51,7 +51,8 @@ def timm_config(model: VisionTransformer) -> dict[str, Any]:
         # vit_jax's GAP normalises every token before the mean; timm's default for 'avg' normalises after.
         fc_norm=config.norm_after_pool,
         pos_embed="learn" if config.pos_embed == "learned" else "none",
-        no_embed_class=False,
+        no_embed_class=False,  # E_pos covers the class token and the registers, as vitlab's table
+        reg_tokens=config.register_tokens,
         act_layer=config.act,  # timm's names: 'gelu' (exact) and 'gelu_tanh'
         drop_rate=config.head_dropout,
         pos_drop_rate=config.dropout if config.embed_dropout else 0.0,
