@@ -4,6 +4,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -28,3 +31,19 @@ def test_a_failing_part_is_named_with_its_output(tmp_path):
     assert main(["--device", "cpu", "--parts", "eval", "--timeout", "200", "--out", str(tmp_path)]) == 1
     summary = (tmp_path / "summary.txt").read_text()
     assert "eval: FAILED (exit status" in summary and str(tmp_path / "train") in summary  # no run to evaluate yet
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(300)
+def test_one_process_under_torchrun_joins_its_launchers_store(tmp_path):
+    # A lone process makes its own group; under torchrun it must use the launcher's store address, not
+    # a fixed port where nothing listens (it waited out the 5-minute timeout, as the GPU check's ddp part
+    # on one GPU did).
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1"]
+    command += ["-m", "vitlab.bench.ddp", "--tiny", "--device", "cpu", "--steps", "1", "--out", str(tmp_path)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    try:
+        status = subprocess.run(command, capture_output=True, timeout=120, env=env).returncode
+    except subprocess.TimeoutExpired:
+        pytest.fail("one process under torchrun hung making its group")
+    assert status == 0 and json.loads((tmp_path / "ddp.json").read_text())["world_size"] == 1

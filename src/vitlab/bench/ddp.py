@@ -140,9 +140,10 @@ def main(argv: list[str] | None = None) -> int:
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False  # the check is fp32
     place = processes.start(processes.from_environment(), torch.device(args.device))
     if not place.distributed:  # one process (the trainer joins no group then): DDP still needs one
-        if cuda:
-            torch.cuda.set_device(place.device)
-        os.environ.update(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT="29531")
+        if cuda:  # a lone process's device is plain "cuda": the current one
+            torch.cuda.set_device(torch.cuda.current_device() if place.device.index is None else place.device.index)
+        for name, value in dict(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT="29531").items():
+            os.environ.setdefault(name, value)  # under torchrun, its store's address: another would hang
         dist.init_process_group(processes.BACKENDS[place.device.type], timeout=timedelta(minutes=5))
     device, backend = place.device, processes.BACKENDS[place.device.type]
     try:
