@@ -171,7 +171,13 @@ def section(path: Path, data: dict, assets: str) -> str:
         title = f"Model only: the `{preset}` preset" if preset else "Model only: chosen cases"
         if data.get("variants"):
             title += f", its {', '.join(data['variants'])} cases only"
+        modes = data.get("config", {}).get("modes")
+        if not preset and modes:
+            title += f", mode{'s' * (len(modes) > 1)} {', '.join(modes)}"
         body = markdown(data, detail=False)
+        if data.get("summary"):  # the GPU bench's: MFU against the datasheet peak, the device input pipeline
+            lines = [line.strip() for line in data["summary"] if not line.strip().startswith("vitlab / timm")]
+            body = body.rstrip() + "\n\n" + "\n".join(f"- {line}" for line in lines)  # the ratio is in the table
     else:
         title = data.get("title") or str(data["kind"])
         body = str(data["markdown"]).strip()
