@@ -13,7 +13,7 @@ from vitlab.accel import accelerate, cpu, kernels
 from vitlab.accel.blocked import blocked_attention
 from vitlab.accel.layers import Linear
 from vitlab.model.attention import Attention
-from vitlab.model.runtime import resolve_precision
+from vitlab.runtime import resolve_precision
 
 CPU = torch.device("cpu")
 

@@ -9,10 +9,10 @@ import typing
 
 import pytest
 
+from vitlab import runtime
 from vitlab.cli import build_parser
 from vitlab.cli.train import FLAG_KEYS, build_config
 from vitlab.config_fields import literal_values
-from vitlab.model import runtime
 from vitlab.train.config import SECTIONS
 
 pytestmark = pytest.mark.unit

@@ -9,7 +9,7 @@ import torch
 
 from helpers import tiny_config
 from vitlab.model import ConfigError
-from vitlab.model.runtime import resolve_device, resolve_precision
+from vitlab.runtime import resolve_device, resolve_precision
 from vitlab.train import Callback, Trainer
 
 

@@ -114,8 +114,8 @@ def add_runtime_arguments(
     precision_help: str | None = None,
     precision: bool = True,
 ) -> None:
-    """--device and --precision, their choices the one list of each (vitlab.model.runtime)."""
-    from vitlab.model.runtime import DEVICES, PRECISIONS
+    """--device and --precision, their choices the one list of each (vitlab.runtime)."""
+    from vitlab.runtime import DEVICES, PRECISIONS
 
     parser.add_argument("--device", choices=DEVICES, default=default, help=device_help or DEVICE_HELP)
     if precision:

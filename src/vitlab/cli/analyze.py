@@ -172,7 +172,7 @@ def run(args: argparse.Namespace) -> int:
     from vitlab.analysis import analyze, parse_what
     from vitlab.cli import load_checkpoint
     from vitlab.evaluate.predict import eval_transform
-    from vitlab.model.runtime import resolve_device
+    from vitlab.runtime import resolve_device
 
     what = parse_what(args.what)  # a bad --what fails before the model is loaded
     if args.show < 1 or (args.max_images is not None and args.max_images < 1) or args.batch_size < 1:

@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     from vitlab.evaluate import evaluate_representation
     from vitlab.evaluate.predict import eval_transform
     from vitlab.memory.budget import batches_in_flight, check_memory
-    from vitlab.model.runtime import resolve_device
+    from vitlab.runtime import resolve_device
 
     if args.seeds < 1:
         raise InputError(f"--seeds must be at least 1, got {args.seeds}")

@@ -85,7 +85,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _load_for_inference(args: argparse.Namespace, workers: int, **overrides):
     from vitlab.cli import load_checkpoint, memory_limit
     from vitlab.memory.budget import batches_in_flight, check_memory
-    from vitlab.model.runtime import resolve_device, resolve_precision
+    from vitlab.runtime import resolve_device, resolve_precision
 
     device = resolve_device(args.device)
     precision = resolve_precision(args.precision, device)

@@ -19,8 +19,8 @@ from vitlab.data.images import image_files
 from vitlab.data.stream import ImageFiles, PathTable, default_workers, file_loader
 from vitlab.data.transforms import eval_resize, eval_transform
 from vitlab.errors import InputError
-from vitlab.model.runtime import Precision, resolve_precision
 from vitlab.progress import progress
+from vitlab.runtime import Precision, resolve_precision
 
 from .predict import model_config
 from .prediction_files import CSV_CELLS, FeatureFile, PredictionWriter, model_fingerprint

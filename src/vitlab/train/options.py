@@ -14,7 +14,7 @@ from vitlab.config_fields import CROP_PCT_RANGE, SEED_RANGE, Interpolation, Rang
 from vitlab.config_options import option
 from vitlab.data.splits import HoldOut
 from vitlab.model.config import GapNorm, PositionEmbeddingKind
-from vitlab.model.runtime import Device, PrecisionName
+from vitlab.runtime import Device, PrecisionName
 
 # The model's pools that give one vector per image (its "none" keeps every token: nothing to train a label on).
 TrainablePooling = Literal["token", "gap", "flatten", "max", "avgmax"]

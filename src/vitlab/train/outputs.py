@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader, Dataset
 from vitlab.data.content import write_digests
 from vitlab.data.datasets import LabelledImages
 from vitlab.model import BiTResNet, VisionTransformer
-from vitlab.model.runtime import Precision
+from vitlab.runtime import Precision
 from vitlab.weights import save_pretrained
 
 from .config import TrainConfig

@@ -186,7 +186,7 @@ def ready_model(model, settings: EvalSettings, runtime: str, workers: int, memor
     checking that it and the batches in flight fit in memory; with the device and precision."""
     from vitlab.accel import accelerate
     from vitlab.memory.budget import batches_in_flight, check_memory
-    from vitlab.model.runtime import resolve_device, resolve_precision
+    from vitlab.runtime import resolve_device, resolve_precision
 
     if runtime != "torch" and settings.device not in ("auto", "cpu"):
         raise InputError(

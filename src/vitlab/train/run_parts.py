@@ -18,7 +18,7 @@ from vitlab.data.given import GivenData
 from vitlab.data.transforms import eval_transform, resolve_preprocessing, train_transform
 from vitlab.memory.budget import attention_is_fused, batches_in_flight, check_memory
 from vitlab.model import BiTConfig, BiTResNet, ConfigError, VisionTransformer, ViTConfig, config_for, create_untrained
-from vitlab.model.runtime import resolve_device
+from vitlab.runtime import resolve_device
 
 from .config import ModelSpec, TrainConfig
 from .layer_groups import freeze_layers

@@ -23,8 +23,8 @@ from vitlab.accel import accelerate
 from vitlab.data.device_decode import device_batches
 from vitlab.data.given import GivenData
 from vitlab.model import BiTConfig, ConfigError, ViTConfig
-from vitlab.model.runtime import resolve_device, resolve_precision, torch_threads
 from vitlab.runlock import RunLock
+from vitlab.runtime import resolve_device, resolve_precision, torch_threads
 from vitlab.weights import CheckpointError
 
 from . import checkpoint as ckpt
