@@ -17,7 +17,7 @@ import vitlab
 from helpers import images, random_eval, save_state_dict
 from vitlab.errors import CheckpointError
 from vitlab.evaluate.predict import eval_transform
-from vitlab.model import ViTConfig
+from vitlab.model import Preprocessing, ViTConfig
 from vitlab.model.bit import BiTConfig
 from vitlab.model.timm_api import pretrained_cfg
 from vitlab.weights.heads import head_table
@@ -113,6 +113,19 @@ def test_a_bare_timm_file_says_the_preprocessing_it_assumes(tmp_path, caplog):
     line = next(r.getMessage() for r in caplog.records if "preprocessing" in r.getMessage())
     assert "mean (0.5, 0.5, 0.5), std (0.5, 0.5, 0.5), crop_pct 0.9, crop_mode center, bicubic" in line
     assert "assumed" in line and "pretrained_tag=" in line
+
+
+@pytest.mark.unit
+def test_a_given_preprocessing_is_the_only_one_said(tmp_path, caplog):
+    # The catalogue passes its entry's preprocessing for a timm file from the Hub cache: the log said
+    # "assumed ... pass pretrained_tag=" first, for a preprocessing that was then not used.
+    peer = random_eval(timm.create_model("vit_tiny_patch16_224", img_size=32, depth=2, num_classes=3))
+    given = Preprocessing(mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225), crop_pct=0.875)
+    with caplog.at_level(logging.INFO, logger="vitlab"):
+        model = vitlab.load(save_state_dict(peer, tmp_path / "vit.pth"), num_heads=3, preprocessing=given)
+    lines = [r.getMessage() for r in caplog.records if ": preprocessing " in r.getMessage()]
+    assert len(lines) == 1 and "as given" in lines[0] and "crop_pct 0.875" in lines[0], lines
+    assert model.config.preprocessing == given
 
 
 @pytest.mark.unit

@@ -90,7 +90,8 @@ def convert_timm_resnetv2(
         class_names=names,
         name=record.architecture or Path(source).stem,
     )
-    log_preprocessing(source, preprocessing, origin)
+    if "preprocessing" not in overrides:  # else build_model names the given one
+        log_preprocessing(source, preprocessing, origin)
     return config, state
 
 

@@ -18,6 +18,8 @@ from vitlab.memory.budget import check_memory
 from vitlab.model import BiTConfig, BiTResNet, ConfigError, VisionTransformer, ViTConfig, create_untrained
 from vitlab.model.config import as_pair
 
+from .preprocessing import log_preprocessing
+
 log = logging.getLogger("vitlab")
 
 MAX_LISTED = 20  # keys named per kind of mismatch; the rest are counted
@@ -159,8 +161,8 @@ def build_model(
     image_size = overrides.pop("image_size", None)
     num_classes = overrides.pop("num_classes", None)
     class_names = overrides.pop("class_names", None)
-    if "preprocessing" in overrides:
-        log.info("%s: preprocessing as given (preprocessing=), over the one above", source)
+    if "preprocessing" in overrides:  # the converter said nothing of the file's own (it is not used)
+        log_preprocessing(source, overrides["preprocessing"], "as given: preprocessing=, or a catalogue entry's")
     if overrides:
         requested = config.replace(**overrides)
         conflicts = [

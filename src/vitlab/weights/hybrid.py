@@ -28,7 +28,7 @@ from vitlab.npy_files import npz_names
 
 from .build import build_model
 from .keys import rename_keys
-from .npz import CONV, PREFIXES, FlaxParams, export_npz, infer_config, read_arrays, to_state_dict
+from .npz import CONV, PREFIXES, FlaxParams, export_npz, infer_config, read_arrays, say_preprocessing, to_state_dict
 
 log = logging.getLogger("vitlab")
 
@@ -132,6 +132,7 @@ def load_hybrid_npz(path: str | Path, **overrides: Any) -> VisionTransformer:
     hint = overrides.get("image_size")
     feature_hint = tuple(side // backbone.stride for side in as_pair(hint)) if hint is not None else None
     on_features = infer_config(params, names, feature_hint, path.stem)
+    say_preprocessing(on_features, source, overrides)
     config = on_features.replace(
         backbone=backbone,
         in_channels=in_channels,

@@ -217,7 +217,6 @@ def infer_config(
         num_positions = params.arrays[params.prefix + pos_key].shape[-2]
         image_size, _ = position_layout(num_positions, class_token, patch, image_size_hint, params.source)
     preprocessing = dataclasses.replace(VIT_JAX_PREPROCESSING)
-    log_preprocessing(params.source, preprocessing, "vit_jax's evaluation: the layout records none")
     return ViTConfig(
         image_size=image_size,
         patch_size=patch,
@@ -270,12 +269,19 @@ def to_state_dict(params: FlaxParams, names: BlockNames, depth: int, num_patches
     return {key: torch.from_numpy(np.ascontiguousarray(value, dtype=np.float32)) for key, value in state.items()}
 
 
+def say_preprocessing(config: ViTConfig, source: str, overrides: dict[str, Any]) -> None:
+    """The log line of an npz's preprocessing, unless one is given (build_model names that one)."""
+    if "preprocessing" not in overrides:
+        log_preprocessing(source, config.preprocessing, "vit_jax's evaluation: the layout records none")
+
+
 def load_npz(path: str | Path, **overrides: Any) -> VisionTransformer:
     """An official vit_jax / AugReg / big_vision ViT .npz, with its architecture read from the arrays."""
     path = Path(path)
     params = FlaxParams(read_arrays(path, overrides.get("memory_limit")), str(path))
     names = params.block_names()
     config = infer_config(params, names, overrides.get("image_size"), path.stem, overrides.get("pos_embed"))
+    say_preprocessing(config, str(path), overrides)
     check_memory(config, limit=overrides.get("memory_limit"), source=str(path))  # before a loop over its depth
     state_dict = to_state_dict(params, names, config.depth, config.num_patches)
     return build_model(config, state_dict, str(path), overrides)

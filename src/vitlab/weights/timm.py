@@ -256,7 +256,8 @@ def convert_timm(
         act,
         {"token": "class-token", "none": "no"}.get(pool, TIMM_POOL[pool]),
     )
-    log_preprocessing(source, preprocessing, preprocessing_origin)
+    if "preprocessing" not in overrides:  # else build_model names the given one
+        log_preprocessing(source, preprocessing, preprocessing_origin)
     return config, state
 
 

@@ -93,5 +93,6 @@ def convert_torchvision(
         raise CheckpointError(
             f"{source}: pretrained_tag={tag!r} crops {crop} px; these weights are {config.image_size[0]} px"
         )
-    log_preprocessing(source, preprocessing, origin)
+    if "preprocessing" not in overrides:  # else build_model names the given one
+        log_preprocessing(source, preprocessing, origin)
     return config, state
