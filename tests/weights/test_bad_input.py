@@ -91,11 +91,11 @@ def test_training_checkpoint_wrappers_are_unwrapped(tmp_path):
 @pytest.mark.unit
 @pytest.mark.fault("bad-checkpoint")
 def test_timm_models_vitlab_cannot_express_are_refused_with_their_keys(tmp_path):
-    pooled = save_state_dict(timm_tiny(global_pool="map", class_token=False), tmp_path / "map.safetensors")
+    normed = save_state_dict(timm_tiny(embed_norm_layer=torch.nn.LayerNorm), tmp_path / "normed.safetensors")
     with pytest.raises(
-        CheckpointError, match=r"map\.safetensors: vitlab's ViT cannot hold a MAP attention-pool head .*attn_pool"
+        CheckpointError, match=r"normed\.safetensors: vitlab's ViT cannot hold a norm after the patch embedding"
     ):
-        vitlab.load(pooled, num_heads=4)
+        vitlab.load(normed, num_heads=4)
 
 
 @pytest.mark.integration

@@ -133,7 +133,8 @@ def test_a_class_token_with_average_pooling_loads_and_what_the_keys_cannot_tell_
 def test_num_heads_for_shapes_no_timm_architecture_has_says_which_gelu(tmp_path, caplog):
     with caplog.at_level(logging.INFO, logger="vitlab"):
         vitlab.load(save_state_dict(tiny_timm(), tmp_path / "vit.pth"), num_heads=4)
-    assert "no timm architecture of these shapes has 4 heads: exact GELU (timm's default); pass act=" in caplog.text
+    said = "no timm architecture of these shapes has 4 heads: exact GELU and LayerNorm eps 1e-06 (timm's ViT defaults)"
+    assert said in caplog.text and "pass act= and norm_eps=" in caplog.text
 
 
 # -- transformers -------------------------------------------------------------------------------------

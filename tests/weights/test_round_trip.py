@@ -64,6 +64,12 @@ KINDS: dict[str, Callable[[], torch.nn.Module]] = {
     "head-dim": vit(head_dim=32),
     "hybrid-vit-jax": hybrid(None),
     "hybrid-timm": hybrid(TIMM_BACKBONE),
+    "registers": vit(register_tokens=2),
+    "distilled": vit(distillation_token=True),
+    "layer-scale": vit(init_values=0.5),
+    "qk-norm": vit(qk_norm=True),
+    "norm-pre": vit(pre_norm=True),
+    "quick-gelu": vit(act="quick_gelu"),
     "bit": bit,
     "axial": lambda: vitlab.create_model("Axial-Ti/16", image_size=32, depth=1, num_classes=4),
 }
@@ -86,6 +92,18 @@ REFUSED = {
     ("axial", "timm"): "a AxialViT is not a model vitlab writes for timm",
     ("axial", "hf"): "a AxialViT is not a model vitlab writes for hf",
     ("axial", "npz"): "not a AxialViT",
+    # transformers' ViT and the paper's layout predate these parts
+    **{
+        (kind, fmt): f"{option} (no place" if fmt == "npz" else f"option {option} has no place in hf's ViT"
+        for kind, option in [
+            ("registers", "register_tokens=2"),
+            ("distilled", "distillation_token=True"),
+            ("layer-scale", "init_values=0.5"),
+            ("qk-norm", "qk_norm=True"),
+            ("norm-pre", "pre_norm=True"),
+        ]
+        for fmt in ("hf", "npz")
+    },
 }
 FORMATS = ("timm", "hf", "npz")
 SLOW_KINDS = ("bit",)  # a ResNet-50: seconds per forward on two cores

@@ -64,7 +64,7 @@ TIMM_NAMED: dict[str, tuple[str, int, dict[str, Any]]] = {
     },
 }
 # timm's global_pool names for vitlab's pool options; vitlab's own names are accepted too.
-TIMM_POOL: dict[Pooling, str] = {"token": "token", "gap": "avg", "max": "max", "avgmax": "avgmax", "none": ""}
+TIMM_POOL: dict[Pooling, str] = dict(token="token", gap="avg", max="max", avgmax="avgmax", none="", map="map")
 POOL_FROM_TIMM: dict[str, Pooling] = {
     **{timm: ours for ours, timm in TIMM_POOL.items()},
     **{ours: ours for ours in TIMM_POOL},
@@ -130,8 +130,9 @@ def from_timm_name(name: str) -> TimmAlias | None:
 
 def timm_architecture(config: ViTConfig) -> str | None:
     """The registered timm name whose defaults are this plain ViT's sizes, or None."""
-    if config.backbone is not None or config.pool != "token" or config.image_size[0] != config.image_size[1]:
-        return None
+    square = config.image_size[0] == config.image_size[1]
+    if config.backbone is not None or config.distillation_token or config.pool != "token" or not square:
+        return None  # a hybrid, DeiT's distilled class, another pooling or size: no plain timm name
     for word, size_name in TIMM_SIZES.items():
         size = SIZES[size_name]
         if (size.dim, size.depth, size.num_heads, size.mlp_dim) == (

@@ -12,9 +12,16 @@ from torch import nn
 from .attention import Attention
 
 
+class QuickGELU(nn.Module):
+    """x sigmoid(1.702 x), the GELU approximation OpenAI's CLIP image towers were trained with."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.sigmoid(1.702 * x)
+
+
 def make_activation(name: str) -> nn.Module:
     # Flax's nn.gelu (vit_jax) is the tanh approximation; timm, torchvision and HF use exact erf.
-    return nn.GELU(approximate="tanh" if name == "gelu_tanh" else "none")
+    return QuickGELU() if name == "quick_gelu" else nn.GELU(approximate="tanh" if name == "gelu_tanh" else "none")
 
 
 class Mlp(nn.Module):

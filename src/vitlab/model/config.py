@@ -31,11 +31,12 @@ from vitlab.errors import ConfigError
 
 from .resnet import ResNetConfig  # a hybrid's backbone (the field `backbone`)
 
-# timm's pools too: "max" and "avgmax" over the patch tokens, "none" (timm's '') keeps every token.
-Pooling = Literal["token", "gap", "flatten", "max", "avgmax", "none"]
+# timm's pools too: "max" and "avgmax" over the patch tokens, "none" (timm's '') keeps every token, "map"
+# attends over the patch tokens with one learned query (SigLIP's head).
+Pooling = Literal["token", "gap", "flatten", "max", "avgmax", "none", "map"]
 PositionEmbeddingKind = Literal["learned", "none", "2d", "sincos", "relative", "relative_bias"]
 PositionEmbeddingAt = Literal["input", "every_layer", "every_layer_shared"]
-Activation = Literal["gelu", "gelu_tanh"]
+Activation = Literal["gelu", "gelu_tanh", "quick_gelu"]
 GapNorm = Literal["before_pool", "after_pool"]
 ResampleMode = Literal["bicubic", "bilinear", "linear_zoom", "bicubic_aligned"]
 

@@ -136,6 +136,8 @@ class TimmInterface:
         pool = POOL_FROM_TIMM[global_pool]
         if pool == "token" and not self.config.has_class_token:
             raise ConfigError(f"global_pool={global_pool!r}: this model was built without a class token")
+        if pool == "map" and self.config.pool != "map":  # timm's reset_classifier refuses it too
+            raise ConfigError(f"global_pool={global_pool!r}: this model was built without a MAP head to pool with")
         after = self.config.norm_after_pool
         if after and pool in ("token", "none"):
             raise ConfigError(

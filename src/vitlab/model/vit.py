@@ -17,9 +17,9 @@ from torch.utils.checkpoint import checkpoint
 
 from vitlab.errors import ConfigError
 
-from .block import EncoderBlock
+from .block import EncoderBlock, Mlp
 from .config import ViTConfig, as_pair
-from .heads import build_pre_logits, pool_tokens
+from .heads import AttentionPool, build_pre_logits, pool_tokens
 from .hybrid import HybridEmbedding
 from .patch_embed import PatchEmbedding
 from .position import (
@@ -107,6 +107,11 @@ class VisionTransformer(TimmInterface, nn.Module):
         after = config.norm_after_pool
         self.norm = nn.Identity() if after else nn.LayerNorm(dim, eps=config.norm_eps)
         self.fc_norm = nn.LayerNorm(dim, eps=config.norm_eps) if after else nn.Identity()
+        self.attn_pool = (
+            AttentionPool(dim, config.num_heads, Mlp(dim, config.mlp_dim, config.act), config.norm_eps)
+            if config.pool == "map"
+            else None
+        )
         pooled_dim = dim * config.num_patches if config.pool == "flatten" else dim
         self.pre_logits = build_pre_logits(
             pooled_dim, config.representation_size, config.head_hidden, config.head_dropout
@@ -214,7 +219,11 @@ class VisionTransformer(TimmInterface, nn.Module):
 
     def forward_head(self, tokens: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
         """Pool the encoder tokens; return the representation (pre_logits=True) or the logits."""
-        pooled = self.fc_norm(pool_tokens(tokens, self.config.pool, self.config.num_prefix_tokens))
+        prefix = self.config.num_prefix_tokens
+        if self.attn_pool is not None:
+            pooled = self.attn_pool(tokens[:, prefix:])
+        else:
+            pooled = self.fc_norm(pool_tokens(tokens, self.config.pool, prefix))
         features = self.head_drop(self.pre_logits(pooled))
         if self.head_dist is None:
             return features if pre_logits else self.head(features)
@@ -249,6 +258,8 @@ class VisionTransformer(TimmInterface, nn.Module):
         self.config = self.config.replace(
             num_classes=num_classes, representation_size=None, class_names=class_names, **pooling
         )
+        if self.config.pool != "map":  # timm drops the MAP head for another pool
+            self.attn_pool = None
         reference = self.patch_embed.proj.weight
         if num_classes:
             self.head = nn.Linear(self.config.feature_dim, num_classes).to(reference.device, reference.dtype)

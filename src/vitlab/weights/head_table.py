@@ -27,7 +27,7 @@ from .heads import TABLE_FILE
 # timm's modules whose models are its VisionTransformer class (plain, DeiT, hybrids).
 TIMM_MODULES = ("timm.models.vision_transformer", "timm.models.deit", "timm.models.vision_transformer_hybrid")
 TORCHVISION_MODELS = ("vit_b_16", "vit_b_32", "vit_l_16", "vit_l_32", "vit_h_14")
-ACTIVATIONS = {"GELU": "gelu", "GELUTanh": "gelu_tanh"}  # timm's class -> vitlab's act
+ACTIVATIONS = {"GELU": "gelu", "GELUTanh": "gelu_tanh", "QuickGELU": "quick_gelu"}  # timm's class -> vitlab's act
 
 
 def timm_names() -> list[str]:
@@ -58,6 +58,7 @@ def timm_behaviour(model: Any) -> dict[str, Any]:
     return {
         "num_heads": block.attn.num_heads,
         "act": ACTIVATIONS.get(act, act),
+        "norm_eps": block.norm1.eps,
         "block": "pre-norm" if type(block).__name__ == "Block" else type(block).__name__,
         "global_pool": model.global_pool,
     }
@@ -67,6 +68,7 @@ def torchvision_behaviour(model: Any) -> dict[str, Any]:
     return {
         "num_heads": model.encoder.layers[0].self_attention.num_heads,
         "act": "gelu",
+        "norm_eps": model.encoder.layers[0].ln_1.eps,
         "block": "pre-norm",
         "global_pool": "token",
     }

@@ -29,7 +29,7 @@ log = logging.getLogger("vitlab")
 
 TABLE_FILE = Path(__file__).parent / "data" / "head_counts.json"
 REGENERATE = "python -m vitlab.weights.head_table"
-TIMM_POOLS = ("token", "avg", "max", "avgmax")  # the global_pool values vitlab's ViT computes
+TIMM_POOLS = ("token", "avg", "max", "avgmax", "map")  # the global_pool values vitlab's ViT computes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,12 +46,15 @@ class Signature:
     qkv_bias: bool
     representation_size: int | None
     backbone: bool  # a hybrid: a ResNet cuts the patches
+    pre_norm: bool  # CLIP's norm_pre before the blocks
+    attn_pool: bool  # a MAP head (SigLIP's)
 
     def describe(self) -> str:
         return (
             f"{self.library} width {self.dim}, depth {self.depth}, MLP {self.mlp_dim}, patch {self.patch_size}, "
             f"{'class token' if self.class_token else 'no class token'}{', fc_norm' if self.fc_norm else ''}"
-            f"{', hybrid' if self.backbone else ''}"
+            f"{', hybrid' if self.backbone else ''}{', norm_pre' if self.pre_norm else ''}"
+            f"{', MAP head' if self.attn_pool else ''}"
         )
 
 
@@ -70,6 +73,8 @@ def read_signature(state: Mapping[str, Any], library: str, source: str) -> Signa
         qkv_bias="blocks.0.attn.qkv.bias" in state,
         representation_size=representation,
         backbone=any(key.startswith("patch_embed.backbone.") for key in state),
+        pre_norm="norm_pre.weight" in state,
+        attn_pool="attn_pool.latent" in state,
     )
 
 
@@ -78,7 +83,8 @@ class Behaviour:
     """What an architecture computes that its shapes do not show."""
 
     num_heads: int
-    act: str  # vitlab's name: "gelu" (exact) or "gelu_tanh"
+    act: str  # vitlab's name: "gelu" (exact), "gelu_tanh" or "quick_gelu"
+    norm_eps: float  # timm's ViTs 1e-6, its CLIP towers torch's default 1e-5
     block: str  # "pre-norm" (the paper's Eq. 2-3) or the library's class of another kind
     global_pool: str  # the library's pooling: "token" or "avg"
 
@@ -95,16 +101,16 @@ def head_table() -> dict[Signature, dict[Behaviour, list[str]]]:
     return table
 
 
-def activation_for(signature: Signature, num_heads: int, source: str) -> str | None:
-    """The activation of the table's architectures of this signature and head count (None if there
-    are none); architectures that differ in it ask for act=."""
-    acts = sorted({b.act for b in head_table().get(signature, {}) if b.num_heads == num_heads})
-    if len(acts) > 1:
+def table_choice(signature: Signature, num_heads: int, field: str, source: str) -> Any:
+    """The `field` ("act" or "norm_eps") of the table's architectures of this signature and head
+    count (None if there are none); architectures that differ in it ask for it by name."""
+    values = sorted({getattr(b, field) for b in head_table().get(signature, {}) if b.num_heads == num_heads})
+    if len(values) > 1:
         raise CheckpointError(
             f"{source}: {signature.library} defines {signature.describe()} with {num_heads} heads and "
-            f"each of {', '.join(acts)}; pass act="
+            f"each of {', '.join(map(str, values))}; pass {field}="
         )
-    return acts[0] if acts else None
+    return values[0] if values else None
 
 
 def behaviour_of_model(name: str) -> Behaviour | None:
@@ -136,10 +142,11 @@ def architecture(signature: Signature, source: str) -> Behaviour:
         )
     if len(found) > 1:
         choices = "; ".join(
-            f"{b.num_heads} heads, {b.act}, {b.block}, pool {b.global_pool} in {_names(models)}"
-            for b, models in sorted(found.items(), key=lambda item: item[0].num_heads)
+            f"{b.num_heads} heads, {b.act}, LayerNorm eps {b.norm_eps:g}, {b.block}, pool {b.global_pool} in "
+            f"{_names(models)}"
+            for b, models in sorted(found.items(), key=lambda item: (item[0].num_heads, item[0].act))
         )
-        acts = " and act=" if len({b.act for b in found}) > 1 else ""
+        acts = "".join(f" and {field}=" for field in ("act", "norm_eps") if len({getattr(b, field) for b in found}) > 1)
         raise CheckpointError(
             f"{source}: the weights do not record the head count and {signature.library} defines "
             f"{signature.describe()} in {len(found)} ways ({choices}); pass num_heads={acts}"
@@ -170,9 +177,7 @@ def _names(models: list[str], shown: int = 3) -> str:
 # (pattern on a timm key, what it is); the first key that matches names the refusal.
 UNHOLDABLE = [
     (r"\.mlp\.fc1_[gx]\.", "a SwiGLU MLP (mlp.fc1_g/fc1_x)"),
-    (r"^attn_pool\.", "a MAP attention-pool head (attn_pool)"),
-    # norm_pre is CLIP's, whose quickgelu twins have the same keys: read it once the table tells them apart
-    (r"^norm_pre\.", "a norm before the blocks (norm_pre)"),
+    (r"^attn_pool\.(q_norm|k_norm|pos_embed)", "a MAP head with qk-norm or its own position embedding"),
     (r"^patch_embed\.norm\.", "a norm after the patch embedding (patch_embed.norm)"),
     (r"\.mlp\.norm\.", "a norm inside the MLP (mlp.norm)"),
     (r"\.attn\.norm\.", "a norm inside attention (attn.norm)"),
@@ -185,7 +190,8 @@ UNHOLDABLE = [
 TIMM_KEYS = re.compile(
     r"^(cls_token|reg_token|pos_embed|patch_embed\.proj\.(weight|bias)|patch_embed\.backbone\..+"
     r"|blocks\.\d+\.(norm1|norm2|attn\.qkv|attn\.proj|attn\.q_norm|attn\.k_norm|mlp\.fc1|mlp\.fc2)\.(weight|bias)"
-    r"|dist_token|blocks\.\d+\.ls[12]\.gamma|(norm|norm_pre|fc_norm|head|head_dist|pre_logits\.fc)\.(weight|bias))$"
+    r"|dist_token|blocks\.\d+\.ls[12]\.gamma|(norm|norm_pre|fc_norm|head|head_dist|pre_logits\.fc)\.(weight|bias)"
+    r"|attn_pool\.latent|attn_pool\.(q|kv|proj|norm|mlp\.fc1|mlp\.fc2)\.(weight|bias))$"
 )
 
 

@@ -38,6 +38,7 @@ ACTIVATIONS: dict[str, Activation] = {
     "gelu_pytorch_tanh": "gelu_tanh",
     "gelu_fast": "gelu_tanh",
     "gelu_accurate": "gelu_tanh",
+    "quick_gelu": "quick_gelu",  # x sigmoid(1.702 x), CLIP's
 }
 
 LAYER = r"^(?:encoder\.layer|layers)\.(\d+)\."  # checkpoints on disk; transformers >= 5 in memory

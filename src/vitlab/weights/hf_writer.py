@@ -28,7 +28,7 @@ log = logging.getLogger("vitlab")
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 PREPROCESSOR_FILE = "preprocessor_config.json"
-HIDDEN_ACT = {"gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh"}
+HIDDEN_ACT = {"gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh", "quick_gelu": "quick_gelu"}
 
 LAYER = "vit.encoder.layer.{i}."
 BLOCK_KEYS = {  # vitlab module in block i -> transformers module in layer i

@@ -288,6 +288,9 @@ def load_npz(path: str | Path, **overrides: Any) -> VisionTransformer:
 
 
 # -- writing ---------------------------------------------------------------------------------------
+LATER_PARTS = dict(register_tokens=0, distillation_token=False, init_values=None, qk_norm=False, pre_norm=False)
+
+
 def check_exportable(config: ViTConfig) -> None:
     """The official layout holds learned 1-D E_pos, class token or GAP (normalised before the mean),
     an optional tanh pre-logits layer and a linear head; anything else would be lost."""
@@ -304,6 +307,9 @@ def check_exportable(config: ViTConfig) -> None:
         problems.append("a hybrid ResNet backbone")
     if config.head_hidden:
         problems.append(f"head_hidden={config.head_hidden} (only a tanh representation layer)")
+    for name, plain in LATER_PARTS.items():  # the paper's layout predates them
+        if getattr(config, name) != plain:
+            problems.append(f"{name}={getattr(config, name)!r} (no place in vit_jax's layout)")
     if problems:
         raise ValueError("the official .npz layout cannot hold " + "; ".join(problems))
 

@@ -99,9 +99,9 @@ def timm_hybrid_backbone(config: ViTConfig) -> str | None:
 TIMM = Peer(
     name="timm",
     allowed={
-        "pool": ("token", "gap", "max", "avgmax", "none"),  # global_pool 'token', 'avg', 'max', 'avgmax', ''
+        "pool": ("token", "gap", "max", "avgmax", "none", "map"),  # global_pool 'token', 'avg', ..., '', 'map'
         "pos_embed": ("learned", "none"),  # timm's pos_embed 'learn' / 'none', added at the input
-        "act": ("gelu", "gelu_tanh"),
+        "act": ("gelu", "gelu_tanh", "quick_gelu"),
         "norm_eps": (1e-6,),  # timm's ViT LayerNorm; model_args cannot change its epsilon
         "representation_size": (None,),
         "head_hidden": ((),),
@@ -123,6 +123,7 @@ TIMM = Peer(
         "qk_norm",
         "pre_norm",
         "register_tokens",
+        "distillation_token",  # written as timm's DeiT (timm_writer.DISTILLED_ARCHITECTURE)
     ),
     checks=(standard_head_dim, integer_mlp_ratio, timm_hybrid_backbone),
 )
@@ -133,7 +134,7 @@ HF = Peer(
         "pool": ("token",),  # ViTForImageClassification reads the class token
         "class_token": (None, True),
         "pos_embed": ("learned",),
-        "act": ("gelu", "gelu_tanh"),
+        "act": ("gelu", "gelu_tanh", "quick_gelu"),
         "backbone": (None,),  # transformers has no ResNet + ViT hybrid
         "representation_size": (None,),  # its classifier has no pre-logits layer
         "head_hidden": ((),),

@@ -28,12 +28,12 @@ from vitlab.model.config import Activation, Pooling
 
 from .heads import (
     Signature,
-    activation_for,
     architecture,
     behaviour_of_model,
     models_of,
     read_signature,
     refuse_unholdable,
+    table_choice,
 )
 from .keys import rename_keys
 from .position_grid import position_layout
@@ -99,16 +99,24 @@ def record_for_tag(tag: str, candidates: list[str], record: TimmRecord, source: 
     )
 
 
-def heads_and_activation(
-    signature: Signature, record: TimmRecord, overrides: dict[str, Any], source: str
-) -> tuple[int, Activation, str, str | None]:
-    """(num_heads, act, where they came from, the table's global_pool): num_heads= and act=, the
-    record's model_args, its architecture in the table, else the table's one architecture of this
-    signature."""
+@dataclasses.dataclass(frozen=True)
+class Numerics:
+    """What a timm file's shapes do not show, and where it came from."""
+
+    num_heads: int
+    act: Activation
+    norm_eps: float
+    origin: str  # of the head count
+    table_pool: str | None  # the table's global_pool, where it names the architecture
+
+
+def numerics(signature: Signature, record: TimmRecord, overrides: dict[str, Any], source: str) -> Numerics:
+    """Heads, activation and LayerNorm epsilon: num_heads=, act= and norm_eps=, the record's
+    model_args, its architecture in the table, else the table's one architecture of this signature."""
     args = record.model_args
     known = behaviour_of_model(record.architecture) if record.architecture else None
     num_heads = overrides.pop("num_heads", None) or args.get("num_heads")
-    act_name = overrides.get("act") or args.get("act_layer")
+    act_name, eps = overrides.get("act") or args.get("act_layer"), overrides.get("norm_eps")
     table_pool = known.global_pool if known is not None else None
     if num_heads is not None:
         origin = "num_heads=" if "num_heads" not in args else "model_args"
@@ -117,20 +125,23 @@ def heads_and_activation(
     else:
         behaviour = architecture(signature, source)  # logs the architectures it names
         num_heads, origin = behaviour.num_heads, "the one timm architecture of these shapes"
-        act_name, table_pool = act_name or behaviour.act, behaviour.global_pool
-    if act_name is None and known is not None and known.num_heads == num_heads:
-        act_name = known.act
-    if act_name is None:
-        act_name = activation_for(signature, num_heads, source)
-        if act_name is None:
-            log.info(
-                "%s: no timm architecture of these shapes has %d heads: exact GELU (timm's default); pass act= if not",
-                source,
-                num_heads,
-            )
-            act_name = "gelu"
+        act_name, eps, table_pool = act_name or behaviour.act, eps or behaviour.norm_eps, behaviour.global_pool
+    if known is not None:  # the architecture's own, which model_args change only by naming them
+        act_name, eps = act_name or known.act, eps or known.norm_eps
+    act_name = act_name or table_choice(signature, num_heads, "act", source)
+    eps = eps or table_choice(signature, num_heads, "norm_eps", source)
+    if act_name is None or eps is None:
+        log.info(
+            "%s: no timm architecture of these shapes has %d heads: %s and LayerNorm eps %g (timm's ViT "
+            "defaults); pass act= and norm_eps= if not",
+            source,
+            num_heads,
+            act_name or "exact GELU",
+            eps or 1e-6,
+        )
+        act_name, eps = act_name or "gelu", eps or 1e-6
     try:
-        return num_heads, table_activation(act_name), origin, table_pool
+        return Numerics(num_heads, table_activation(act_name), float(eps), origin, table_pool)
     except ConfigError:
         raise CheckpointError(f"{source}: act_layer {act_name!r} is not an activation vitlab's ViT has") from None
 
@@ -141,6 +152,8 @@ def pooling(signature: Signature, record: TimmRecord, table_pool: str | None, so
     recorded = record.model_args.get("global_pool", record.global_pool)
     if recorded is None:
         recorded = table_pool
+    if recorded is None and signature.attn_pool:
+        recorded = "map"
     if recorded is None and signature.class_token and signature.fc_norm:
         log.info("%s: a class token and fc_norm: timm's global_pool 'avg' ('max' and 'avgmax' look the same)", source)
         recorded = "avg"
@@ -151,6 +164,9 @@ def pooling(signature: Signature, record: TimmRecord, table_pool: str | None, so
         raise CheckpointError(f"{source}: timm's global_pool {recorded!r} is not a pooling vitlab's ViT has")
     if pool == "token" and not signature.class_token:
         raise CheckpointError(f"{source}: global_pool 'token' without a class token is not a timm model vitlab reads")
+    if (pool == "map") != signature.attn_pool:
+        said = "has no MAP head (attn_pool)" if pool == "map" else "has a MAP head (attn_pool) it would not use"
+        raise CheckpointError(f"{source}: global_pool {recorded!r}, but the file {said}")
     return pool
 
 
@@ -211,8 +227,8 @@ def convert_timm(
     tag = overrides.pop("pretrained_tag", None)
     if tag is not None:
         record = record_for_tag(tag, models_of(signature), record, source)
-    num_heads, act, origin, table_pool = heads_and_activation(signature, record, overrides, source)
-    pool = pooling(signature, record, table_pool, source)
+    found = numerics(signature, record, overrides, source)
+    pool = pooling(signature, record, found.table_pool, source)
     hint = recorded_image_size(record) or overrides.get("image_size")
     state = rename_keys(state, RULES)
     image_size = trained_image_size(state, signature, hint, source)
@@ -228,7 +244,7 @@ def convert_timm(
         num_classes=num_classes,
         dim=signature.dim,
         depth=signature.depth,
-        num_heads=num_heads,
+        num_heads=found.num_heads,
         mlp_dim=signature.mlp_dim,
         pool=pool,
         class_token=signature.class_token,
@@ -238,8 +254,8 @@ def convert_timm(
         representation_size=signature.representation_size,
         pos_embed="learned" if "pos_embed.weight" in state else "none",
         qkv_bias=signature.qkv_bias,
-        act=act,
-        norm_eps=1e-6,
+        act=found.act,
+        norm_eps=found.norm_eps,
         pos_resample="bicubic",
         pos_resample_antialias=True,
         preprocessing=preprocessing,
@@ -249,11 +265,12 @@ def convert_timm(
         **later_parts(state, record.model_args, source),
     )
     log.info(
-        "%s: timm ViT with %d heads (%s), %s, %s pooling",
+        "%s: timm ViT with %d heads (%s), %s, LayerNorm eps %g, %s pooling",
         source,
-        num_heads,
-        origin,
-        act,
+        found.num_heads,
+        found.origin,
+        found.act,
+        found.norm_eps,
         {"token": "class-token", "none": "no"}.get(pool, TIMM_POOL[pool]),
     )
     if "preprocessing" not in overrides:  # else build_model names the given one

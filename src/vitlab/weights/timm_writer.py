@@ -31,6 +31,9 @@ WEIGHTS_FILE = "model.safetensors"
 # Any registered ViT works as the architecture, since model_args give every size; the matching
 # name is used where timm has one.
 GENERIC_ARCHITECTURE = "vit_base_patch16_224"
+# A distillation token and its head are timm's VisionTransformerDistilled (timm/models/deit.py), which
+# every deit_*_distilled_* entry builds; model_args give the sizes.
+DISTILLED_ARCHITECTURE = "deit_base_distilled_patch16_224"
 
 
 def timm_config(model: VisionTransformer) -> dict[str, Any]:
@@ -77,6 +80,8 @@ def timm_config(model: VisionTransformer) -> dict[str, Any]:
     pretrained_cfg.update(tag="vitlab", custom_load=False, pool_size=None)
     if config.backbone is not None:  # timm's hybrid function builds the backbone, model_args the rest
         architecture = TIMM_HYBRID_BACKBONES[config.backbone.layers]
+    elif config.distillation_token:
+        architecture = DISTILLED_ARCHITECTURE
     else:
         architecture = timm_architecture(config) or GENERIC_ARCHITECTURE
     document: dict[str, Any] = {
