@@ -144,7 +144,8 @@ def test_the_page_stays_short():
     text = assemble(files, "vitlab bench report --runs docs/benchmarks --out docs/benchmarks.md")
     method, *kinds = re.split(r"^## (?:CPU|GPU): ", text, flags=re.MULTILINE)
     assert len(method.splitlines()) < 110 and kinds
-    assert max(len(kind.splitlines()) for kind in kinds) < 90
+    # the largest: the standard preset with its batch-1 latency table and OpenVINO's targets, 114 lines
+    assert max(len(kind.splitlines()) for kind in kinds) < 120
 
 
 def test_a_gpu_run_names_its_modes_and_keeps_its_summary(tmp_path):
