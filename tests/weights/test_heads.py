@@ -124,10 +124,9 @@ def test_shapes_shared_by_several_head_counts_ask_for_num_heads(tmp_path):
     "options, named",
     [
         (dict(mlp_layer=timm.layers.SwiGLU, act_layer=torch.nn.SiLU), "a SwiGLU MLP"),
-        (dict(mlp_layer=timm.layers.SwiGLUPacked, act_layer=torch.nn.SiLU), r"a gated \(SwiGLU\) MLP"),
         (dict(embed_norm_layer=torch.nn.LayerNorm), "a norm after the patch embedding"),
     ],
-    ids=["swiglu", "swiglu_packed", "embed_norm"],
+    ids=["swiglu", "embed_norm"],
 )
 def test_what_vitlab_cannot_hold_is_refused_by_name(tmp_path, options, named):
     peer = timm_vit.VisionTransformer(img_size=32, patch_size=8, embed_dim=64, depth=1, num_heads=4, **options)

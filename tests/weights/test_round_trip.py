@@ -70,6 +70,7 @@ KINDS: dict[str, Callable[[], torch.nn.Module]] = {
     "qk-norm": vit(qk_norm=True),
     "norm-pre": vit(pre_norm=True),
     "quick-gelu": vit(act="quick_gelu"),
+    "swiglu": vit(gated_mlp=True, act="silu"),
     "bit": bit,
     "axial": lambda: vitlab.create_model("Axial-Ti/16", image_size=32, depth=1, num_classes=4),
 }
@@ -92,6 +93,8 @@ REFUSED = {
     ("axial", "timm"): "a AxialViT is not a model vitlab writes for timm",
     ("axial", "hf"): "a AxialViT is not a model vitlab writes for hf",
     ("axial", "npz"): "not a AxialViT",
+    ("swiglu", "hf"): "hf cannot hold act='silu'",
+    ("swiglu", "npz"): "gated_mlp=True (no place",
     # transformers' ViT and the paper's layout predate these parts
     **{
         (kind, fmt): f"{option} (no place" if fmt == "npz" else f"option {option} has no place in hf's ViT"

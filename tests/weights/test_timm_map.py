@@ -25,7 +25,6 @@ pytestmark = pytest.mark.unit
 SHRUNK = dict(img_size=32, patch_size=8, embed_dim=64, depth=2, num_heads=4)
 # (pattern on the name, what the refusal says): the parts vitlab's ViT lacks besides the MAP head.
 REFUSED = [
-    (r"_giant_", "gated \\(SwiGLU\\) MLP"),
     (r"_rope_", "Eva block"),
 ]
 

@@ -26,7 +26,6 @@ REGISTER_VITS = [name for name in timm.list_models("*reg*") if name.startswith((
 REFUSED = [
     (r"^naflexvit_", "unknown checkpoint format"),  # NaFlexVit, another class with its own keys
     (r"_rope_", "Eva block"),
-    (r"_giant_", "gated \\(SwiGLU\\) MLP"),
     (r"_dpwee_|_pwee_", "fused parallel blocks"),
     (r"_dlittle_|_dwee_", "differential attention"),
 ]

@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 from vitlab.errors import ConfigError
+from vitlab.model.block import GatedMlp
 
 log = logging.getLogger("vitlab")
 
@@ -139,7 +140,7 @@ def quantize_linears(model: nn.Module) -> nn.Module:
         assert attention is not None and mlp is not None
         attention.qkv = Int8Linear(attention.qkv)
         attention.proj = Int8Linear(attention.proj)
-        if isinstance(mlp.act, nn.GELU):
+        if isinstance(mlp.act, nn.GELU) and not isinstance(mlp, GatedMlp):  # a gate's GELU is not fc1's epilogue
             mlp.fc1, mlp.act = Int8Linear(mlp.fc1, gelu=mlp.act), nn.Identity()
         else:
             mlp.fc1 = Int8Linear(mlp.fc1)

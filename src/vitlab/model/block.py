@@ -21,7 +21,9 @@ class QuickGELU(nn.Module):
 
 def make_activation(name: str) -> nn.Module:
     # Flax's nn.gelu (vit_jax) is the tanh approximation; timm, torchvision and HF use exact erf.
-    return QuickGELU() if name == "quick_gelu" else nn.GELU(approximate="tanh" if name == "gelu_tanh" else "none")
+    if name in ("quick_gelu", "silu"):
+        return QuickGELU() if name == "quick_gelu" else nn.SiLU()
+    return nn.GELU(approximate="tanh" if name == "gelu_tanh" else "none")
 
 
 class Mlp(nn.Module):
@@ -43,6 +45,19 @@ class Mlp(nn.Module):
     def finish(self, hidden: torch.Tensor) -> torch.Tensor:
         """Everything after fc1's activation: dropout, fc2, the optional activation, dropout."""
         return self.drop2(self.out_act(self.fc2(self.drop1(hidden))))
+
+
+class GatedMlp(Mlp):
+    """A gated linear unit (Shazeer 2020): fc1 gives a gate and a value, act(gate) * value goes on to
+    fc2; with SiLU it is SwiGLU, as DINOv2-giant's MLP (timm's SwiGLUPacked: the gate first)."""
+
+    def __init__(self, dim: int, hidden: int, act: str = "silu", dropout: float = 0.0, out_act: bool = False) -> None:
+        super().__init__(dim, hidden, act, dropout, out_act)
+        self.fc1 = nn.Linear(dim, 2 * hidden)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, value = self.fc1(x).chunk(2, dim=-1)
+        return self.finish(self.act(gate) * value)
 
 
 class DropPath(nn.Module):

@@ -36,7 +36,7 @@ from .resnet import ResNetConfig  # a hybrid's backbone (the field `backbone`)
 Pooling = Literal["token", "gap", "flatten", "max", "avgmax", "none", "map"]
 PositionEmbeddingKind = Literal["learned", "none", "2d", "sincos", "relative", "relative_bias"]
 PositionEmbeddingAt = Literal["input", "every_layer", "every_layer_shared"]
-Activation = Literal["gelu", "gelu_tanh", "quick_gelu"]
+Activation = Literal["gelu", "gelu_tanh", "quick_gelu", "silu"]
 GapNorm = Literal["before_pool", "after_pool"]
 ResampleMode = Literal["bicubic", "bilinear", "linear_zoom", "bicubic_aligned"]
 
@@ -159,6 +159,7 @@ class ViTConfig:
     # Numerics that differ between the reference implementations.
     act: Activation = "gelu"
     mlp_out_act: bool = False  # GELU after the MLP's second dense too (the Keras example's MLP)
+    gated_mlp: bool = False  # act(gate) * value (SwiGLU with act "silu"), fc1 giving both: 2 x mlp_dim
     norm_eps: float = 1e-6
     # GAP: the encoder norm on every token, then the mean, as vit_jax and big_vision (the paper's Fig. 9
     # and Axial-ViT); "after_pool" is timm's fc_norm order, which timm's GAP weights load with.

@@ -17,7 +17,7 @@ from torch.utils.checkpoint import checkpoint
 
 from vitlab.errors import ConfigError
 
-from .block import EncoderBlock, Mlp
+from .block import EncoderBlock, GatedMlp, Mlp
 from .config import ViTConfig, as_pair
 from .heads import AttentionPool, build_pre_logits, pool_tokens
 from .hybrid import HybridEmbedding
@@ -137,6 +137,7 @@ class VisionTransformer(TimmInterface, nn.Module):
             drop_path=drop_path,
             act=config.act,
             mlp_out_act=config.mlp_out_act,
+            mlp_layer=GatedMlp if config.gated_mlp else Mlp,
             norm_eps=config.norm_eps,
             init_values=config.init_values,
             qk_norm=config.qk_norm,

@@ -27,7 +27,8 @@ from .heads import TABLE_FILE
 # timm's modules whose models are its VisionTransformer class (plain, DeiT, hybrids).
 TIMM_MODULES = ("timm.models.vision_transformer", "timm.models.deit", "timm.models.vision_transformer_hybrid")
 TORCHVISION_MODELS = ("vit_b_16", "vit_b_32", "vit_l_16", "vit_l_32", "vit_h_14")
-ACTIVATIONS = {"GELU": "gelu", "GELUTanh": "gelu_tanh", "QuickGELU": "quick_gelu"}  # timm's class -> vitlab's act
+# timm's class -> vitlab's act
+ACTIVATIONS = {"GELU": "gelu", "GELUTanh": "gelu_tanh", "QuickGELU": "quick_gelu", "SiLU": "silu"}
 
 
 def timm_names() -> list[str]:

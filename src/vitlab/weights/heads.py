@@ -48,13 +48,14 @@ class Signature:
     backbone: bool  # a hybrid: a ResNet cuts the patches
     pre_norm: bool  # CLIP's norm_pre before the blocks
     attn_pool: bool  # a MAP head (SigLIP's)
+    gated_mlp: bool  # fc1 gives twice what fc2 takes: a gate and a value (SwiGLU, DINOv2-giant's)
 
     def describe(self) -> str:
         return (
             f"{self.library} width {self.dim}, depth {self.depth}, MLP {self.mlp_dim}, patch {self.patch_size}, "
             f"{'class token' if self.class_token else 'no class token'}{', fc_norm' if self.fc_norm else ''}"
             f"{', hybrid' if self.backbone else ''}{', norm_pre' if self.pre_norm else ''}"
-            f"{', MAP head' if self.attn_pool else ''}"
+            f"{', MAP head' if self.attn_pool else ''}{', gated MLP' if self.gated_mlp else ''}"
         )
 
 
@@ -62,12 +63,13 @@ def read_signature(state: Mapping[str, Any], library: str, source: str) -> Signa
     """The signature of a state dict already renamed to vitlab's keys (tensors or meta tensors)."""
     dim, _, patch = patch_conv_sizes(require(state, "patch_embed.proj.weight", source), source)
     representation = state["pre_logits.0.weight"].shape[0] if "pre_logits.0.weight" in state else None
+    fc1, fc2 = require(state, "blocks.0.mlp.fc1.weight", source), require(state, "blocks.0.mlp.fc2.weight", source)
     return Signature(
         library=library,
         patch_size=patch,
         dim=dim,
         depth=count_blocks(state, r"blocks\.(\d+)\.", source),
-        mlp_dim=require(state, "blocks.0.mlp.fc1.weight", source).shape[0],
+        mlp_dim=fc2.shape[1],
         class_token="cls_token" in state,
         fc_norm="fc_norm.weight" in state,
         qkv_bias="blocks.0.attn.qkv.bias" in state,
@@ -75,6 +77,7 @@ def read_signature(state: Mapping[str, Any], library: str, source: str) -> Signa
         backbone=any(key.startswith("patch_embed.backbone.") for key in state),
         pre_norm="norm_pre.weight" in state,
         attn_pool="attn_pool.latent" in state,
+        gated_mlp=fc1.shape[0] == 2 * fc2.shape[1],
     )
 
 
@@ -202,10 +205,10 @@ def refuse_unholdable(state: Mapping[str, Any], source: str) -> None:
         if keys:
             raise CheckpointError(f"{source}: vitlab's ViT cannot hold {what} (key {keys[0]})")
     fc1, fc2 = state.get("blocks.0.mlp.fc1.weight"), state.get("blocks.0.mlp.fc2.weight")
-    if fc1 is not None and fc2 is not None and fc1.shape[0] != fc2.shape[1]:
-        raise CheckpointError(  # timm's SwiGLUPacked: fc1 holds the gate and the value
-            f"{source}: vitlab's ViT cannot hold a gated (SwiGLU) MLP: mlp.fc1 gives {fc1.shape[0]} features, "
-            f"mlp.fc2 takes {fc2.shape[1]}"
+    if fc1 is not None and fc2 is not None and fc1.shape[0] not in (fc2.shape[1], 2 * fc2.shape[1]):
+        raise CheckpointError(  # a plain MLP, or timm's SwiGLUPacked: fc1 holds the gate and the value
+            f"{source}: vitlab's ViT cannot hold an MLP whose fc1 gives {fc1.shape[0]} features and fc2 takes "
+            f"{fc2.shape[1]} (neither equal nor a gate and a value)"
         )
     if "blocks.0.attn.q_norm.weight" in state and "blocks.0.attn.q_norm.bias" not in state:
         raise CheckpointError(f"{source}: vitlab's ViT cannot hold a qk-norm without bias (an RMSNorm q_norm)")

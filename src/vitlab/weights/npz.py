@@ -288,7 +288,9 @@ def load_npz(path: str | Path, **overrides: Any) -> VisionTransformer:
 
 
 # -- writing ---------------------------------------------------------------------------------------
-LATER_PARTS = dict(register_tokens=0, distillation_token=False, init_values=None, qk_norm=False, pre_norm=False)
+LATER_PARTS = dict(
+    register_tokens=0, distillation_token=False, init_values=None, qk_norm=False, pre_norm=False, gated_mlp=False
+)
 
 
 def check_exportable(config: ViTConfig) -> None:

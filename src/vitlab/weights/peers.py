@@ -101,7 +101,7 @@ TIMM = Peer(
     allowed={
         "pool": ("token", "gap", "max", "avgmax", "none", "map"),  # global_pool 'token', 'avg', ..., '', 'map'
         "pos_embed": ("learned", "none"),  # timm's pos_embed 'learn' / 'none', added at the input
-        "act": ("gelu", "gelu_tanh", "quick_gelu"),
+        "act": ("gelu", "gelu_tanh", "quick_gelu", "silu"),
         "norm_eps": (1e-6,),  # timm's ViT LayerNorm; model_args cannot change its epsilon
         "representation_size": (None,),
         "head_hidden": ((),),
@@ -124,6 +124,7 @@ TIMM = Peer(
         "pre_norm",
         "register_tokens",
         "distillation_token",  # written as timm's DeiT (timm_writer.DISTILLED_ARCHITECTURE)
+        "gated_mlp",  # written as timm's DINOv2-giant (timm_writer.GATED_ARCHITECTURE)
     ),
     checks=(standard_head_dim, integer_mlp_ratio, timm_hybrid_backbone),
 )

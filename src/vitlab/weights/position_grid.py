@@ -45,22 +45,23 @@ def position_layout(
     and the class token afterwards; it then has no position vector, which is the same as a zero one
     in vitlab's table. A table of h*w + 1 (a square and one) holds a slot for the class token.
     """
-    if prefix:
+    if prefix and table_length > prefix:  # a table no longer than the prefix has no slots for it
         try:
             return infer_image_size(table_length - prefix, patch_size, hint, source), True
         except CheckpointError:
-            size = infer_image_size(table_length, patch_size, hint, source)
-            log.info(
-                "%s: %d position embeddings and %d prefix tokens: read as a %dx%d grid with no position vector "
-                "for the class token or registers (big_vision's pool_type 'tok', timm's no_embed_class); pass image_size= if not",
-                source,
-                table_length,
-                prefix,
-                size[0] // patch_size,
-                size[1] // patch_size,
-            )
-            return size, False
-    return infer_image_size(table_length, patch_size, hint, source), False
+            pass
+    size = infer_image_size(table_length, patch_size, hint, source)
+    if prefix:
+        log.info(
+            "%s: %d position embeddings and %d prefix tokens: read as a %dx%d grid with no position vector "
+            "for the class token or registers (big_vision's pool_type 'tok', timm's no_embed_class); pass image_size= if not",
+            source,
+            table_length,
+            prefix,
+            size[0] // patch_size,
+            size[1] // patch_size,
+        )
+    return size, False
 
 
 def fixed_position_embedding(

@@ -131,15 +131,16 @@ def numerics(signature: Signature, record: TimmRecord, overrides: dict[str, Any]
     act_name = act_name or table_choice(signature, num_heads, "act", source)
     eps = eps or table_choice(signature, num_heads, "norm_eps", source)
     if act_name is None or eps is None:
+        default = "silu" if signature.gated_mlp else "gelu"  # timm gates with SiLU wherever it registers one
         log.info(
             "%s: no timm architecture of these shapes has %d heads: %s and LayerNorm eps %g (timm's ViT "
             "defaults); pass act= and norm_eps= if not",
             source,
             num_heads,
-            act_name or "exact GELU",
+            act_name or ("SiLU" if default == "silu" else "exact GELU"),
             eps or 1e-6,
         )
-        act_name, eps = act_name or "gelu", eps or 1e-6
+        act_name, eps = act_name or default, eps or 1e-6
     try:
         return Numerics(num_heads, table_activation(act_name), float(eps), origin, table_pool)
     except ConfigError:
@@ -246,6 +247,7 @@ def convert_timm(
         depth=signature.depth,
         num_heads=found.num_heads,
         mlp_dim=signature.mlp_dim,
+        gated_mlp=signature.gated_mlp,
         pool=pool,
         class_token=signature.class_token,
         register_tokens=state["reg_token"].shape[1] if "reg_token" in state else 0,

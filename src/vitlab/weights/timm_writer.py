@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
-from vitlab.model import BiTResNet, ConfigError, VisionTransformer
+from vitlab.model import BiTResNet, ConfigError, VisionTransformer, ViTConfig
 from vitlab.model.aliases import TIMM_POOL, timm_architecture
 from vitlab.model.bit import timm_bit_architecture
 
@@ -34,11 +34,32 @@ GENERIC_ARCHITECTURE = "vit_base_patch16_224"
 # A distillation token and its head are timm's VisionTransformerDistilled (timm/models/deit.py), which
 # every deit_*_distilled_* entry builds; model_args give the sizes.
 DISTILLED_ARCHITECTURE = "deit_base_distilled_patch16_224"
+# config.json cannot name an MLP class either: a gated MLP is that of DINOv2-giant (SwiGLUPacked), whose
+# fc1 gives mlp_ratio x width features, the gate and the value.
+GATED_ARCHITECTURE = "vit_giant_patch14_dinov2"
+
+
+def architecture_for(config: ViTConfig) -> str:
+    """The timm entry point config.json names: the one whose classes (hybrid backbone, DeiT's distilled
+    model, the gated MLP) the model needs, as model_args cannot name a class; else the matching name."""
+    if config.gated_mlp and (config.backbone is not None or config.distillation_token):
+        raise ConfigError(
+            "--format timm: timm holds a gated (SwiGLU) MLP in its DINOv2-giant architecture, which has no "
+            "ResNet backbone and no distillation token"
+        )
+    if config.backbone is not None:  # timm's hybrid function builds the backbone, model_args the rest
+        return TIMM_HYBRID_BACKBONES[config.backbone.layers]
+    if config.distillation_token:
+        return DISTILLED_ARCHITECTURE
+    if config.gated_mlp:
+        return GATED_ARCHITECTURE
+    return timm_architecture(config) or GENERIC_ARCHITECTURE
 
 
 def timm_config(model: VisionTransformer) -> dict[str, Any]:
     """config.json for timm; raises ConfigError for what timm cannot hold."""
     config = check_peer(model, TIMM)
+    architecture = architecture_for(config)
     height, width = config.image_size
     model_args: dict[str, Any] = dict(
         img_size=[height, width],
@@ -47,7 +68,7 @@ def timm_config(model: VisionTransformer) -> dict[str, Any]:
         embed_dim=config.dim,
         depth=config.depth,
         num_heads=config.num_heads,
-        mlp_ratio=config.mlp_dim / config.dim,
+        mlp_ratio=(2 if config.gated_mlp else 1) * config.mlp_dim / config.dim,  # fc1's width over D
         qkv_bias=config.qkv_bias,
         class_token=config.has_class_token,
         global_pool=TIMM_POOL[config.pool],
@@ -78,12 +99,6 @@ def timm_config(model: VisionTransformer) -> dict[str, Any]:
     # The model's own timm record (model/timm_api.py) minus what config.json keeps at its root.
     pretrained_cfg = {k: v for k, v in model.pretrained_cfg.items() if k not in ("architecture", "label_names")}
     pretrained_cfg.update(tag="vitlab", custom_load=False, pool_size=None)
-    if config.backbone is not None:  # timm's hybrid function builds the backbone, model_args the rest
-        architecture = TIMM_HYBRID_BACKBONES[config.backbone.layers]
-    elif config.distillation_token:
-        architecture = DISTILLED_ARCHITECTURE
-    else:
-        architecture = timm_architecture(config) or GENERIC_ARCHITECTURE
     document: dict[str, Any] = {
         "architecture": architecture,
         "num_classes": config.num_classes,
