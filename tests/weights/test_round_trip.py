@@ -71,6 +71,7 @@ KINDS: dict[str, Callable[[], torch.nn.Module]] = {
     "norm-pre": vit(pre_norm=True),
     "quick-gelu": vit(act="quick_gelu"),
     "swiglu": vit(gated_mlp=True, act="silu"),
+    "map": vit(pool="map", act="gelu_tanh"),
     "bit": bit,
     "axial": lambda: vitlab.create_model("Axial-Ti/16", image_size=32, depth=1, num_classes=4),
 }
@@ -95,6 +96,8 @@ REFUSED = {
     ("axial", "npz"): "not a AxialViT",
     ("swiglu", "hf"): "hf cannot hold act='silu'",
     ("swiglu", "npz"): "gated_mlp=True (no place",
+    ("map", "hf"): "pool='map'",
+    ("map", "npz"): "pool='map'",
     # transformers' ViT and the paper's layout predate these parts
     **{
         (kind, fmt): f"{option} (no place" if fmt == "npz" else f"option {option} has no place in hf's ViT"
