@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import pickle
 import resource
@@ -83,6 +84,30 @@ def images(height: int = 32, width: int | None = None, batch: int = 2, channels:
 def random_eval(module: torch.nn.Module) -> torch.nn.Module:
     """Random values in every parameter (zero-initialised heads would hide mistakes), eval mode."""
     return randomise_(module).eval()
+
+
+def timm_vits(pattern: str, has: Callable[[torch.nn.Module], bool]) -> list[str]:
+    """timm's registered VisionTransformer models matching `pattern` whose meta-device build `has` a part."""
+    import timm
+
+    names = []
+    for name in timm.list_models(pattern):
+        if timm.models.model_entrypoint(name).__module__ != "timm.models.vision_transformer":
+            continue
+        with torch.device("meta"):
+            if has(timm.create_model(name, pretrained=False)):
+                names.append(name)
+    return names
+
+
+def timm_folder(peer: torch.nn.Module, name: str, folder: Path, model_args: dict[str, Any], num_classes: int) -> str:
+    """What timm's save_for_hf writes: config.json naming the architecture with the arguments that
+    rebuild this instance, and model.safetensors."""
+    folder.mkdir()
+    document = {"architecture": name, "num_classes": num_classes, "model_args": dict(model_args)}
+    (folder / "config.json").write_text(json.dumps(document))
+    save_state_dict(peer, folder / "model.safetensors")
+    return str(folder)
 
 
 def save_state_dict(module: torch.nn.Module, path: Path) -> Path:

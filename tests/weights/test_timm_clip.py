@@ -5,15 +5,14 @@ twins apart, ask for act= by name; vitlab writes QuickGELU models back for timm 
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
 
 import vitlab
-from helpers import TOLERANCE, images, random_eval, save_state_dict
+from helpers import TOLERANCE, images, random_eval, timm_folder, timm_vits
 from vitlab.errors import CheckpointError
 from vitlab.model import VisionTransformer, ViTConfig
+from vitlab.weights.head_table import ACTIVATIONS
 from vitlab.weights.heads import behaviour_of_model
 from vitlab.weights.timm_writer import timm_config, timm_state_dict
 
@@ -25,26 +24,7 @@ pytestmark = pytest.mark.unit
 SHRUNK = dict(img_size=32, patch_size=8, embed_dim=64, depth=2, num_heads=4)
 
 
-def has_norm_pre(name: str) -> bool:
-    with torch.device("meta"):
-        return "norm_pre.weight" in timm.create_model(name, pretrained=False).state_dict()
-
-
-NORM_PRE_VITS = [
-    name
-    for name in timm.list_models("*clip*")
-    if timm.models.model_entrypoint(name).__module__ == "timm.models.vision_transformer" and has_norm_pre(name)
-]
-
-
-def timm_folder(peer: torch.nn.Module, name: str, folder) -> str:
-    """What timm's save_for_hf writes: config.json naming the architecture with the arguments that
-    rebuild this instance, and model.safetensors."""
-    folder.mkdir()
-    document = {"architecture": name, "num_classes": 7, "model_args": dict(SHRUNK)}
-    (folder / "config.json").write_text(json.dumps(document))
-    save_state_dict(peer, folder / "model.safetensors")
-    return str(folder)
+NORM_PRE_VITS = timm_vits("*clip*", lambda model: "norm_pre.weight" in model.state_dict())
 
 
 def test_timm_registers_clip_towers_of_both_activations():
@@ -54,10 +34,10 @@ def test_timm_registers_clip_towers_of_both_activations():
 @pytest.mark.parametrize("name", NORM_PRE_VITS)
 def test_registered_clip_tower_loads_with_timm_logits(tmp_path, name):
     peer = random_eval(timm.create_model(name, pretrained=False, num_classes=7, **SHRUNK))
-    model = vitlab.load(timm_folder(peer, name, tmp_path / "folder"))
+    model = vitlab.load(timm_folder(peer, name, tmp_path / "folder", SHRUNK, num_classes=7))
     block = peer.blocks[0]
     assert model.config.pre_norm and model.config.norm_eps == block.norm1.eps
-    assert model.config.act == ("quick_gelu" if "quickgelu" in name else model.config.act)
+    assert model.config.act == ACTIVATIONS[type(block.mlp.act).__name__]  # QuickGELU in the quickgelu twins
     x = images(32)
     with torch.no_grad():
         torch.testing.assert_close(model(x), peer(x), **TOLERANCE)

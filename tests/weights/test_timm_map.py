@@ -5,14 +5,13 @@ for timm."""
 
 from __future__ import annotations
 
-import json
 import re
 
 import pytest
 import torch
 
 import vitlab
-from helpers import TOLERANCE, images, random_eval, save_state_dict
+from helpers import TOLERANCE, images, random_eval, save_state_dict, timm_folder, timm_vits
 from vitlab.errors import CheckpointError, ConfigError
 from vitlab.model import VisionTransformer, ViTConfig
 from vitlab.weights.timm_writer import timm_config, timm_state_dict
@@ -29,26 +28,7 @@ REFUSED = [
 ]
 
 
-def has_map_head(name: str) -> bool:
-    with torch.device("meta"):
-        return "attn_pool.latent" in timm.create_model(name, pretrained=False).state_dict()
-
-
-MAP_VITS = [
-    name
-    for name in timm.list_models("vit_*")
-    if timm.models.model_entrypoint(name).__module__ == "timm.models.vision_transformer" and has_map_head(name)
-]
-
-
-def timm_folder(peer: torch.nn.Module, name: str, folder) -> str:
-    """What timm's save_for_hf writes: config.json naming the architecture with the arguments that
-    rebuild this instance, and model.safetensors."""
-    folder.mkdir()
-    document = {"architecture": name, "num_classes": 7, "model_args": dict(SHRUNK)}
-    (folder / "config.json").write_text(json.dumps(document))
-    save_state_dict(peer, folder / "model.safetensors")
-    return str(folder)
+MAP_VITS = timm_vits("vit_*", lambda model: "attn_pool.latent" in model.state_dict())
 
 
 def test_timm_registers_siglip_towers_with_map_heads():
@@ -59,7 +39,7 @@ def test_timm_registers_siglip_towers_with_map_heads():
 def test_registered_map_architecture_loads_with_timm_logits_or_is_refused_by_name(tmp_path, name):
     width = dict(embed_dim=96) if "_giant_" in name else {}  # SwiGLUPacked needs an even hidden width
     peer = random_eval(timm.create_model(name, pretrained=False, num_classes=7, **{**SHRUNK, **width}))
-    folder = timm_folder(peer, name, tmp_path / "folder")
+    folder = timm_folder(peer, name, tmp_path / "folder", SHRUNK, num_classes=7)
     said = next((said for pattern, said in REFUSED if re.search(pattern, name)), None)
     if said is not None:
         with pytest.raises(CheckpointError, match=said):

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import vitlab
-from helpers import TOLERANCE, images, random_eval, save_state_dict
+from helpers import TOLERANCE, images, random_eval, save_state_dict, timm_vits
 from vitlab.model import VisionTransformer, ViTConfig
 from vitlab.weights.timm_writer import timm_config, timm_state_dict
 
@@ -20,17 +20,8 @@ pytestmark = pytest.mark.unit
 SHRUNK = dict(img_size=28, patch_size=14, embed_dim=96, depth=2, num_heads=4)  # an even hidden width
 
 
-def packed_gate(name: str) -> bool:
-    with torch.device("meta"):
-        mlp = getattr(timm.create_model(name, pretrained=False).blocks[0], "mlp", None)  # parallel blocks: none
-    return isinstance(mlp, timm.layers.GluMlp)
-
-
-GATED_VITS = [
-    name
-    for name in timm.list_models("vit_*")
-    if timm.models.model_entrypoint(name).__module__ == "timm.models.vision_transformer" and packed_gate(name)
-]
+# the models whose first block has a packed gated MLP (parallel blocks have no `mlp`)
+GATED_VITS = timm_vits("vit_*", lambda model: isinstance(getattr(model.blocks[0], "mlp", None), timm.layers.GluMlp))
 
 
 def test_timm_registers_dinov2_giant_with_a_gated_mlp():

@@ -176,8 +176,7 @@ def section(path: Path, data: dict, assets: str) -> str:
             title += f", mode{'s' * (len(modes) > 1)} {', '.join(modes)}"
         body = markdown(data, detail=False)
         if data.get("summary"):  # the GPU bench's: MFU against the datasheet peak, the device input pipeline
-            lines = [line.strip() for line in data["summary"] if not line.strip().startswith("vitlab / timm")]
-            body = body.rstrip() + "\n\n" + "\n".join(f"- {line}" for line in lines)  # the ratio is in the table
+            body = body.rstrip() + "\n\n" + "\n".join(f"- {line.strip()}" for line in data["summary"])
     else:
         title = data.get("title") or str(data["kind"])
         body = str(data["markdown"]).strip()

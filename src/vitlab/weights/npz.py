@@ -288,9 +288,7 @@ def load_npz(path: str | Path, **overrides: Any) -> VisionTransformer:
 
 
 # -- writing ---------------------------------------------------------------------------------------
-LATER_PARTS = dict(
-    register_tokens=0, distillation_token=False, init_values=None, qk_norm=False, pre_norm=False, gated_mlp=False
-)
+LATER_PARTS = ("register_tokens", "distillation_token", "init_values", "qk_norm", "pre_norm", "gated_mlp")
 
 
 def check_exportable(config: ViTConfig) -> None:
@@ -309,8 +307,8 @@ def check_exportable(config: ViTConfig) -> None:
         problems.append("a hybrid ResNet backbone")
     if config.head_hidden:
         problems.append(f"head_hidden={config.head_hidden} (only a tanh representation layer)")
-    for name, plain in LATER_PARTS.items():  # the paper's layout predates them
-        if getattr(config, name) != plain:
+    for name in LATER_PARTS:  # the paper's layout predates them: only their defaults, which add nothing
+        if getattr(config, name) != ViTConfig.__dataclass_fields__[name].default:
             problems.append(f"{name}={getattr(config, name)!r} (no place in vit_jax's layout)")
     if problems:
         raise ValueError("the official .npz layout cannot hold " + "; ".join(problems))
