@@ -19,7 +19,6 @@ ONE_IDEA = {
     "axial.py": "Axial-ViT: the model, its experiment, its attention analysis",
     "bit.py": "BiT ResNet: the model and its weights",
     "hybrid.py": "the ResNet + ViT hybrid: the model and its weights",
-    "heads.py": "the classification head: the model's and its weights'",
     "config.py": "the typed config of the package's own object (model, training run)",
     "plots.py": "the package's figures",
     "report.py": "the package's report document",

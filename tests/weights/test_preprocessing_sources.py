@@ -20,7 +20,7 @@ from vitlab.evaluate.predict import eval_transform
 from vitlab.model import Preprocessing, ViTConfig
 from vitlab.model.bit import BiTConfig
 from vitlab.model.timm_api import pretrained_cfg
-from vitlab.weights.heads import head_table
+from vitlab.weights.head_counts import head_table
 from vitlab.weights.preprocessing import from_timm_cfg, timm_pretrained_cfg
 
 timm = pytest.importorskip("timm")

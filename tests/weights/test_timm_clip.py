@@ -12,8 +12,8 @@ import vitlab
 from helpers import TOLERANCE, images, random_eval, timm_folder, timm_vits
 from vitlab.errors import CheckpointError
 from vitlab.model import VisionTransformer, ViTConfig
+from vitlab.weights.head_counts import behaviour_of_model
 from vitlab.weights.head_table import ACTIVATIONS
-from vitlab.weights.heads import behaviour_of_model
 from vitlab.weights.timm_writer import timm_config, timm_state_dict
 
 timm = pytest.importorskip("timm")

@@ -22,7 +22,7 @@ import torch
 
 from vitlab.errors import CheckpointError
 
-from .heads import TABLE_FILE
+from .head_counts import TABLE_FILE
 
 # timm's modules whose models are its VisionTransformer class (plain, DeiT, hybrids).
 TIMM_MODULES = ("timm.models.vision_transformer", "timm.models.deit", "timm.models.vision_transformer_hybrid")

@@ -1,4 +1,4 @@
-"""What a checkpoint leaves unsaid: the patch grid of a flat E_pos table (the head count: heads.py)."""
+"""What a checkpoint leaves unsaid: the patch grid of a flat E_pos table (the head count: head_counts.py)."""
 
 from __future__ import annotations
 

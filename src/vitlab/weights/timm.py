@@ -5,7 +5,7 @@ vitlab follows), except E_pos (`pos_embed`, a bare parameter, absent with pos_em
 old representation layer (`pre_logits.fc`). Numerics: LayerNorm epsilon 1e-6, E_pos resampled
 bicubic with antialiasing (timm's resample_abs_pos_embed). The weights do not record the head count,
 the activation or the pooling: a timm folder's model_args or a training checkpoint's architecture
-give them (TimmRecord), else the table of timm's architectures (heads.py) or num_heads= / act=.
+give them (TimmRecord), else the table of timm's architectures (head_counts.py) or num_heads= / act=.
 Preprocessing comes from timm's pretrained_cfg (preprocessing.py), or is said to be assumed.
 """
 
@@ -26,7 +26,7 @@ from vitlab.model import ConfigError, Preprocessing, ViTConfig
 from vitlab.model.aliases import POOL_FROM_TIMM, TIMM_POOL
 from vitlab.model.config import Activation, Pooling
 
-from .heads import (
+from .head_counts import (
     Signature,
     architecture,
     behaviour_of_model,

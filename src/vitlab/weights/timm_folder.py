@@ -16,8 +16,8 @@ from typing import Any
 from vitlab.errors import CheckpointError
 from vitlab.textfiles import TextFileError, read_json
 
+from .head_counts import behaviour_of_model
 from .head_table import TIMM_MODULES
-from .heads import behaviour_of_model
 from .timm import TimmRecord
 
 CONFIG_FILE = "config.json"

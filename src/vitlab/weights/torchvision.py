@@ -4,7 +4,7 @@ Numerics: exact-erf GELU, LayerNorm epsilon 1e-6, class token only, square image
 resampled as torchvision's interpolate_embeddings does (bicubic, align_corners=True). Its attention
 is nn.MultiheadAttention, whose in_proj_weight stacks q, k, v head-major as vitlab's qkv does.
 The head count is not in the weights: it comes from num_heads= or from the table of torchvision's
-architectures (heads.py).
+architectures (head_counts.py).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import torch
 from vitlab.errors import CheckpointError
 from vitlab.model import Preprocessing, ViTConfig
 
-from .heads import Signature, architecture, models_of, read_signature
+from .head_counts import Signature, architecture, models_of, read_signature
 from .keys import rename_keys, require
 from .position_grid import infer_image_size
 from .preprocessing import log_preprocessing, torchvision_weights_preprocessing
