@@ -63,6 +63,24 @@ def test_quantize_linears_replaces_every_encoder_linear_and_folds_gelu():
 
 
 @pytest.mark.unit
+@pytest.mark.parametrize("act", ["gelu", "silu"])
+def test_a_gated_mlp_keeps_its_activation_on_the_gate(act):
+    """fc1 of a gated MLP gives gate and value; an activation fused into fc1 would act on both."""
+    model = tiny_model(gated_mlp=True, act=act)
+    images = torch.randn(6, 3, 32, 32)
+    with torch.no_grad():
+        expected = model(images)
+        fast = vitlab.optimize_for_inference(model, dtype=torch.int8, compile=False)
+        logits = fast(images)
+        tokens = torch.randn(6, 17, 64)
+        mlp_error = relative_error(fast.model.blocks[0].mlp(tokens.to(fast.dtype)).float(), model.blocks[0].mlp(tokens))
+    for block in fast.model.blocks:
+        assert block.mlp.fc1.post_op == "none" and not isinstance(block.mlp.act, nn.Identity)
+    assert 0 < mlp_error < 0.05, mlp_error  # the MLP alone: the residual stream would hide a wrong gate
+    assert 0 < relative_error(logits, expected) < 0.05
+
+
+@pytest.mark.unit
 @pytest.mark.parametrize("native_bf16", [True, False])
 def test_int8_inference_is_the_models_logits_within_quantization_error(monkeypatch, caplog, native_bf16):
     monkeypatch.setattr(kernels, "_native", {torch.bfloat16: native_bf16})
