@@ -9,7 +9,9 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
+from vitlab.bench import ddp
 from vitlab.bench.gpu_check import main
 
 
@@ -47,3 +49,23 @@ def test_one_process_under_torchrun_joins_its_launchers_store(tmp_path):
     except subprocess.TimeoutExpired:
         pytest.fail("one process under torchrun hung making its group")
     assert status == 0 and json.loads((tmp_path / "ddp.json").read_text())["world_size"] == 1
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("device, current, chosen", [("cuda", 3, 3), ("cuda:1", 3, 1)])
+def test_a_lone_cuda_process_sets_its_device_by_index(monkeypatch, device, current, chosen):
+    # A stand-in for one GPU: torch's own set_device checks the argument, only the driver call is faked.
+    # Given the index-less "cuda" it raised ValueError on the H200, the first time the bench ran there.
+    calls = []
+    monkeypatch.setattr(torch._C, "_cuda_setDevice", calls.append, raising=False)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: current)
+    monkeypatch.setattr(ddp.dist, "init_process_group", lambda backend, **_: calls.append(backend))
+    for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("MASTER_PORT", "40123")  # torchrun's store
+    ddp.join_alone(torch.device(device))
+    assert (
+        calls == [chosen, "cpu:gloo,cuda:nccl"]
+        and os.environ["MASTER_PORT"] == "40123"
+        and os.environ["WORLD_SIZE"] == "1"
+    )

@@ -127,6 +127,16 @@ def command_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def join_alone(device: torch.device) -> None:
+    """Make a lone process a group of one, which DDP needs; under torchrun it keeps the launcher's store
+    address (another would hang), and its CUDA device, plain "cuda", is the current one."""
+    if device.type == "cuda":
+        torch.cuda.set_device(torch.cuda.current_device() if device.index is None else device.index)
+    for name, value in dict(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT="29531").items():
+        os.environ.setdefault(name, value)
+    dist.init_process_group(processes.BACKENDS[device.type], timeout=timedelta(minutes=5))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = command_parser()
     args = parser.parse_args(argv)
@@ -140,11 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False  # the check is fp32
     place = processes.start(processes.from_environment(), torch.device(args.device))
     if not place.distributed:  # one process (the trainer joins no group then): DDP still needs one
-        if cuda:  # a lone process's device is plain "cuda": the current one
-            torch.cuda.set_device(torch.cuda.current_device() if place.device.index is None else place.device.index)
-        for name, value in dict(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT="29531").items():
-            os.environ.setdefault(name, value)  # under torchrun, its store's address: another would hang
-        dist.init_process_group(processes.BACKENDS[place.device.type], timeout=timedelta(minutes=5))
+        join_alone(place.device)
     device, backend = place.device, processes.BACKENDS[place.device.type]
     try:
         variant, image_size = ("mu/16", 32) if args.tiny else ("B/16", 224)
