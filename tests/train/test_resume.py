@@ -13,6 +13,7 @@ from helpers import SignalAt, assert_bitwise_equal, state_of, tiny_config
 from vitlab.model import ConfigError
 from vitlab.train import Interrupted, Trainer
 from vitlab.train.checkpoint import latest_checkpoint
+from vitlab.train.options import RunSpec
 from vitlab.train.outputs import read_metrics
 
 pytestmark = pytest.mark.integration
@@ -110,16 +111,14 @@ def test_a_signal_after_the_steps_stop_decision_is_taken_at_the_next_step(tmp_pa
     """Under torchrun the processes get SIGTERM one after another, and a handler runs when the collective
     it interrupted returns: one may see it only after the step's stop decision. It must then stop at the
     next step with its checkpoint, never leave alone without one (the other would wait for it forever)."""
-    from vitlab.train import trainer as trainer_module
-
-    original = trainer_module.checkpoint_due
+    original = RunSpec.checkpoint_due
 
     def signal_inside_the_checkpoint_decision(run, step, **when):
         if step == 5:
             os.kill(os.getpid(), signal.SIGTERM)  # the handler runs before this returns
         return original(run, step, **when)
 
-    monkeypatch.setattr(trainer_module, "checkpoint_due", signal_inside_the_checkpoint_decision)
+    monkeypatch.setattr(RunSpec, "checkpoint_due", signal_inside_the_checkpoint_decision)
     config = tiny_config(tmp_path, schedule={"steps": 8}, run={"eval_every": 100, "ckpt_every_steps": 100})
     with pytest.raises(Interrupted) as interrupted:
         Trainer(config).fit()

@@ -336,6 +336,24 @@ class RunSpec:
         resumable=True,
     )
 
+    # When the training loop evaluates and writes a checkpoint: what eval_every and ckpt_every_* mean.
+    def evaluation_due(self, step: int, total_steps: int, epoch_ended: bool) -> bool:
+        """At the last step, every eval_every steps, or (without it) at the end of every epoch."""
+        every = self.eval_every
+        return step == total_steps or (every is not None and step % every == 0) or (every is None and epoch_ended)
+
+    def checkpoint_due(
+        self, step: int, *, evaluated: bool, stopping: bool, seconds_since: float, skipping: bool
+    ) -> bool:
+        """At every evaluation, every ckpt_every_steps / _minutes and on a stop signal; never while steps
+        are being skipped as non-finite, so that the last good checkpoint survives --keep-ckpts."""
+        if skipping:
+            return False
+        every, minutes = self.ckpt_every_steps, self.ckpt_every_minutes
+        return bool(
+            evaluated or stopping or (every and step % every == 0) or (minutes and seconds_since >= 60 * minutes)
+        )
+
 
 @dataclass
 class ObjectiveSpec:

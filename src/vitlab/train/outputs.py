@@ -1,5 +1,5 @@
 """What a run leaves in DIR: run.yaml and train_digests.npy when it starts, metrics.jsonl, metrics.csv (a
-row per step: run_logs.py), and at the end the model folder and summary.json.
+row per step: run_logs.py), and at the end the model folder and summary.json (fit returns a TrainResult).
 
 The evaluation rows live in memory for the whole run (`Trainer.metrics`); a resumed run reads the
 earlier sessions' rows once, from metrics.jsonl, and the MetricsFile callback appends each new one.
@@ -11,6 +11,7 @@ import csv
 import json
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -124,6 +125,15 @@ def run_facts(run: FinishedRun) -> dict[str, Any]:
         ema=run.ema is not None,
         skipped_steps=run.bad_steps,
     )
+
+
+@dataclass
+class TrainResult:
+    """What `Trainer.fit` returns: the run's folder, its summary (summary.json) and the model it wrote."""
+
+    out: Path
+    summary: dict[str, Any]
+    model: VisionTransformer | BiTResNet
 
 
 def write_model_folder(run: FinishedRun, model: VisionTransformer | BiTResNet) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """The model, data splits and loaders a TrainConfig asks for: from scratch or from model.init, with a
 new head for the data's classes, the layers that stay frozen (model.trainable_blocks), and the
-transforms of the model's preprocessing."""
+transforms of the model's preprocessing; and the callbacks its run settings turn on."""
 
 from __future__ import annotations
 
@@ -20,10 +20,13 @@ from vitlab.memory.budget import attention_is_fused, batches_in_flight, check_me
 from vitlab.model import BiTConfig, BiTResNet, ConfigError, VisionTransformer, ViTConfig, config_for, create_untrained
 from vitlab.runtime import resolve_device
 
+from .best import BestModel
+from .callbacks import Callback, MetricsFile, ProgressBar
 from .config import ModelSpec, TrainConfig
 from .layer_groups import freeze_layers
 from .loader import eval_loader, train_loader
 from .processes import Processes, from_environment
+from .run_logs import StepsCsv, TensorBoard
 from .unfinished import load_model
 
 log = logging.getLogger("vitlab")
@@ -317,3 +320,18 @@ def scratch_config(spec: ModelSpec) -> ViTConfig | BiTConfig:
     config = config_for(spec.variant, num_classes=0, **options)
     resized = {"dim", "depth", "num_heads", "mlp_dim", "head_dim"} & set(options)
     return config.replace(name=None) if resized else config  # no longer the named variant
+
+
+def build_callbacks(config: TrainConfig) -> list[Callback]:
+    """Always: ProgressBar, MetricsFile (metrics.jsonl), StepsCsv (metrics.csv). run.tensorboard:
+    TensorBoard. run.keep_best_by or run.early_stop_patience: BestModel (DIR/best/, early stopping)."""
+    run = config.run
+    callbacks: list[Callback] = [ProgressBar(), MetricsFile(str(run.out)), StepsCsv(str(run.out))]
+    if run.tensorboard:
+        callbacks.append(TensorBoard(str(run.out)))
+    if run.keep_best_by or run.early_stop_patience:
+        metric = run.keep_best_by or "val_top1"
+        callbacks.append(
+            BestModel(str(run.out), metric, save=run.keep_best_by is not None, patience=run.early_stop_patience)
+        )
+    return callbacks

@@ -1,5 +1,6 @@
 """SIGINT and SIGTERM during training: the first asks the run to stop after the current step (with a
-checkpoint); a second acts as it would have without the trainer (e.g. Ctrl-C twice stops at once)."""
+checkpoint), and the run then ends with Interrupted; a second acts as it would have without the trainer
+(e.g. Ctrl-C twice stops at once)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import signal
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -41,3 +43,11 @@ def stop_requests(request_stop: Callable[[str], None]) -> Iterator[None]:
         yield
     finally:
         restore_handlers(previous)
+
+
+class Interrupted(Exception):
+    """SIGINT or SIGTERM stopped the run after a checkpoint was written."""
+
+    def __init__(self, signal_name: str, step: int, checkpoint: Path | None) -> None:
+        super().__init__(f"{signal_name} at step {step}; checkpoint {checkpoint}")
+        self.signal_name, self.step, self.checkpoint = signal_name, step, checkpoint

@@ -28,21 +28,22 @@ from vitlab.runtime import resolve_device, resolve_precision, torch_threads
 from vitlab.weights import CheckpointError
 
 from . import checkpoint as ckpt
-from . import default_callbacks, distributed, outputs, processes
-from .cadence import checkpoint_due, evaluation_due
+from . import distributed, outputs, processes, run_parts
 from .callbacks import Callback
 from .config import TrainConfig
 from .loader import epoch_sampler, shut_down_workers
 from .objectives import build_objective
 from .optim import build_ema, build_optimizer, build_schedule, clip_gradients, total_steps
-from .outcomes import Diverged, Interrupted, TrainResult
-from .outputs import RUN_FILE
+from .outputs import RUN_FILE, TrainResult
 from .rng import capture_rng, process_seed, seed_everything
-from .run_parts import build_loaders, build_model_and_data, check_run, resumed_architecture, run_folder, steps_per_epoch
 from .selection import BestWeights
-from .signals import stop_requests
+from .signals import Interrupted, stop_requests
 
 log = logging.getLogger("vitlab")
+
+
+class Diverged(RuntimeError):
+    """run.max_bad_steps optimiser steps in a row had a non-finite loss or gradient (Trainer._skip_step)."""
 
 
 class Trainer:
@@ -60,9 +61,9 @@ class Trainer:
         architecture: ViTConfig | BiTConfig | None = None,
         given: GivenData | None = None,
     ) -> None:
-        self.config = check_run(config.validate(), architecture)
+        self.config = run_parts.check_run(config.validate(), architecture)
         self.architecture, self.given = architecture, given
-        self.out = run_folder(self.config)
+        self.out = run_parts.run_folder(self.config)
         self.processes = processes.from_environment()  # under torchrun, one of several
         # One run per folder, from before the resume checkpoint is read until fit() ends; process 0 holds it.
         self.lock = RunLock(self.out)
@@ -76,7 +77,7 @@ class Trainer:
         self.sharded = config.run.data_parallel == "fsdp"
         # Process 0 alone reports and writes the metrics (all processes see the same numbers).
         main = self.processes.is_main
-        self.callbacks: list[Callback] = [*default_callbacks.for_config(config), *callbacks] if main else []
+        self.callbacks: list[Callback] = [*run_parts.build_callbacks(config), *callbacks] if main else []
         self.processes = processes.start(self.processes, resolve_device(config.run.device))
         self.device = self.processes.device
         processes.check_shared_folder(self.out, self.lock.holder_path, self.processes)
@@ -100,17 +101,19 @@ class Trainer:
     def _build_model_and_data(self, resume_state: dict[str, Any] | None) -> None:
         """The model, its data splits and loaders, and the objective it trains for."""
         config = self.config
-        resumed = resumed_architecture(config, resume_state) if resume_state and not self.architecture else None
-        self.model, splits, self.test_set = build_model_and_data(
+        resumed = (
+            None if self.architecture or not resume_state else run_parts.resumed_architecture(config, resume_state)
+        )
+        self.model, splits, self.test_set = run_parts.build_model_and_data(
             config, self.architecture or resumed, self.processes, self.precision.name, self.given
         )
         self.class_names, self.train_images, self.val_images = splits.class_names, len(splits.train), len(splits.val)
         self.train_split = splits.train  # its images' digests go to DIR as the run starts (fit)
         self.data_fingerprint: Mapping[str, str | None] = splits.fingerprints()
-        self.steps_per_epoch = steps_per_epoch(config, len(splits.train))
+        self.steps_per_epoch = run_parts.steps_per_epoch(config, len(splits.train))
         self.total_steps = total_steps(config.schedule, self.steps_per_epoch)
         # With a development split (data.dev_fraction), the source's validation split is the test split.
-        self.train_loader, self.val_loader, self.test_loader = build_loaders(
+        self.train_loader, self.val_loader, self.test_loader = run_parts.build_loaders(
             config, splits, self.test_set, self.device.type == "cuda", self.processes
         )
         self.image_shape = (self.model.config.in_channels, *self.model.config.image_size)
@@ -266,7 +269,7 @@ class Trainer:
             self._train_steps(batches)
 
     def _train_steps(self, batches: Iterator[Any]) -> None:
-        accum, micro = self.config.optim.grad_accum, self.config.micro_batch_size
+        accum, micro, run = self.config.optim.grad_accum, self.config.micro_batch_size, self.config.run
         epoch_ended = False
         while not epoch_ended and self.step < self.total_steps:
             started = time.perf_counter()
@@ -287,17 +290,12 @@ class Trainer:
             if stopping:
                 self.stop_signal = self.stop_signal or "SIGTERM"  # it reached another process first
 
-            evaluated = evaluation_due(self.config.run, self.step, self.total_steps, epoch_ended)
+            evaluated = run.evaluation_due(self.step, self.total_steps, epoch_ended)
             if evaluated:
                 self.evaluate_and_log()
-            since = time.perf_counter() - self.last_checkpoint_time
-            due = checkpoint_due(
-                self.config.run,
-                self.step,
-                evaluated=evaluated,
-                stopping=stopping,
-                seconds_since=since,
-                skipping=bool(self.bad_steps_in_row),
+            since, skipping = time.perf_counter() - self.last_checkpoint_time, bool(self.bad_steps_in_row)
+            due = run.checkpoint_due(
+                self.step, evaluated=evaluated, stopping=stopping, seconds_since=since, skipping=skipping
             )
             if processes.any_process(due, self.processes):
                 self.save_checkpoint()
