@@ -15,8 +15,9 @@ import vitlab
 from helpers import SignalAt, tiny_config
 from vitlab.model import ConfigError
 from vitlab.train import Callback, Interrupted, Trainer, outputs
+from vitlab.train.best import BestModel
+from vitlab.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from vitlab.train.outputs import read_metrics, read_step_rows
-from vitlab.train.selection import BestWeights
 
 # 12 steps, an evaluation every 2: early stopping with patience 2 on val_loss has room to act.
 SHORT = {"schedule": {"steps": 12, "warmup_steps": 3}, "optim": {"lr": 0.02}}
@@ -82,6 +83,41 @@ def test_best_folder_early_stop_and_a_resumed_run_deciding_alike(tmp_path):
     assert {k: resumed.summary[k] for k in ("best_value", "best_step", "stopped_early_at_step", "steps")} == {
         k: summary[k] for k in ("best_value", "best_step", "stopped_early_at_step", "steps")
     }
+
+
+@pytest.mark.integration
+def test_kept_best_weights_are_the_best_folders_and_survive_a_resume(tmp_path):
+    """One tracker for run.keep_best and run.keep_best_by: DIR ends with the weights DIR/best/ holds, and
+    the kept weights are checkpoint state, so a run stopped after its best evaluation ends with them."""
+    run = {"eval_every": 2, "keep_best": True, "keep_best_by": "val_top1"}
+    whole = Trainer(tiny_config(tmp_path / "whole", run=run, **SHORT)).fit()
+    value, step = best_of(read_metrics(tmp_path / "whole" / "metrics.jsonl"), "val_top1")
+    assert whole.summary["best_step"] == step < 10 and whole.summary["val_top1"] == value  # room to stop after it
+    kept = vitlab.load(tmp_path / "whole").state_dict()
+    assert all(
+        torch.equal(kept[name], tensor)
+        for name, tensor in vitlab.load(tmp_path / "whole" / "best").state_dict().items()
+    )
+
+    out = tmp_path / "resumed"
+    with pytest.raises(Interrupted):
+        Trainer(tiny_config(out, run=run, **SHORT), callbacks=[SignalAt(step + 1, signal.SIGTERM)]).fit()
+    resumed = Trainer(tiny_config(out, run={**run, "resume": True}, **SHORT)).fit()
+    assert resumed.summary["best_step"] == step
+    assert all(torch.equal(kept[name], tensor) for name, tensor in vitlab.load(out).state_dict().items())
+
+
+@pytest.mark.integration
+def test_a_checkpoint_keeping_best_weights_the_earlier_way_resumes_and_says_so(tmp_path, caplog):
+    run = {"eval_every": 2, "keep_best": True}
+    with pytest.raises(Interrupted):
+        Trainer(tiny_config(tmp_path, run=run, **SHORT), callbacks=[SignalAt(3)]).fit()
+    state = load_checkpoint(latest_checkpoint(tmp_path))
+    state["best"] = {"top1": 0.5, "step": 2, "weights": state["model"]}  # the entry BestWeights wrote
+    save_checkpoint(tmp_path, state["step"], state, keep=3)
+    with caplog.at_level(logging.WARNING, logger="vitlab"):
+        Trainer(tiny_config(tmp_path, run={**run, "resume": True}, **SHORT)).fit()
+    assert sum("earlier layout and are not restored" in r.getMessage() for r in caplog.records) == 1
 
 
 @pytest.mark.integration
@@ -158,10 +194,10 @@ def test_continuing_refuses_a_shorter_total_and_other_changes(tmp_path):
 
 @pytest.mark.unit
 def test_kept_best_weights_follow_the_chosen_metric():
-    best, model = BestWeights("val_loss"), torch.nn.Linear(2, 1)
+    best, model = BestModel("unused", "val_loss", keep=True), torch.nn.Linear(2, 1)
     for step, loss in [(1, 2.0), (2, 1.5), (3, 1.7), (4, 1.5)]:
         best.update(step, loss, model)
-    assert (best.step, best.top1) == (
+    assert (best.step, best.value) == (
         2,
         1.5,
     )  # the lowest loss; an equal one later does not replace it

@@ -13,7 +13,7 @@ from helpers import tiny_config
 from vitlab.data import hold_out
 from vitlab.data.datasets import ArrayImages
 from vitlab.train import Trainer
-from vitlab.train.selection import BestWeights
+from vitlab.train.best import BestModel
 
 
 def tagged(n: int, classes: int = 4) -> ArrayImages:
@@ -52,7 +52,7 @@ def test_bad_dev_fractions_are_refused():
 
 @pytest.mark.unit
 def test_best_weights_keep_the_first_strictly_best():
-    best, model = BestWeights(), torch.nn.Linear(2, 1)
+    best, model = BestModel("unused", keep=True), torch.nn.Linear(2, 1)
     kept = {}
     for step, top1 in [(1, 0.5), (2, 0.4), (3, 0.5), (4, 0.3)]:
         torch.nn.init.constant_(model.weight, float(step))
@@ -85,9 +85,9 @@ def test_a_run_validates_on_the_dev_split_keeps_the_best_and_reports_the_test_sp
 
 @pytest.mark.unit
 def test_best_weights_survive_a_checkpoint_round_trip():
-    best, model = BestWeights(), torch.nn.Linear(2, 1)
+    best, model = BestModel("unused", keep=True), torch.nn.Linear(2, 1)
     best.update(7, 0.9, model)
-    restored = BestWeights()
+    restored = BestModel("unused", keep=True)
     restored.load_state_dict(best.state_dict())
-    assert (restored.step, restored.top1) == (7, 0.9) and not restored.update(8, 0.9, model)
+    assert (restored.step, restored.value) == (7, 0.9) and not restored.update(8, 0.9, model)
     torch.testing.assert_close(restored.weights["weight"], model.weight.detach())

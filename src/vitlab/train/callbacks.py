@@ -2,7 +2,8 @@
 
 Built in: ProgressBar (tqdm with loss, lr, images/s and ETA on a terminal; log lines otherwise) and
 MetricsFile (DIR/metrics.jsonl, one JSON line per evaluation); run_logs.py's StepsCsv and TensorBoard
-and best.py's BestModel (DIR/best/, early stopping). run_parts.build_callbacks says which a run gets.
+and best.py's BestModel (the best evaluation: weights kept, DIR/best/, early stopping), which the Trainer
+holds on every process; run_parts.build_callbacks says which of the others a run gets.
 Subclass Callback for your own; a callback with state (state_dict) has it saved in every checkpoint.
 """
 

@@ -224,7 +224,6 @@ class ResumableRun(Protocol):
     wall_time_before: float  # of the sessions before this one
     scheduler: Any
     ema: Any
-    best: Any
     scaler: Any
     optimizer: Any
 
@@ -240,15 +239,14 @@ def _state(part: Any) -> Any:
 
 
 def run_state(run: ResumableRun, rng: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """The progress, the scheduler, EMA, best-weights and gradient-scaler states and the generators
-    (`rng`: every process's capture_rng, in rank order)."""
+    """The progress, the scheduler, EMA, gradient-scaler and callback states (the best-model tracker's
+    kept weights among them) and the generators (`rng`: every process's capture_rng, in rank order)."""
     return {
         "step": run.step,
         "epoch": run.epoch,
         "batch_in_epoch": run.batch_in_epoch,
         "scheduler": run.scheduler.state_dict(),
         "ema": _state(run.ema),
-        "best": _state(run.best),
         "scaler": _state(run.scaler),
         "rng": rng[0],
         "process_rng": list(rng[1:]),
@@ -287,10 +285,10 @@ def restore_run_state(run: ResumableRun, state: Mapping[str, Any], rank: int = 0
             callback.load_state_dict(state["callbacks"][type(callback).__name__])
     if run.ema is not None:
         run.ema.load_state_dict(state["ema"])
-    if run.best is not None:
-        run.best.load_state_dict(state.get("best"))
     if run.scaler is not None and state["scaler"] is not None:
         run.scaler.load_state_dict(state["scaler"])
+    if state.get("best"):  # run.keep_best's weights, where checkpoints kept them before one tracker did
+        log.warning("the checkpoint's kept best weights are in an earlier layout and are not restored (CHANGELOG)")
     restore_process_rng(state, rank, seed)
     run.step, run.epoch, run.batch_in_epoch = state["step"], state["epoch"], state["batch_in_epoch"]
     run.loss_sum, run.loss_count = state["loss_sum"], state["loss_count"]

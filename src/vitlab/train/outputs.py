@@ -27,7 +27,6 @@ from vitlab.weights import save_pretrained
 from .config import TrainConfig
 from .objectives import Objective
 from .plots import PLOT_FILE, plot_training_curve
-from .selection import BestWeights
 
 log = logging.getLogger("vitlab")
 
@@ -93,7 +92,7 @@ class FinishedRun(Protocol):
     steps_per_epoch: int
     train_images: int
     metrics: list[dict[str, Any]]
-    best: BestWeights | None
+    best: Any  # best.py's BestModel, or None (best.py imports this module)
     ema: Any
     bad_steps: int
     device: torch.device
@@ -140,7 +139,8 @@ def write_model_folder(run: FinishedRun, model: VisionTransformer | BiTResNet) -
     """Write the loadable model folder (config.json with the summary, model.safetensors), summary.json
     and the training-curve figure; the summary: the validation numbers of the last evaluation (of the
     kept best weights, with run.keep_best), the run's facts, and the test split's numbers if any."""
-    out, rows, best_step = run.out, run.metrics, run.best.step if run.best is not None else None
+    out, rows = run.out, run.metrics
+    best_step = run.best.step if run.best is not None and run.best.keep else None  # DIR: the kept weights
     final = rows[-1] if best_step is None else next(row for row in rows if row["step"] == best_step)
     summary = {
         "val_top1": final["val_top1"],

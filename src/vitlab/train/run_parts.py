@@ -20,7 +20,6 @@ from vitlab.memory.budget import attention_is_fused, batches_in_flight, check_me
 from vitlab.model import BiTConfig, BiTResNet, ConfigError, VisionTransformer, ViTConfig, config_for, create_untrained
 from vitlab.runtime import resolve_device
 
-from .best import BestModel
 from .callbacks import Callback, MetricsFile, ProgressBar
 from .config import ModelSpec, TrainConfig
 from .layer_groups import freeze_layers
@@ -323,15 +322,10 @@ def scratch_config(spec: ModelSpec) -> ViTConfig | BiTConfig:
 
 
 def build_callbacks(config: TrainConfig) -> list[Callback]:
-    """Always: ProgressBar, MetricsFile (metrics.jsonl), StepsCsv (metrics.csv). run.tensorboard:
-    TensorBoard. run.keep_best_by or run.early_stop_patience: BestModel (DIR/best/, early stopping)."""
+    """Process 0's reporting: always ProgressBar, MetricsFile (metrics.jsonl), StepsCsv (metrics.csv);
+    with run.tensorboard, TensorBoard. (The best-model tracker, best.py, is the trainer's.)"""
     run = config.run
     callbacks: list[Callback] = [ProgressBar(), MetricsFile(str(run.out)), StepsCsv(str(run.out))]
     if run.tensorboard:
         callbacks.append(TensorBoard(str(run.out)))
-    if run.keep_best_by or run.early_stop_patience:
-        metric = run.keep_best_by or "val_top1"
-        callbacks.append(
-            BestModel(str(run.out), metric, save=run.keep_best_by is not None, patience=run.early_stop_patience)
-        )
     return callbacks

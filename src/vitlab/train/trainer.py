@@ -29,6 +29,7 @@ from vitlab.weights import CheckpointError
 
 from . import checkpoint as ckpt
 from . import distributed, outputs, processes, run_parts
+from .best import BestModel
 from .callbacks import Callback
 from .config import TrainConfig
 from .loader import epoch_sampler, shut_down_workers
@@ -36,7 +37,6 @@ from .objectives import build_objective
 from .optim import build_ema, build_optimizer, build_schedule, clip_gradients, total_steps
 from .outputs import RUN_FILE, TrainResult
 from .rng import capture_rng, process_seed, seed_everything
-from .selection import BestWeights
 from .signals import Interrupted, stop_requests
 
 log = logging.getLogger("vitlab")
@@ -77,7 +77,9 @@ class Trainer:
         self.sharded = config.run.data_parallel == "fsdp"
         # Process 0 alone reports and writes the metrics (all processes see the same numbers).
         main = self.processes.is_main
-        self.callbacks: list[Callback] = [*run_parts.build_callbacks(config), *callbacks] if main else []
+        self.best = BestModel.for_run(config.run, main)  # on every process: each ends with the kept weights
+        best: list[Callback] = [self.best] if self.best is not None else []
+        self.callbacks: list[Callback] = [*run_parts.build_callbacks(config), *best, *callbacks] if main else best
         self.processes = processes.start(self.processes, resolve_device(config.run.device))
         self.device = self.processes.device
         processes.check_shared_folder(self.out, self.lock.holder_path, self.processes)
@@ -117,7 +119,6 @@ class Trainer:
             config, splits, self.test_set, self.device.type == "cuda", self.processes
         )
         self.image_shape = (self.model.config.in_channels, *self.model.config.image_size)
-        self.best = BestWeights(config.run.keep_best_by or "val_top1") if config.run.keep_best else None
         # Before the optimiser sees the model's parameters.
         self.objective = build_objective(config, self.model, len(self.class_names))
 
@@ -325,8 +326,6 @@ class Trainer:
         row.update(images_per_s=round(self.images_per_second, 2), wall_time_s=round(self.wall_time_s, 2))
         self.loss_sum, self.loss_count = 0.0, 0
         self.window_images, self.window_seconds = 0, 0.0
-        if self.best is not None and self.best.update(self.step, row[self.best.metric], self.eval_model):
-            log.info("step %d: best %s so far; weights kept", self.step, self.best.metric)
         self.metrics.append(row)
         self._call("on_evaluate", row)
         return row
