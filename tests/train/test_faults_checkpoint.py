@@ -95,11 +95,11 @@ def test_a_real_full_disk(tmp_path):
 def test_an_interrupted_write_leaves_latest_on_the_previous_checkpoint(tmp_path, monkeypatch):
     ckpt.save_checkpoint(tmp_path, 3, state(3), keep=3)
 
-    def interrupted(document, file, step):
+    def interrupted(document, file):
         file.write(b"PK\x03\x04 half a zip file")
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(ckpt, "_save_document", interrupted)
+    monkeypatch.setattr(ckpt.torch, "save", interrupted)
     with pytest.raises(KeyboardInterrupt):
         ckpt.save_checkpoint(tmp_path, 6, state(6), keep=3)
     assert saved_step(tmp_path) == 3

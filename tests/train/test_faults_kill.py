@@ -53,6 +53,8 @@ FLAGS = [
 ]
 CHECKPOINT_STEPS = sorted({*range(3, STEPS + 1, 3), 20, 40})  # --ckpt-every-steps 3, and every evaluation
 STEP_LINE = re.compile(r"step (\d+)/\d+ ")
+PAUSING = Path(__file__).with_name("pause_checkpoint_write.py")
+PAUSED = "paused writing checkpoint"  # what it says once half the checkpoint is on disk
 
 
 @dataclass
@@ -73,12 +75,12 @@ def train(
     """Run `vitlab train` (resuming when `out` holds a run). After it reports step `stop_after`, or
     once it pauses in the checkpoint write of step `pause_at`, send `signum` to its process group
     (the main process and its data-loader workers, as a machine failure would)."""
-    command = [sys.executable, "-m", "vitlab", "train", *FLAGS, "--out", str(out)]
+    vitlab = [str(PAUSING), str(pause_at)] if pause_at else ["-m", "vitlab"]  # pause_checkpoint_write.py
+    command = [sys.executable, *vitlab, "train", *FLAGS, "--out", str(out)]
     if (out / ckpt.FOLDER).is_dir():
         command.append("--resume")
-    env = {**os.environ, ckpt.PAUSE_ENV: str(pause_at)} if pause_at else None
     process = subprocess.Popen(
-        command, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, start_new_session=True, env=env
+        command, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, start_new_session=True
     )
     watchdog = threading.Timer(timeout, os.killpg, (process.pid, signal.SIGKILL))
     watchdog.start()
@@ -88,7 +90,7 @@ def train(
             lines.append(line)
             if match := STEP_LINE.match(line):
                 last_step = int(match.group(1))
-            due = (stop_after is not None and last_step >= stop_after) or (pause_at and ckpt.PAUSE_ENV in line)
+            due = (stop_after is not None and last_step >= stop_after) or (pause_at and PAUSED in line)
             if due and not sent:
                 os.killpg(process.pid, signum) if signum == signal.SIGKILL else process.send_signal(signum)
                 sent = True

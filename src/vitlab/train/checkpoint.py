@@ -23,16 +23,12 @@ this for the Trainer and refuses a checkpoint of other settings than RESUMABLE_C
 from __future__ import annotations
 
 import contextlib
-import io
 import logging
-import os
 import re
 import shutil
-import sys
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import Any, Protocol
 
 import torch
 
@@ -61,10 +57,6 @@ FORMAT = "vitlab-train-state"
 FORMAT_VERSION = 1
 NAME = re.compile(r"step-(\d+)(?:\.pt)?")  # a file, or the folder of a sharded checkpoint
 SHARDED_STATE = "trainer.pt"  # in a sharded checkpoint's folder: everything but the model and optimiser shards
-# Fault-injection tests set this to a step number: the writer of that step's checkpoint stops half-way
-# and waits (PAUSE_SECONDS) so that the test can kill it mid-write.
-PAUSE_ENV = "VITLAB_TEST_PAUSE_CHECKPOINT"
-PAUSE_SECONDS = 600
 
 
 def checkpoint_dir(out: str | Path) -> Path:
@@ -85,7 +77,7 @@ def save_checkpoint(out: str | Path, step: int, state: dict[str, Any], keep: int
     document = {"format": FORMAT, "format_version": FORMAT_VERSION, **state}
     atomic_write(
         path,
-        lambda file: _save_document(document, file, step),
+        lambda file: torch.save(document, file),
         before_rename=lambda temporary: record_checksums(path, temporary),
     )
     publish(out, path, keep)
@@ -105,30 +97,6 @@ def publish(out: str | Path, path: Path, keep: int) -> None:
     for orphan in folder.glob(f"step-*{CHECKSUMS}"):  # of a checkpoint a crash kept from its rename
         if orphan not in kept:
             orphan.unlink(missing_ok=True)
-
-
-def _save_document(document: dict[str, Any], file: IO[bytes], step: int) -> None:
-    if os.environ.get(PAUSE_ENV) == str(step):
-        _pause_mid_write(document, file)
-    torch.save(document, file)
-
-
-def _pause_mid_write(document: dict[str, Any], file: IO[bytes]) -> None:
-    """Fault-injection hook: write half the checkpoint, say so on stderr, and wait to be killed."""
-    buffer = io.BytesIO()
-    torch.save(document, buffer)
-    data = buffer.getvalue()
-    file.write(data[: len(data) // 2])
-    file.flush()
-    os.fsync(file.fileno())
-    print(
-        f"{PAUSE_ENV}: paused writing {file.name} after {len(data) // 2} of {len(data)} bytes",
-        file=sys.stderr,
-        flush=True,
-    )
-    time.sleep(PAUSE_SECONDS)
-    file.seek(0)
-    file.truncate()
 
 
 def list_checkpoints(out: str | Path) -> list[Path]:
