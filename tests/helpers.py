@@ -33,9 +33,9 @@ import torch
 from PIL import Image
 from safetensors.torch import save_file
 
-from vitlab.train import Callback, TrainConfig, get_recipe
-from vitlab.train import checkpoint as ckpt
-from vitlab.train.config import apply_mapping
+from vitlab.training import Callback, TrainConfig, get_recipe
+from vitlab.training import checkpoint as ckpt
+from vitlab.training.config import apply_mapping
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = REPO_ROOT / "tests" / "fixtures"  # files kept in the repository (see each folder's README)

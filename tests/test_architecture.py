@@ -31,10 +31,10 @@ MAY_IMPORT: dict[str, set[str]] = {
     "weights": {"model", "memory"},
     "evaluate": {"model", "data", "accel"},
     "analysis": {"model", "data"},
-    "train": {"model", "accel", "memory", "weights", "data", "evaluate"},
+    "training": {"model", "accel", "memory", "weights", "data", "evaluate"},
     "export": {"model", "accel", "memory", "weights", "data", "evaluate", "analysis"},
     "serve": {"model", "accel", "memory", "weights", "data", "evaluate", "analysis"},
-    "bench": {"model", "accel", "memory", "weights", "data", "evaluate", "analysis", "train", "export", "serve"},
+    "bench": {"model", "accel", "memory", "weights", "data", "evaluate", "analysis", "training", "export", "serve"},
     "experiments": {
         "model",
         "accel",
@@ -43,7 +43,7 @@ MAY_IMPORT: dict[str, set[str]] = {
         "data",
         "evaluate",
         "analysis",
-        "train",
+        "training",
         "export",
         "serve",
         "bench",
@@ -56,7 +56,7 @@ MAY_IMPORT: dict[str, set[str]] = {
         "data",
         "evaluate",
         "analysis",
-        "train",
+        "training",
         "export",
         "serve",
         "experiments",
@@ -359,8 +359,8 @@ TREE = {
     "model/heads.py": "",
     "data/__init__.py": "",
     "weights/__init__.py": "from ..model import ViT\n",
-    "train/__init__.py": "",
-    "cli/__init__.py": "import vitlab.train\nfrom vitlab import model\n",
+    "training/__init__.py": "",
+    "cli/__init__.py": "import vitlab.training\nfrom vitlab import model\n",
 }
 
 
@@ -382,8 +382,8 @@ def test_a_clean_tree_passes(tmp_path):
         ("model/vit.py", "from ..data import x\n", "not data"),  # relative, two levels up
         (
             "model/vit.py",
-            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from vitlab.train import T\n",
-            "not train",
+            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from vitlab.training import T\n",
+            "not training",
         ),
         ("model/vit.py", "def f():\n    import vitlab.cli\n", "not cli"),
         ("data/__init__.py", "from vitlab.model.vit import ViT\n", "data may import the foundation and nothing"),

@@ -10,7 +10,7 @@ import pytest
 
 from helpers import tiny_config, write_class_folders
 from vitlab.figures import save_figure
-from vitlab.train import Trainer
+from vitlab.training import Trainer
 
 matplotlib.use("Agg")
 from matplotlib.figure import Figure  # noqa: E402 - after the backend is chosen

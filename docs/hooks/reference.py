@@ -16,7 +16,7 @@ sys.path.insert(0, str(SOURCE))
 def on_files(files: Files, config) -> Files:
     from vitlab.cli import build_parser
     from vitlab.cli.reference import api_reference, cli_reference, config_reference
-    from vitlab.train.config import TrainConfig
+    from vitlab.training.config import TrainConfig
 
     pages = {
         "reference/cli.md": cli_reference(build_parser()),

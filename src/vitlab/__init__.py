@@ -13,11 +13,10 @@ from .errors import CheckpointError, ConfigError
 from .version import __version__ as __version__
 
 if TYPE_CHECKING:
-    from . import train
     from .accel import accelerate, optimize_for_inference
     from .model import VisionTransformer, ViTConfig, config_for
-    from .train import evaluate_run
-    from .train.push import push_to_hub
+    from .training import evaluate_run, train
+    from .training.push import push_to_hub
     from .weights import create_model, export_npz, list_pretrained, load, save_pretrained
     from .weights.listing import list_models
 
@@ -34,14 +33,13 @@ LAZY = {
     "list_pretrained": "vitlab.weights",
     "load": "vitlab.weights",
     "save_pretrained": "vitlab.weights",
-    "evaluate_run": "vitlab.train",
-    "push_to_hub": "vitlab.train.push",
+    "evaluate_run": "vitlab.training",
+    "train": "vitlab.training",  # the function; vitlab.training is the package that holds it
+    "push_to_hub": "vitlab.training.push",
 }
 
 
 def __getattr__(name: str) -> Any:
-    if name == "train":  # a package that can be called: vitlab.train("demo", ...)
-        return importlib.import_module("vitlab.train")
     if name not in LAZY:
         raise AttributeError(f"module 'vitlab' has no attribute {name!r}")
     value = getattr(importlib.import_module(LAZY[name]), name)

@@ -1,4 +1,4 @@
-"""The model's outputs against the data's classes (vitlab.train.run_evaluation.check_classes, used by eval and analyze):
+"""The model's outputs against the data's classes (vitlab.training.run_evaluation.check_classes, used by eval and analyze):
 names that differ are refused, ImageNet-1k's names meet an ImageNet folder's WordNet IDs by position,
 and a model without names is scored by position with the assumption said, or refused where the data
 has classes it has no output for."""
@@ -14,7 +14,7 @@ from PIL import Image
 
 from helpers import one_line_error, randomise_
 from vitlab.model import ViTConfig, create_model
-from vitlab.train.run_evaluation import check_classes
+from vitlab.training.run_evaluation import check_classes
 from vitlab.weights.pretrained import imagenet_class_names, imagenet_folders
 
 pytestmark = pytest.mark.unit

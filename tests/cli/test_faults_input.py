@@ -18,9 +18,9 @@ from PIL import Image
 
 from helpers import TINY_FLAGS, MarkerPayload, one_line_error, tiny_config
 from vitlab.model import ConfigError, ViTConfig, create_untrained
-from vitlab.train import Trainer, get_recipe
-from vitlab.train.checkpoint import record_checksums
-from vitlab.train.config import SECTIONS, apply_mapping, coerce, parse_assignment, set_value
+from vitlab.training import Trainer, get_recipe
+from vitlab.training.checkpoint import record_checksums
+from vitlab.training.config import SECTIONS, apply_mapping, coerce, parse_assignment, set_value
 
 
 # -- configs -------------------------------------------------------------------------------------------

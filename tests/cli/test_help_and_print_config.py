@@ -13,8 +13,8 @@ import yaml
 from helpers import TINY_FLAGS, tiny_config
 from vitlab.cli import build_parser, main
 from vitlab.cli.train import build_config
-from vitlab.train import Trainer
-from vitlab.train.recipes import RECIPES, get_recipe
+from vitlab.training import Trainer
+from vitlab.training.recipes import RECIPES, get_recipe
 
 
 def all_parsers(parser: argparse.ArgumentParser, prefix: str = "vitlab") -> dict[str, argparse.ArgumentParser]:

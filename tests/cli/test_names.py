@@ -13,7 +13,7 @@ from vitlab import runtime
 from vitlab.cli import build_parser
 from vitlab.cli.train import FLAG_KEYS, build_config
 from vitlab.config_fields import literal_values
-from vitlab.train.config import SECTIONS
+from vitlab.training.config import SECTIONS
 
 pytestmark = pytest.mark.unit
 

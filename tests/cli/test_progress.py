@@ -111,7 +111,7 @@ def test_a_program_that_configures_logging_gets_each_line_once(capsys, unconfigu
 @pytest.mark.unit
 def test_the_training_bar_follows_no_progress_too(monkeypatch):
     from vitlab.progress import disable_progress
-    from vitlab.train.callbacks import ProgressBar
+    from vitlab.training.callbacks import ProgressBar
 
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
     disable_progress(False)  # as a process starts (an earlier `vitlab --no-progress` call may have set it)

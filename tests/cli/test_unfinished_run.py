@@ -11,7 +11,7 @@ import pytest
 import vitlab
 from helpers import SignalAt, record_hub_calls, tiny_config, write_class_folders
 from vitlab.cli import main
-from vitlab.train import Interrupted, Trainer
+from vitlab.training import Interrupted, Trainer
 
 pytestmark = pytest.mark.integration
 

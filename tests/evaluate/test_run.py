@@ -211,7 +211,7 @@ def test_run_with_a_dev_split(tmp_path):
 @pytest.mark.fault("bad-input", kinds=1)
 def test_eval_says_when_the_data_changed_since_the_run(tmp_path, caplog):
     from helpers import tiny_config, write_class_folders
-    from vitlab.train import Trainer
+    from vitlab.training import Trainer
 
     data, run = tmp_path / "data", tmp_path / "run"
     write_class_folders(data, {"cat": 10, "dog": 10})

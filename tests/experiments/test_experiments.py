@@ -17,7 +17,7 @@ from vitlab.data.splits import take_fraction
 from vitlab.experiments import EXPERIMENTS, Settings, run_experiment
 from vitlab.experiments.runner import Results, bit_config, describe_model, hybrid_config, vit_config
 from vitlab.model import ConfigError, create_untrained
-from vitlab.train import Trainer, get_recipe
+from vitlab.training import Trainer, get_recipe
 from vitlab.weights import load, save_pretrained
 
 TINY = dict(data="digits", budget_steps=2, seeds=(0,))

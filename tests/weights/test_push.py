@@ -83,7 +83,7 @@ def test_a_finished_run_folder_is_pushed_with_its_training_summary_in_the_card(t
 )
 def test_a_bad_repo_id_is_one_line_before_anything_is_loaded_or_written(tmp_path, monkeypatch, online, repo_id, reason):
     calls = record_hub_calls(monkeypatch, tmp_path)
-    monkeypatch.setattr("vitlab.train.push.load_model", lambda *a, **k: pytest.fail("the model was loaded"))
+    monkeypatch.setattr("vitlab.training.push.load_model", lambda *a, **k: pytest.fail("the model was loaded"))
     with pytest.raises(InputError, match=f"^'{repo_id}' is not a Hub repository id \\({reason}") as error:
         vitlab.push_to_hub(tmp_path / "run", repo_id)
     assert "\n" not in str(error.value) and calls == [] and sorted(tmp_path.iterdir()) == []

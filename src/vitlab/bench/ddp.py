@@ -4,7 +4,7 @@ and timed.
     python -m torch.distributed.run --standalone --nproc_per_node=N -m vitlab.bench.ddp --out DIR
 
 (`python -m vitlab.bench.gpu` starts it, one process per GPU.) The processes join the group the trainer
-joins (train/processes.py: cpu:gloo,cuda:nccl on GPUs) and agree on each step's loss and stop flag
+joins (training/processes.py: cpu:gloo,cuda:nccl on GPUs) and agree on each step's loss and stop flag
 through the trainer's own collectives, as a training run does. First a check: the gradients that DDP
 averages over the processes, each holding its own slice of one batch, must equal those of one model
 given the whole batch, in fp32 (TF32 off), within GRAD_TOLERANCE of the largest gradient. A slice
@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from vitlab.model import create_untrained
-from vitlab.train import processes
+from vitlab.training import processes
 
 from .machine import describe, synchronize
 from .report import machine_line

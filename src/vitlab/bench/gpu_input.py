@@ -26,8 +26,8 @@ from vitlab.data.datasets import EncodedImages
 from vitlab.data.device_decode import DeviceDecodedImages, device_transform
 from vitlab.data.transforms import train_transform
 from vitlab.model.config import Preprocessing
-from vitlab.train.config import AugmentSpec
-from vitlab.train.loader import train_loader
+from vitlab.training.config import AugmentSpec
+from vitlab.training.loader import train_loader
 
 from .machine import synchronize
 

@@ -39,9 +39,9 @@ from vitlab.data.images import read_image
 from vitlab.data.randaugment import FILL
 from vitlab.data.transforms import batch_mixing, train_transform
 from vitlab.model.config import Preprocessing
-from vitlab.train.config import AugmentSpec
-from vitlab.train.loader import epoch_sampler, train_loader
-from vitlab.train.recipes import get_recipe
+from vitlab.training.config import AugmentSpec
+from vitlab.training.loader import epoch_sampler, train_loader
+from vitlab.training.recipes import get_recipe
 
 from .feeding import gpu_feed_line
 from .machine import describe, load_average

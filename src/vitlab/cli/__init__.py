@@ -96,7 +96,7 @@ def worker_count(low: int = 0) -> Callable[[str], Any]:
 
 def add_checkpoint_argument(parser: argparse.ArgumentParser) -> None:
     """--ckpt, as every command that reads a model spells it, and the memory the model may take."""
-    from vitlab.train.config import CKPT_HELP
+    from vitlab.training.config import CKPT_HELP
 
     parser.add_argument("--ckpt", required=True, metavar="CKPT", help=CKPT_HELP)
     add_memory_argument(parser)
@@ -123,7 +123,7 @@ def add_runtime_arguments(
 
 
 def add_memory_argument(parser: argparse.ArgumentParser) -> None:
-    from vitlab.train.config import MEMORY_LIMIT_HELP
+    from vitlab.training.config import MEMORY_LIMIT_HELP
 
     parser.add_argument("--memory-limit", type=number(float, POSITIVE), metavar="GIB", help=MEMORY_LIMIT_HELP)
 
@@ -175,7 +175,7 @@ def memory_limit(args: argparse.Namespace) -> int | None:
 def load_checkpoint(args: argparse.Namespace, **overrides):
     """vitlab.load(--ckpt) within --memory-limit; an unfinished run's folder (or one of its checkpoint
     files) as its newest intact checkpoint's model."""
-    from vitlab.train.unfinished import load_model
+    from vitlab.training.unfinished import load_model
 
     return load_model(args.ckpt, memory_limit=memory_limit(args), **overrides)
 

@@ -113,7 +113,7 @@ def load_images(paths: list[str] | None, transform, limit: int) -> torch.Tensor:
 def analysed_data(args: argparse.Namespace) -> tuple[str | None, Any, Path | None]:
     """(--data or the run's data source, the run's config, its run.yaml); no source with --images or
     without either."""
-    from vitlab.train.run_evaluation import read_run
+    from vitlab.training.run_evaluation import read_run
 
     if args.images:
         return None, None, None
@@ -127,9 +127,9 @@ def dataset_batches(
     """The DataLoader over the validation split of `source` (analysed_data), and its class names."""
     from vitlab.data import load_datasets
     from vitlab.data.splits import take_count
-    from vitlab.train.config import TrainConfig
-    from vitlab.train.loader import eval_loader
-    from vitlab.train.run_evaluation import check_classes, run_split
+    from vitlab.training.config import TrainConfig
+    from vitlab.training.loader import eval_loader
+    from vitlab.training.run_evaluation import check_classes, run_split
 
     base = run or TrainConfig()  # the split a new run would make, for --data without a run
     if run is not None:

@@ -25,7 +25,7 @@ import logging
 from pathlib import Path
 
 from vitlab.config_fields import SEED_RANGE
-from vitlab.train.run_evaluation import SPLITS
+from vitlab.training.run_evaluation import SPLITS
 
 from . import (
     COMMANDS,
@@ -123,7 +123,7 @@ def add_split_options(parser: argparse.ArgumentParser) -> None:
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    from vitlab.train.run_evaluation import SETTING_FLAGS, evaluate_run
+    from vitlab.training.run_evaluation import SETTING_FLAGS, evaluate_run
 
     if args.runtime == "onnx" and args.image_size:
         raise UserError(f"--runtime onnx runs {args.ckpt} at its exported size on the CPU: drop --image-size")

@@ -41,7 +41,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from vitlab.cli import memory_limit
-    from vitlab.train.push import push_to_hub
+    from vitlab.training.push import push_to_hub
 
     url = push_to_hub(
         args.run,

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import html
-import types
 from typing import Any
 
 from vitlab.config_fields import describe, sections
@@ -132,8 +131,6 @@ def api_reference() -> str:
     ]
     for name in vitlab.__all__:
         value = getattr(vitlab, name)
-        if isinstance(value, types.ModuleType):  # vitlab.train, a package that can be called
-            value = getattr(value, name)
         lines += [f"::: {value.__module__}.{value.__qualname__}", ""]
     return "\n".join(lines)
 

@@ -1,4 +1,4 @@
-"""`vitlab train | finetune`: the command-line face of vitlab.train. Flags become fields of a typed
+"""`vitlab train | finetune`: the command-line face of vitlab.training. Flags become fields of a typed
 TrainConfig; the trainer never sees argparse.
 
 Precedence, lowest first: the recipe, `--config FILE`, the flags, `--set key=value`.
@@ -12,7 +12,7 @@ import sys
 
 from vitlab.config_options import declared_options
 from vitlab.errors import InputError
-from vitlab.train.config import TrainConfig
+from vitlab.training.config import TrainConfig
 
 from . import COMMANDS, add_declared_flag, with_examples
 
@@ -36,7 +36,7 @@ FINETUNE_EXAMPLES = (
 
 def recipe_defaults() -> str:
     """One line per recipe with the settings it trains with, read from the registry (for --help)."""
-    from vitlab.train.recipes import RECIPES, get_recipe
+    from vitlab.training.recipes import RECIPES, get_recipe
 
     lines = []
     for name in RECIPES:
@@ -53,7 +53,7 @@ def recipe_defaults() -> str:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from vitlab.train.recipes import RECIPES
+    from vitlab.training.recipes import RECIPES
 
     recipes = ", ".join(RECIPES)
     defaults = recipe_defaults()
@@ -119,8 +119,8 @@ def _add_training_flags(parser: argparse.ArgumentParser, command: str, required:
 # -- train / finetune --------------------------------------------------------------------------------
 def build_config(args: argparse.Namespace):
     """The TrainConfig these arguments describe: recipe < --config < flags < --set."""
-    from vitlab.train.config import apply_mapping, parse_assignment, read_yaml, set_value
-    from vitlab.train.recipes import get_recipe, warmup_for_length
+    from vitlab.training.config import apply_mapping, parse_assignment, read_yaml, set_value
+    from vitlab.training.recipes import get_recipe, warmup_for_length
 
     document = read_yaml(args.config) if args.config else {}
     recipe = args.recipe or document.get("recipe") or args.default_recipe
@@ -155,7 +155,7 @@ def build_config(args: argparse.Namespace):
 
 def run_train(args: argparse.Namespace) -> int:
     from vitlab.cli import writable_folder
-    from vitlab.train import Diverged, Interrupted, Trainer
+    from vitlab.training import Diverged, Interrupted, Trainer
 
     config = build_config(args)
     if args.print_config:  # nothing is created or trained

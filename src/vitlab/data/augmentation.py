@@ -37,7 +37,7 @@ class AugmentSpec:
         metavar="N",
         help="repeated augmentation (DeiT): each image N times in a row, differently augmented",
         range=Range(1),
-    )  # the epoch keeps its length, as DeiT's RASampler does (train/loader.py)
+    )  # the epoch keeps its length, as DeiT's RASampler does (training/loader.py)
     mixup: float = option(0.0, help="mixup's Beta(alpha, alpha); 0 turns it off", range=Range(0))
     cutmix: float = option(0.0, help="cutmix's Beta(alpha, alpha); 0 turns it off", range=Range(0))
     label_smoothing: float = option(0.0, help="label smoothing", range=Range(0, 1, high_open=True))

@@ -1,7 +1,7 @@
 """The training pipeline with decoding on the training device (data.decode_device="cuda").
 
 The loader's workers only read each file's bytes and header and draw the sample's random crop and
-flip, under the sample's seed (train/loader.py) and with the same draws as the CPU pipeline's
+flip, under the sample's seed (training/loader.py) and with the same draws as the CPU pipeline's
 v2.RandomResizedCrop and v2.RandomHorizontalFlip, so a sample gets the same crop either way. The
 batch moves to the GPU as an EncodedBatch: its `.to(device)` decodes the JPEGs there in one call
 (torchvision.io.decode_jpeg, nvJPEG on CUDA), applies each file's EXIF orientation, crops, resizes

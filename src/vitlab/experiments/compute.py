@@ -29,7 +29,7 @@ import yaml
 
 from vitlab.bench.flops import model_flops
 from vitlab.model import BiTConfig, ViTConfig
-from vitlab.train import get_recipe
+from vitlab.training import get_recipe
 
 from . import data_scaling
 from .runner import (

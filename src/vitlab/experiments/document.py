@@ -59,7 +59,7 @@ run as an ordinary trainer run folder in `DIR/runs/TAG` (loadable model, metrics
 Running the same command again resumes the run folders, so an interrupted experiment continues and
 a finished one is re-reported without retraining.
 
-**One recipe for every run**: the `demo` recipe (`vitlab.train.recipes`: AdamW, warm-up then cosine
+**One recipe for every run**: the `demo` recipe (`vitlab.training.recipes`: AdamW, warm-up then cosine
 decay, label smoothing, mild crops, no flip, fp32, one thread), with the experiment's step budget.
 Nothing is tuned per model except where the experiment is the tuning (pooling's learning-rate
 sweep) or the recipe is what it compares (sgd-adam's two pre-training optimisers and the paper's

@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from vitlab.train import TrainResult, get_recipe
-from vitlab.train.config import ModelSpec
-from vitlab.train.paper_tables import DEV_FRACTIONS, TABLE_4, TABLE_4_BATCH_SIZE
+from vitlab.training import TrainResult, get_recipe
+from vitlab.training.config import ModelSpec
+from vitlab.training.paper_tables import DEV_FRACTIONS, TABLE_4, TABLE_4_BATCH_SIZE
 
 from .runner import (
     Experiment,

@@ -24,10 +24,10 @@ from vitlab.bench.flops import model_flops
 from vitlab.model import BiTConfig, ResNetConfig, ViTConfig, config_for, create_untrained
 from vitlab.model.axial import AxialConfig
 from vitlab.model.bit import bit_resnet_config
-from vitlab.train import Trainer, TrainResult, get_recipe
-from vitlab.train.checkpoint import holds_checkpoints
-from vitlab.train.config import ModelSpec, TrainConfig
-from vitlab.train.paper_tables import TABLE_4
+from vitlab.training import Trainer, TrainResult, get_recipe
+from vitlab.training.checkpoint import holds_checkpoints
+from vitlab.training.config import ModelSpec, TrainConfig
+from vitlab.training.paper_tables import TABLE_4
 
 log = logging.getLogger("vitlab")
 

@@ -25,8 +25,8 @@ from typing import Any
 
 from matplotlib.axes import Axes
 
-from vitlab.train import TrainResult, get_recipe
-from vitlab.train.config import ModelSpec
+from vitlab.training import TrainResult, get_recipe
+from vitlab.training.config import ModelSpec
 
 from .runner import Experiment, Results, Settings, describe_model, fit_run, seeds_of, steps_of, train_run, vit_config
 from .wording import TIE, compare

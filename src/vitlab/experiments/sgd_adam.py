@@ -29,16 +29,16 @@ from dataclasses import replace
 from functools import partial
 from typing import Any
 
-from vitlab.train import get_recipe
-from vitlab.train.config import ModelSpec, OptimSpec, TrainConfig
-from vitlab.train.paper_tables import (
+from vitlab.training import get_recipe
+from vitlab.training.config import ModelSpec, OptimSpec, TrainConfig
+from vitlab.training.paper_tables import (
     TABLE_4_DECAY,
     TABLE_4_GRAD_CLIP,
     TABLE_4_WEIGHT_DECAY,
     PretrainRow,
     pretrain_row,
 )
-from vitlab.train.recipes import VIT_JAX_BASE_LR
+from vitlab.training.recipes import VIT_JAX_BASE_LR
 
 from .pretrain_transfer import fractaldb
 from .runner import Experiment, Results, Settings, bit_config, describe_model, fit_run, plot_bars, seeds_of, steps_of
