@@ -18,7 +18,7 @@ from vitlab.analysis.dataset import dataset_attention
 from vitlab.cli import main
 from vitlab.data import read_image
 from vitlab.evaluate.predict import eval_transform
-from vitlab.model import create_model
+from vitlab.model import create_untrained
 from vitlab.weights import load
 
 CLASSES = {"ant": 3, "bee": 2}
@@ -26,7 +26,7 @@ CLASSES = {"ant": 3, "bee": 2}
 
 def tiny_model(folder):
     model = randomise_(
-        create_model(
+        create_untrained(
             "Ti/4",
             image_size=8,
             depth=2,

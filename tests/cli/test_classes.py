@@ -13,7 +13,7 @@ import pytest
 from PIL import Image
 
 from helpers import one_line_error, randomise_
-from vitlab.model import ViTConfig, create_model
+from vitlab.model import ViTConfig, create_untrained
 from vitlab.training.run_evaluation import check_classes
 from vitlab.weights.pretrained import imagenet_class_names, imagenet_folders
 
@@ -64,7 +64,7 @@ def test_a_model_without_names_is_scored_by_position_and_says_so(caplog):
 def test_eval_of_a_model_with_fewer_outputs_than_classes_is_one_line(tmp_path, capsys):
     model = tmp_path / "model"
     options = dict(image_size=16, depth=1, dim=16, num_heads=2, mlp_dim=32, num_classes=2)
-    randomise_(create_model("Ti/4", **options)).save_pretrained(model)
+    randomise_(create_untrained("Ti/4", **options)).save_pretrained(model)
     rng = np.random.default_rng(0)
     for name in "abc":
         (tmp_path / "data" / name).mkdir(parents=True)

@@ -17,10 +17,12 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from helpers import TINY_FLAGS, MarkerPayload, one_line_error, tiny_config
+from vitlab.config_fields import apply_mapping, coerce, set_value
 from vitlab.model import ConfigError, ViTConfig, create_untrained
+from vitlab.textfiles import parse_assignment
 from vitlab.training import Trainer, get_recipe
 from vitlab.training.checkpoint import record_checksums
-from vitlab.training.config import SECTIONS, apply_mapping, coerce, parse_assignment, set_value
+from vitlab.training.config import SECTIONS
 
 
 # -- configs -------------------------------------------------------------------------------------------

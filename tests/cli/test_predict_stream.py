@@ -22,7 +22,7 @@ from vitlab.data import read_image
 from vitlab.data import stream as stream_data
 from vitlab.evaluate import stream
 from vitlab.evaluate.predict import eval_transform
-from vitlab.model import create_model
+from vitlab.model import create_untrained
 from vitlab.runlock import RunLock
 
 COUNT = 7  # files, predicted in batches of 2: four batches, the last one short
@@ -32,7 +32,7 @@ COUNT = 7  # files, predicted in batches of 2: four batches, the last one short
 def model_folder(tmp_path_factory):
     folder = tmp_path_factory.mktemp("predict") / "model"
     options = dict(image_size=16, depth=1, dim=16, num_heads=2, mlp_dim=32, num_classes=6)
-    randomise_(create_model("Ti/4", **options)).save_pretrained(folder)
+    randomise_(create_untrained("Ti/4", **options)).save_pretrained(folder)
     return folder
 
 
@@ -320,7 +320,7 @@ def test_a_feature_extractor_writes_its_representation_alone(pictures, tmp_path,
 
     folder, out, features = tmp_path / "extractor", tmp_path / "files.csv", tmp_path / "features.npy"
     options = dict(image_size=16, depth=1, dim=16, num_heads=2, mlp_dim=32, num_classes=0)
-    randomise_(create_model("Ti/4", **options)).save_pretrained(folder)
+    randomise_(create_untrained("Ti/4", **options)).save_pretrained(folder)
     line = one_line_error(capsys, ["predict", "--ckpt", str(folder), str(pictures), "--out", str(out)])
     assert "is a feature extractor (num_classes=0): it has no classes to predict; pass --out and --features" in line
     assert not out.exists()  # refused before anything is written
@@ -392,7 +392,7 @@ def test_csv_cells_a_spreadsheet_would_run_are_escaped_and_read_back_on_resume(t
     classes = ['=HYPERLINK("http://x")', "-minus", "+plus"]
     model = tmp_path / "model"
     options = dict(image_size=16, depth=1, dim=16, num_heads=2, mlp_dim=32, num_classes=3, class_names=classes)
-    randomise_(create_model("Ti/4", **options)).save_pretrained(model)
+    randomise_(create_untrained("Ti/4", **options)).save_pretrained(model)
     monkeypatch.chdir(folder)  # relative names: the path cells start with those characters
     assert predict(model, "--out", str(out), "--", *names) == 0
     with open(out, newline="") as handle:

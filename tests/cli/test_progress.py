@@ -14,7 +14,7 @@ import vitlab
 from helpers import randomise_, tiny_config
 from vitlab.cli import main
 from vitlab.logs import FallbackHandler, ensure_handler
-from vitlab.model import create_model
+from vitlab.model import create_untrained
 
 
 @pytest.mark.integration
@@ -27,7 +27,7 @@ def test_bars_only_on_a_terminal_and_never_with_no_progress(tmp_path, capsys, mo
         "mlp_dim": 32,
         "num_classes": 3,
     }
-    randomise_(create_model("Ti/4", **options)).save_pretrained(tmp_path / "model")
+    randomise_(create_untrained("Ti/4", **options)).save_pretrained(tmp_path / "model")
     rng = np.random.default_rng(0)
     for index in range(3):
         pixels = rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)

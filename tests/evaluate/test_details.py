@@ -14,7 +14,7 @@ from vitlab.cli import main
 from vitlab.evaluate import predict_images
 from vitlab.evaluate.breakdown import PredictionLog, confusion_matrix, per_class
 from vitlab.evaluate.calibration import calibration
-from vitlab.model import create_model
+from vitlab.model import create_untrained
 from vitlab.weights import load
 
 pytestmark = pytest.mark.unit
@@ -71,7 +71,7 @@ def test_real_accuracy_matches_images_by_sorted_file_name(tmp_path, capsys):
     }
     fake_imagenet(tmp_path / "data", files)
     model = randomise_(
-        create_model(
+        create_untrained(
             "Ti/4",
             image_size=8,
             depth=1,

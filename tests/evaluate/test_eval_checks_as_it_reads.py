@@ -14,7 +14,7 @@ from PIL import Image
 from helpers import randomise_
 from vitlab.cli import main
 from vitlab.data import scan
-from vitlab.model import create_model
+from vitlab.model import create_untrained
 
 pytestmark = pytest.mark.unit
 
@@ -29,7 +29,7 @@ def folder(tmp_path):
                 pixels = np.clip(80 * label + rng.normal(60, 50, (8, 8, 3)), 0, 255).astype(np.uint8)
                 Image.fromarray(pixels).save(tmp_path / "data" / split / f"c{label}" / f"{index}.png")
     options = dict(image_size=8, depth=1, dim=16, num_heads=2, mlp_dim=32, num_classes=2)
-    randomise_(create_model("Ti/4", **options)).save_pretrained(tmp_path / "model")
+    randomise_(create_untrained("Ti/4", **options)).save_pretrained(tmp_path / "model")
     return tmp_path
 
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from vitlab.config_fields import apply_mapping, set_value
 from vitlab.model import ConfigError
+from vitlab.textfiles import parse_assignment
 from vitlab.training import get_recipe
-from vitlab.training.config import TrainConfig, apply_mapping, parse_assignment, read_yaml, set_value
+from vitlab.training.config import TrainConfig, read_yaml
 
 pytestmark = pytest.mark.unit
 

@@ -12,8 +12,8 @@ import torch
 from vitlab.model import ConfigError, create_untrained
 from vitlab.training import get_recipe
 from vitlab.training.optim import build_optimizer, build_schedule
+from vitlab.training.paper_recipes import finetune_lr_grid
 from vitlab.training.paper_tables import TABLE_3, TABLE_4
-from vitlab.training.recipes import finetune_lr_grid
 
 pytestmark = pytest.mark.unit
 

@@ -13,7 +13,7 @@ from vitlab.data import load_datasets
 from vitlab.errors import InputError
 from vitlab.evaluate import evaluate
 from vitlab.evaluate.predict import eval_transform
-from vitlab.model import create_model
+from vitlab.model import create_untrained
 from vitlab.training.run_evaluation import evaluate_run
 
 pytestmark = pytest.mark.unit
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.unit
 def model():
     torch.manual_seed(0)
     options = dict(image_size=8, depth=1, dim=16, num_heads=2, mlp_dim=32, num_classes=3)
-    return randomise_(create_model("Ti/4", **options)).eval()
+    return randomise_(create_untrained("Ti/4", **options)).eval()
 
 
 @pytest.fixture

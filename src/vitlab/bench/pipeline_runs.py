@@ -31,7 +31,7 @@ import torch
 from PIL import Image
 
 from vitlab.data.images import IMAGE_EXTENSIONS
-from vitlab.model import ViTConfig, config_for, create_model
+from vitlab.model import ViTConfig, config_for, create_untrained
 
 from .implementations import build_timm
 
@@ -63,7 +63,7 @@ class VitlabRun:
         from vitlab.evaluate.stream import StreamPredictor
 
         self.settings = settings
-        self.model = create_model(settings.variant, image_size=settings.image_size).eval()
+        self.model = create_untrained(settings.variant, image_size=settings.image_size).eval()
         config = self.model.config
         self.paths = PathTable(str(p) for p in settings.files())
         self.transform = eval_transform(config.image_size, config.preprocessing, normalize=False)

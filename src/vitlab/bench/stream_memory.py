@@ -42,10 +42,10 @@ def write_jpegs(folder: Path, count: int, size: int = 32, seed: int = 0) -> Path
 
 
 def write_model(folder: Path, image_size: int = 32) -> Path:
-    from vitlab.model import create_model
+    from vitlab.model import create_untrained
 
     options = dict(image_size=image_size, depth=2, dim=32, num_heads=2, mlp_dim=64, num_classes=10)
-    model: Any = create_model("Ti/8", **options)  # a VisionTransformer, which saves itself
+    model: Any = create_untrained("Ti/8", **options)  # a VisionTransformer, which saves itself
     model.save_pretrained(folder)
     return folder
 

@@ -96,7 +96,7 @@ def worker_count(low: int = 0) -> Callable[[str], Any]:
 
 def add_checkpoint_argument(parser: argparse.ArgumentParser) -> None:
     """--ckpt, as every command that reads a model spells it, and the memory the model may take."""
-    from vitlab.training.config import CKPT_HELP
+    from vitlab.training.options import CKPT_HELP
 
     parser.add_argument("--ckpt", required=True, metavar="CKPT", help=CKPT_HELP)
     add_memory_argument(parser)
@@ -123,7 +123,7 @@ def add_runtime_arguments(
 
 
 def add_memory_argument(parser: argparse.ArgumentParser) -> None:
-    from vitlab.training.config import MEMORY_LIMIT_HELP
+    from vitlab.training.options import MEMORY_LIMIT_HELP
 
     parser.add_argument("--memory-limit", type=number(float, POSITIVE), metavar="GIB", help=MEMORY_LIMIT_HELP)
 

@@ -119,7 +119,9 @@ def _add_training_flags(parser: argparse.ArgumentParser, command: str, required:
 # -- train / finetune --------------------------------------------------------------------------------
 def build_config(args: argparse.Namespace):
     """The TrainConfig these arguments describe: recipe < --config < flags < --set."""
-    from vitlab.training.config import apply_mapping, parse_assignment, read_yaml, set_value
+    from vitlab.config_fields import apply_mapping, set_value
+    from vitlab.textfiles import parse_assignment
+    from vitlab.training.config import read_yaml
     from vitlab.training.recipes import get_recipe, warmup_for_length
 
     document = read_yaml(args.config) if args.config else {}

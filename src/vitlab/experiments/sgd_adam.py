@@ -31,6 +31,7 @@ from typing import Any
 
 from vitlab.training import get_recipe
 from vitlab.training.config import ModelSpec, OptimSpec, TrainConfig
+from vitlab.training.paper_recipes import VIT_JAX_BASE_LR
 from vitlab.training.paper_tables import (
     TABLE_4_DECAY,
     TABLE_4_GRAD_CLIP,
@@ -38,7 +39,6 @@ from vitlab.training.paper_tables import (
     PretrainRow,
     pretrain_row,
 )
-from vitlab.training.recipes import VIT_JAX_BASE_LR
 
 from .pretrain_transfer import fractaldb
 from .runner import Experiment, Results, Settings, bit_config, describe_model, fit_run, plot_bars, seeds_of, steps_of

@@ -15,11 +15,7 @@ from . import variants, hybrid, bit, axial  # noqa: F401
 from .axial import AxialConfig, AxialViT
 from .bit import BiTConfig, BiTResNet
 from .config import Preprocessing, ViTConfig
-from .factory import (
-    config_for,
-    create_model,  # noqa: F401  old name, not public: refuses pretrained= (see vitlab.create_model)
-    create_untrained,
-)
+from .factory import config_for, create_untrained
 from .position import resample_pos_embed
 from .registry import list_models
 from .resnet import ResNetConfig

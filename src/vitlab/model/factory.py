@@ -65,15 +65,4 @@ def create_untrained(name: str | Config = "B/16", **overrides: Any) -> Model:
     return architecture_for(config)(config)
 
 
-def create_model(name: str | Config = "B/16", *, pretrained: Any = None, **overrides: Any) -> Model:
-    """`create_untrained`, for code that imports create_model from vitlab.model. The model layer has
-    no weights: `pretrained=` is refused, pointing at vitlab.create_model, which has them."""
-    if pretrained not in (None, False):
-        raise ConfigError(
-            f"vitlab.model.create_model builds untrained models; for pretrained={pretrained!r} use "
-            "vitlab.create_model (vitlab.weights.create_model)"
-        )
-    return create_untrained(name, **overrides)
-
-
 __all__ = ["config_for", "create_untrained", "resolved_config"]

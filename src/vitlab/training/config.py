@@ -18,41 +18,23 @@ from typing import Any
 import yaml
 
 from vitlab import textfiles
-
-# The engine that sets and reads these configs; what this file does not use stays importable from here.
-from vitlab.config_fields import (  # noqa: F401
-    CROP_PCT_RULE,
+from vitlab.config_fields import (
     STD_RULE,
     ConfigError,
-    Interpolation,
     apply_mapping,
     as_sections,
-    coerce,
-    crop_pct_ok,
-    describe,
     finite_checks,
     lookup,
     plain,
     sections,
-    set_value,
-    show,
     std_ok,
 )
 from vitlab.config_options import range_checks
 from vitlab.data.augmentation import AugmentSpec
-from vitlab.textfiles import parse_assignment  # noqa: F401
 
-from .options import (  # noqa: F401  (the sections, importable from here as before)
-    CKPT_HELP,
-    MEMORY_LIMIT_HELP,
-    BestMetric,
-    DataParallel,
+from .options import (
     DataSpec,
-    Decay,
-    DecodeDevice,
     ModelSpec,
-    MppTarget,
-    ObjectiveName,
     ObjectiveSpec,
     OptimSpec,
     RunSpec,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .config import Decay
+from .options import Decay
 
 ANY_VIT = "ViT-*"  # Table 3's ImageNet row: every plain ViT
 

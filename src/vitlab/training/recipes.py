@@ -19,9 +19,7 @@ from vitlab.model.config import ConfigError
 from vitlab.suggestions import did_you_mean
 
 from .config import AugmentSpec, DataSpec, ModelSpec, OptimSpec, RunSpec, ScheduleSpec, TrainConfig
-from .paper_recipes import (  # noqa: F401  (VIT_JAX_BASE_LR, finetune_lr_grid: importable from here as before)
-    VIT_JAX_BASE_LR,
-    finetune_lr_grid,
+from .paper_recipes import (
     paper_finetune,
     paper_mpp,
     paper_pretrain,
