@@ -57,7 +57,7 @@ def train(data: str, out: Path, *extra: str) -> dict:
 
 def eval_report(run: Path, *extra: str) -> dict:
     assert main(["eval", "--ckpt", str(run), *extra]) == 0
-    return json.loads((run / "eval.json").read_text())
+    return json.loads((run / "eval_summary.json").read_text())
 
 
 def scored_training_warnings(caplog) -> list[str]:

@@ -10,8 +10,7 @@ started (RUN/train_digests.npy), so under any path, else by path; the report say
 (trained_images_scored) and how they were found (trained_images_found_by).
 Only the scored split's images are checked, as the evaluation reads them (an unreadable one is
 skipped, named in the log and in the report's "skipped"; more than the bad-image limit stops it). The report goes to RUN/eval_summary.json (or --out) as
-JSON, named as the run's own summary.json (RUN/eval.json, its earlier name, is written with it for
-readers of that name): top-1/top-5 and loss, the expected calibration error (metrics.ece, 15 bins as
+JSON, named as the run's own summary.json: top-1/top-5 and loss, the expected calibration error (metrics.ece, 15 bins as
 Guo et al. 2017), the accuracy of each class (per_class), and with --real-labels real.json the
 ImageNet-ReaL top-1 (real); confusion.json, confusion.png, reliability.png (the reliability diagram)
 and classification_report.txt (precision, recall and F1 per class, also under classification_report)
@@ -43,7 +42,6 @@ from . import (
 log = logging.getLogger("vitlab")
 
 EVAL_FILE = "eval_summary.json"
-OLD_EVAL_FILE = "eval.json"  # the earlier name of the default report, still written beside it
 EXAMPLES = (  # the end of --help
     "vitlab eval --ckpt runs/demo  # the run's data and validation split; runs/demo/eval_summary.json",
     "vitlab eval --ckpt runs/demo --split train --out train_eval.json",
@@ -152,8 +150,6 @@ def run_eval(args: argparse.Namespace) -> int:
     if out is None:
         print("report not written: --ckpt is not a model folder; pass --out FILE")
         return 0
-    if not args.out:
-        (out.parent / OLD_EVAL_FILE).write_text(out.read_text())
     print(f"written to {out}")
     for name in done.report.get("files", []):
         print(f"written to {out.parent / name}")
