@@ -3,6 +3,7 @@ process on the same global batch, and their runs resume from their checkpoints."
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -126,6 +127,17 @@ def test_ddp_equals_one_process_and_resumes(single, ddp, tmp_path):
     resumed = vitlab_train(tmp_path / "resumed", "--resume", processes=2)
     assert "resuming" in resumed.stderr and "from step 2" in resumed.stderr
     assert_close(weights(tmp_path / "resumed"), weights(run), atol=1e-6)
+
+
+def test_ddp_keeps_the_best_weights_as_one_process(tmp_path):
+    """run.keep_best under torchrun: every process holds the best-model tracker (best.py) and ends with
+    the best evaluation's weights, which process 0 writes; they are one process's."""
+    best = ["--set", "run.keep_best=true", "--set", "optim.lr=1.0"]  # a rate at which the last is not the best
+    vitlab_train(tmp_path / "one", *best)
+    vitlab_train(tmp_path / "two", *best, processes=2)
+    summaries = [json.loads((tmp_path / run / "summary.json").read_text()) for run in ("one", "two")]
+    assert summaries[0]["best_step"] == summaries[1]["best_step"] < 4, summaries
+    assert_close(weights(tmp_path / "two"), weights(tmp_path / "one"), atol=1e-6)
 
 
 def test_fsdp_equals_one_process_and_resumes_on_another_process_count(single, tmp_path):
